@@ -1,0 +1,19 @@
+# Every target sets up .venv first (scripts/setup.sh; a no-op once done).
+PY := .venv/bin/python
+
+.PHONY: setup run test bench clean
+
+setup:
+	@sh scripts/setup.sh
+
+run: setup  ## the main job: a real 4-rank process group checked from the terminal
+	$(PY) -m ddplab check --world-size 4
+
+test: setup  ## the library's tests, then every lab under nbval
+	$(PY) -m pytest
+
+bench: setup  ## latency of the warm pool against a fresh interpreter and cold spawn
+	$(PY) benchmarks/pool_latency.py
+
+clean:
+	rm -rf .venv _build .pytest_cache
