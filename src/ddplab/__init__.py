@@ -1,0 +1,14 @@
+"""ddplab: real DistributedDataParallel experiments, warm from a notebook or under torchrun.
+
+    import ddplab
+    results = ddplab.run(fn, world_size=4, **params)
+    with ddplab.Cluster(world_size=4, backend="auto") as cluster:
+        results = cluster.run(fn, **params)
+"""
+
+from ddplab.cluster import MAX_WORLD_SIZE, Cluster, RankError, logs, prestart, run
+
+prestart()  # the forkserver imports torch while the caller does; see ddplab.cluster.prestart
+
+__all__ = ["Cluster", "MAX_WORLD_SIZE", "RankError", "logs", "run"]
+__version__ = "0.1.0"

@@ -1,0 +1,75 @@
+"""Command line: run an experiment on a local warm pool, or on every rank under torchrun.
+
+    python -m ddplab check --world-size 4 [--json]
+    torchrun --nproc-per-node 4 -m ddplab check [--json]
+
+Locally, ``--world-size`` sets the number of rank processes (default 2); under torchrun it is
+torchrun's and need not be given. Only rank 0 prints under torchrun.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import numpy as np
+
+from ddplab.cluster import BACKENDS, DEFAULT_TIMEOUT, is_reporting_process, under_torchrun
+from ddplab.experiments import check
+
+EXPERIMENTS = {"check": check}
+
+
+def to_json(value):
+    """Numpy arrays and scalars as JSON lists and numbers."""
+    if isinstance(value, dict):
+        return {str(k): to_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_json(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="python -m ddplab", description=__doc__,
+                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = top.add_subparsers(dest="command", required=True, metavar="EXPERIMENT")
+    for name, module in EXPERIMENTS.items():
+        sub = commands.add_parser(name, help=module.__doc__.splitlines()[0],
+                                  description=module.__doc__,
+                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+        sub.add_argument("--world-size", type=int, default=None,
+                         help="number of ranks (default 2; under torchrun: torchrun's)")
+        sub.add_argument("--backend", choices=BACKENDS, default="auto",
+                         help="auto: nccl with one GPU per rank, else gloo (default auto)")
+        sub.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
+                         help=f"seconds before a silent rank is an error (default "
+                              f"{DEFAULT_TIMEOUT:g})")
+        sub.add_argument("--json", action="store_true", help="print JSON")
+        if hasattr(module, "add_arguments"):
+            module.add_arguments(sub)
+    return top
+
+
+def main(argv=None) -> int:
+    cli = parser()
+    args = cli.parse_args(argv)
+    if args.world_size is None and not under_torchrun():
+        args.world_size = 2
+    module = EXPERIMENTS[args.command]
+    params = {k: v for k, v in vars(args).items() if k not in ("command", "json")}
+    try:
+        result = module.run(**params)
+    except ValueError as exc:  # bad input, caught before any rank started
+        cli.error(str(exc))
+    if is_reporting_process():
+        print(json.dumps(to_json(result), indent=1) if args.json else module.describe(result))
+    return 0 if result.get("ok", True) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
