@@ -1,0 +1,52 @@
+"""Rank functions the tests run. They live in a module because rank processes import them."""
+
+import os
+import signal
+import time
+import warnings
+
+import torch
+import torch.distributed as dist
+
+
+def identify(ctx):
+    return {"rank": ctx.rank, "world_size": ctx.world_size, "pid": os.getpid(),
+            "backend": ctx.backend, "device": str(ctx.device)}
+
+
+def raise_on(ctx, rank):
+    if ctx.rank == rank:
+        raise ValueError(f"boom on rank {ctx.rank}")
+    dist.barrier()  # the other ranks wait in a collective for the one that failed
+    return ctx.rank
+
+
+def die_on(ctx, rank):
+    if ctx.rank == rank:
+        os.kill(os.getpid(), signal.SIGKILL)
+    dist.barrier()
+    return ctx.rank
+
+
+def sleep(ctx, seconds):
+    time.sleep(seconds)
+    return ctx.rank
+
+
+def chatty(ctx):
+    print(f"print from rank {ctx.rank}")
+    warnings.warn(f"warning from rank {ctx.rank}")
+    os.write(2, f"raw fd 2 write from rank {ctx.rank}\n".encode())
+    return ctx.rank
+
+
+def tensors(ctx):
+    return {"scaled": torch.arange(3.0) * ctx.rank, "nested": [torch.zeros(2, 2)]}
+
+
+def listening_sockets(ctx):
+    """Every listening TCP socket of this rank process, while its group is alive."""
+    import psutil
+
+    return [(c.laddr.ip, c.laddr.port) for c in psutil.Process().net_connections("inet")
+            if c.status == psutil.CONN_LISTEN]

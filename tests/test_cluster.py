@@ -1,0 +1,222 @@
+"""The lab engine against real gloo process groups on CPU ranks: results, reuse, failures."""
+
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+import rank_fns
+import torch
+import torch.nn.functional as F
+from conftest import alive, descendants
+
+import ddplab
+from ddplab.experiments import check
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3, 4])
+def test_all_reduce_of_ranks_is_n_n_minus_1_over_2(world_size):
+    reports = ddplab.run(check.report, world_size)
+    assert [r["rank"] for r in reports] == list(range(world_size))
+    assert {r["rank_sum"] for r in reports} == {world_size * (world_size - 1) // 2}
+    assert len({r["pid"] for r in reports}) == world_size  # one process per rank
+    assert {r["backend"] for r in reports} == {"gloo"}
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3, 4])
+def test_ddp_gradient_equals_one_process_on_the_concatenated_batch(world_size):
+    seed, batch_size = 3, 5
+    results = ddplab.run(check.ddp_step, world_size, batch_size=batch_size, seed=seed)
+    # Reference: one process, no DDP, the ranks' batches concatenated, the same mean loss.
+    model = check.make_model(seed)
+    X = torch.cat([torch.as_tensor(r["X"]) for r in results])
+    y = torch.cat([torch.as_tensor(r["y"]) for r in results])
+    assert X.shape[0] == world_size * batch_size
+    F.mse_loss(model(X), y).backward()
+    for r in results:
+        for name, param in model.named_parameters():
+            torch.testing.assert_close(torch.as_tensor(r["grads"][name]), param.grad)
+    if world_size > 1:  # the ranks' batches differ, so the check above is not vacuous
+        assert not np.allclose(results[0]["X"], results[1]["X"])
+
+
+def test_the_pool_is_reused_across_calls_and_world_sizes():
+    pids4 = [r["pid"] for r in ddplab.run(rank_fns.identify, 4)]
+    assert [r["pid"] for r in ddplab.run(rank_fns.identify, 4)] == pids4
+    small = ddplab.run(rank_fns.identify, 2)
+    assert [r["pid"] for r in small] == pids4[:2] and small[0]["world_size"] == 2
+    again = ddplab.run(check.report, 4)  # the group re-formed at 4 still works
+    assert [r["pid"] for r in again] == pids4 and again[0]["rank_sum"] == 6
+
+
+def test_results_are_plain_data_with_tensors_turned_into_numpy():
+    results = ddplab.run(rank_fns.tensors, 2)
+    assert isinstance(results[1]["scaled"], np.ndarray)
+    np.testing.assert_array_equal(results[1]["scaled"], [0.0, 1.0, 2.0])
+    assert isinstance(results[0]["nested"][0], np.ndarray)
+
+
+def test_cluster_has_its_own_processes_and_leaves_none_behind():
+    with ddplab.Cluster(world_size=3, backend="gloo") as cluster:
+        assert cluster.backend == "gloo"
+        first = cluster.run(rank_fns.identify)
+        assert [r["rank"] for r in first] == [0, 1, 2]
+        assert [r["pid"] for r in cluster.run(rank_fns.identify)] == [r["pid"] for r in first]
+        shared = {r["pid"] for r in ddplab.run(rank_fns.identify, 3)}
+        assert shared.isdisjoint(r["pid"] for r in first)
+    assert not any(alive(r["pid"]) for r in first)
+    with pytest.raises(RuntimeError, match="closed"):
+        cluster.run(rank_fns.identify)
+
+
+def test_a_rank_that_raises_names_the_rank_with_its_traceback_and_the_pool_recovers():
+    start = time.monotonic()
+    with pytest.raises(ddplab.RankError) as info:
+        ddplab.run(rank_fns.raise_on, 3, rank=2)
+    assert time.monotonic() - start < 20  # surfaced at once, not at the 60 s timeout
+    assert info.value.rank == 2
+    message = str(info.value)
+    assert "rank 2" in message and "ValueError: boom on rank 2" in message
+    assert "raise_on" in info.value.remote_traceback  # the rank's own traceback
+    assert ddplab.run(check.report, 3)[0]["rank_sum"] == 3
+
+
+def test_a_rank_that_dies_is_reported_and_the_pool_recovers():
+    before = [r["pid"] for r in ddplab.run(rank_fns.identify, 3)]
+    with pytest.raises(ddplab.RankError, match="rank 1 .*killed by SIGKILL") as info:
+        ddplab.run(rank_fns.die_on, 3, rank=1, timeout=30)
+    assert info.value.rank == 1
+    assert not any(alive(pid) for pid in before)  # the broken group's processes are gone
+    after = ddplab.run(rank_fns.identify, 3)
+    assert set(r["pid"] for r in after).isdisjoint(before)
+
+
+def test_a_hung_rank_times_out_and_the_pool_recovers():
+    start = time.monotonic()
+    with pytest.raises(TimeoutError, match=r"rank\(s\) \[0, 1\] had not answered after 2 s"):
+        ddplab.run(rank_fns.sleep, 2, seconds=600, timeout=2)
+    assert time.monotonic() - start < 15
+    assert ddplab.run(check.report, 2)[1]["rank_sum"] == 1
+
+
+def not_importable(ctx):
+    return 0
+
+
+not_importable.__qualname__ = "renamed_away"
+
+
+@pytest.mark.parametrize("world_size", [0, -1, 65, 2.0, "4", True, None])
+def test_bad_world_size_fails_before_any_process_starts(world_size):
+    before = descendants()
+    with pytest.raises(ValueError, match="world_size must be an int from 1 to 64"):
+        ddplab.run(check.report, world_size)
+    with pytest.raises(ValueError, match="world_size must be an int"):
+        ddplab.Cluster(world_size)
+    assert descendants() == before
+
+
+@pytest.mark.parametrize("fn, params, error, match", [
+    (lambda ctx: 0, {}, ValueError, "lambda"),
+    (not_importable, {}, ValueError, "cannot import"),
+    (check.report, {"unexpected": 1}, TypeError, "does not take these parameters"),
+    (check.ddp_step, {"seed": lambda: 0}, TypeError, "picklable"),
+    ("check.report", {}, TypeError, "must be a function"),
+])
+def test_bad_fn_or_params_fail_before_any_process_starts(fn, params, error, match):
+    before = descendants()
+    with pytest.raises(error, match=match):
+        ddplab.run(fn, 2, **params)
+    assert descendants() == before
+
+
+def test_unknown_backend_and_nccl_without_gpus_are_clear_errors():
+    before = descendants()
+    with pytest.raises(ValueError, match="backend must be one of auto, gloo, nccl"):
+        ddplab.run(check.report, 2, backend="mpi")
+    with pytest.raises(ValueError, match="backend must be one of"):
+        ddplab.Cluster(2, backend="NCCL")
+    assert descendants() == before
+    if torch.cuda.device_count() < 2:
+        with pytest.raises(ValueError, match="'nccl' needs one GPU per rank"):
+            ddplab.run(check.report, 2, backend="nccl")
+        with pytest.raises(ValueError, match="'nccl' needs one GPU per rank"):
+            ddplab.Cluster(2, backend="nccl")
+
+
+def test_ranks_never_print_and_their_output_is_readable_from_the_caller(capfd):
+    capfd.readouterr()
+    ddplab.run(rank_fns.chatty, 2)
+    out, err = capfd.readouterr()
+    assert "rank" not in out + err
+    logs = ddplab.logs()
+    for rank in (0, 1):
+        assert f"print from rank {rank}" in logs[rank]
+        assert f"warning from rank {rank}" in logs[rank]
+        assert f"raw fd 2 write from rank {rank}" in logs[rank]
+
+
+def test_every_listening_socket_is_on_loopback():
+    import psutil
+
+    per_rank = ddplab.run(rank_fns.listening_sockets, 3)
+    assert all(per_rank), "each rank of a live gloo group listens for its peers"
+    pool = [psutil.Process()] + psutil.Process().children(recursive=True)
+    listening = [(p.pid, c.laddr) for p in pool for c in p.net_connections("inet")
+                 if c.status == psutil.CONN_LISTEN]
+    assert listening  # at least the store
+    assert all(addr.ip in ("127.0.0.1", "::1") for _, addr in listening), listening
+
+
+def test_nothing_outlives_the_interpreter(python_env):
+    script = textwrap.dedent("""
+        import multiprocessing.forkserver as fs, os
+        import ddplab, rank_fns
+        if __name__ == "__main__":
+            pids = [r["pid"] for r in ddplab.run(rank_fns.identify, 3)]
+            with ddplab.Cluster(2) as cluster:
+                pids += [r["pid"] for r in cluster.run(rank_fns.identify)]
+            leftover = ddplab.Cluster(2)  # never closed: interpreter exit must end it too
+            pids += [r["pid"] for r in leftover.run(rank_fns.identify)]
+            print(" ".join(map(str, pids + [fs._forkserver._forkserver_pid])))
+    """)
+    done = subprocess.run([sys.executable, "-c", script], env=python_env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    pids = [int(p) for p in done.stdout.split()]
+    assert len(pids) == 3 + 2 + 2 + 1
+    time.sleep(0.5)
+    assert [p for p in pids if alive(p)] == []
+
+
+def test_a_script_without_main_guard_gets_a_clear_error_and_leaves_nothing(tmp_path,
+                                                                           python_env):
+    script = tmp_path / "unguarded.py"
+    script.write_text("import ddplab, rank_fns\nprint(ddplab.run(rank_fns.identify, 2))\n")
+    done = subprocess.run([sys.executable, str(script)], env=python_env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode != 0
+    assert 'if __name__ == "__main__":' in done.stderr
+    assert "RankError" in done.stderr  # the caller's own error, not only the children's
+
+
+def test_a_killed_caller_leaves_no_rank_behind(python_env):
+    script = textwrap.dedent("""
+        import multiprocessing.forkserver as fs, time
+        import ddplab, rank_fns
+        pids = [r["pid"] for r in ddplab.run(rank_fns.identify, 3)]
+        print(" ".join(map(str, pids + [fs._forkserver._forkserver_pid])), flush=True)
+        time.sleep(600)
+    """)
+    caller = subprocess.Popen([sys.executable, "-c", script], env=python_env,
+                              stdout=subprocess.PIPE, text=True)
+    pids = [int(p) for p in caller.stdout.readline().split()]
+    assert len(pids) == 4 and all(alive(p) for p in pids)
+    caller.kill()  # SIGKILL: no atexit, no cleanup of its own
+    caller.wait()
+    deadline = time.monotonic() + 10
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert [p for p in pids if alive(p)] == []
