@@ -27,6 +27,7 @@ group and returns every rank's result to every rank, so experiments run unchange
 from __future__ import annotations
 
 import atexit
+import contextlib
 import datetime
 import importlib
 import inspect
@@ -153,7 +154,7 @@ def _check_fn(fn, params) -> None:
         raise ValueError(f"{name} is a lambda or is defined inside another function; rank "
                          "processes can only import functions defined at the top level of a "
                          "module")
-    if module == "__main__" and not getattr(sys.modules["__main__"], "__file__", None):
+    if module == "__main__" and _main_path() is None:
         raise ValueError(
             f"{qualname} is defined in a notebook cell or an interactive session, so the rank "
             "processes, which start fresh, cannot import it (pytorch#20375). Move it into a .py "
@@ -289,7 +290,8 @@ class _Pool:
                 process = self._mp.Process(
                     target=_worker_main, name=f"ddplab-rank-{slot}", daemon=True,
                     args=(child_conn, slot, self._port, self._log_path(slot)))
-                process.start()
+                with _main_file_hidden_if_missing():
+                    process.start()
                 child_conn.close()
                 new.append(_Worker(slot, process, parent_conn))
                 self._workers.append(new[-1])
@@ -350,8 +352,7 @@ class _Pool:
             how = f"exited with code {code}"
         when = "while starting" if starting else "during the call"
         tail = _read(self._log_path(worker.slot))[-2000:]
-        hint = f" {GUARD_HINT}" if starting and getattr(sys.modules["__main__"], "__file__",
-                                                        None) else ""
+        hint = f" {GUARD_HINT}" if starting and _main_path() else ""
         log = f"\nIts log ends with:\n{tail}" if tail.strip() else ""
         return RankError(f"rank {worker.slot} (pid {worker.process.pid}) {how} {when}; the "
                          f"pool starts afresh on the next call.{hint}{log}", worker.slot)
@@ -455,6 +456,29 @@ def _end_forkserver() -> None:
 
 _forkserver_lock = threading.Lock()
 _forkserver_started = False
+
+
+def _main_path() -> str | None:
+    """The file of ``__main__`` if it has one that exists (a script), else None (a notebook,
+    ``python -c``, a script read from standard input: ``__file__ == "<stdin>"``)."""
+    path = getattr(sys.modules["__main__"], "__file__", None)
+    return path if path and os.path.exists(path) else None
+
+
+@contextlib.contextmanager
+def _main_file_hidden_if_missing():
+    """Multiprocessing re-imports ``__main__`` by its ``__file__`` in every child; for a script
+    read from standard input that file does not exist and every rank would die starting."""
+    main = sys.modules["__main__"]
+    path = getattr(main, "__file__", None)
+    if path is None or _main_path() is not None or getattr(main, "__spec__", None) is not None:
+        yield
+        return
+    del main.__file__
+    try:
+        yield
+    finally:
+        main.__file__ = path
 
 
 def _read(path: str) -> str:
