@@ -1,7 +1,7 @@
 # Every target sets up .venv first (scripts/setup.sh; a no-op once done).
 PY := .venv/bin/python
 
-.PHONY: setup run test bench clean
+.PHONY: setup run test book bench lab clean
 
 setup:
 	@sh scripts/setup.sh
@@ -12,8 +12,15 @@ run: setup  ## the main job: a real 4-rank process group checked from the termin
 test: setup  ## the library's tests, then every lab under nbval
 	$(PY) -m pytest
 
+book: setup  ## the book, every page executed by real runs; warnings are errors
+	.venv/bin/jupyter-book build . --builder html -W -n --keep-going
+	@echo "The book is in _build/html: open _build/html/index.html"
+
 bench: setup  ## latency of the warm pool against a fresh interpreter and cold spawn
 	$(PY) benchmarks/pool_latency.py
 
 clean:
 	rm -rf .venv _build .pytest_cache
+
+lab: setup  ## JupyterLab on the labs
+	.venv/bin/jupyter lab labs/

@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 import numpy as np
 
 from ddplab.cluster import BACKENDS, DEFAULT_TIMEOUT, is_reporting_process, under_torchrun
-from ddplab.experiments import check
+from ddplab.experiments import averaging, check
 
-EXPERIMENTS = {"check": check}
+EXPERIMENTS = {"check": check, "averaging": averaging}
 
 
 def to_json(value):
@@ -58,17 +59,18 @@ def parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     cli = parser()
     args = cli.parse_args(argv)
-    if args.world_size is None and not under_torchrun():
-        args.world_size = 2
+    if args.world_size is None:
+        args.world_size = int(os.environ["WORLD_SIZE"]) if under_torchrun() else 2
     module = EXPERIMENTS[args.command]
     params = {k: v for k, v in vars(args).items() if k not in ("command", "json")}
     try:
         result = module.run(**params)
     except ValueError as exc:  # bad input, caught before any rank started
         cli.error(str(exc))
+    data = result.to_json() if hasattr(result, "to_json") else result
     if is_reporting_process():
-        print(json.dumps(to_json(result), indent=1) if args.json else module.describe(result))
-    return 0 if result.get("ok", True) else 1
+        print(json.dumps(to_json(data), indent=1) if args.json else module.describe(result))
+    return 0 if data.get("ok", True) else 1
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ def report(ctx) -> dict:
             "pid": os.getpid(), "rank_sum": int(rank_sum.item())}
 
 
-def run(world_size: int | None, backend: str = "auto", timeout: float = 60.0) -> dict:
+def run(world_size: int, backend: str = "auto", timeout: float = 60.0) -> dict:
     """Run ``report`` on every rank and check the sums against N(N-1)/2."""
     reports = ddplab.run(report, world_size, backend=backend, timeout=timeout)
     n = len(reports)

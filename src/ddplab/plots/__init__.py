@@ -1,0 +1,1 @@
+"""Matplotlib figures of experiment results: one module per chapter, no computation here."""

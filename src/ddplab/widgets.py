@@ -1,0 +1,71 @@
+"""Slider panels for the labs: a control moves, a real experiment re-runs, the figure redraws.
+
+    from ddplab import widgets
+    widgets.explore(averaging.run, plots.gradients, world_size=(1, 8), reduction=["mean", "sum"])
+
+Controls are given like ``ipywidgets.interact`` abbreviations: ``(low, high)`` or ``(low, high,
+step)`` is an integer slider, a list is a dropdown, a bool a checkbox, and a widget is used as
+it is. Their starting values are the defaults of ``run``'s signature, and the panel computes and
+draws once at those values straight away, so a lab runs top to bottom without a click (nbval,
+the book build) and shows a figure before anyone touches a control. Sliders report on release
+(``continuous_update=False``): one drag is one real run, not dozens queued behind each other.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+
+import ipywidgets
+import matplotlib.pyplot as plt
+from IPython.display import display
+
+
+def explore(run, plot, **controls) -> ipywidgets.Widget:
+    """A panel of ``controls`` for ``run(**values)``; each change redraws ``plot(result)``."""
+    defaults = {name: p.default for name, p in inspect.signature(run).parameters.items()
+                if p.default is not inspect.Parameter.empty}
+    widgets = {name: _control(name, spec, defaults.get(name)) for name, spec in controls.items()}
+    output = ipywidgets.Output()
+    status = ipywidgets.HTML()
+
+    def update(_change=None):
+        values = {name: w.value for name, w in widgets.items()}
+        status.value = "<i>running...</i>"
+        start = time.perf_counter()
+        with output:
+            output.clear_output(wait=True)
+            try:
+                result = run(**values)
+            except Exception as exc:  # shown in the panel: the next move must still work
+                status.value = f"<b>{type(exc).__name__}</b>: {exc}"
+                return
+            figure = plot(result)
+            display(figure)
+            plt.close(figure)
+        status.value = f"real DDP run and drawn in {1e3 * (time.perf_counter() - start):.0f} ms"
+
+    for widget in widgets.values():
+        widget.observe(update, names="value")
+    update()
+    return ipywidgets.VBox([ipywidgets.HBox(list(widgets.values()),
+                                            layout=ipywidgets.Layout(flex_flow="row wrap")),
+                            status, output])
+
+
+def _control(name: str, spec, default):
+    if isinstance(spec, ipywidgets.Widget):
+        return spec
+    style = {"description_width": "initial"}
+    if isinstance(spec, bool):
+        return ipywidgets.Checkbox(value=spec, description=name, style=style)
+    if isinstance(spec, tuple) and len(spec) in (2, 3) and all(isinstance(v, int) for v in spec):
+        low, high, step = (*spec, 1) if len(spec) == 2 else spec
+        value = default if isinstance(default, int) and low <= default <= high else low
+        return ipywidgets.IntSlider(value=value, min=low, max=high, step=step, description=name,
+                                    continuous_update=False, style=style)
+    if isinstance(spec, list) and spec:
+        value = default if default in spec else spec[0]
+        return ipywidgets.Dropdown(options=spec, value=value, description=name, style=style)
+    raise ValueError(f"control {name!r}: expected (low, high[, step]) of ints, a list, a bool "
+                     f"or an ipywidgets widget, got {spec!r}")

@@ -1,0 +1,46 @@
+"""Slider panels: computed at the defaults without a click, re-run on change, errors shown."""
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import pytest  # noqa: E402
+
+from ddplab import widgets  # noqa: E402
+from ddplab.experiments import averaging  # noqa: E402
+from ddplab.plots import averaging as plots  # noqa: E402
+
+
+def test_a_panel_runs_real_ddp_at_the_defaults_and_again_on_every_change():
+    runs = []
+
+    def run(world_size=3, reduction="mean"):
+        result = averaging.run(world_size=world_size, reduction=reduction)
+        runs.append(result)
+        return result
+
+    panel = widgets.explore(run, plots.gradients, world_size=(1, 8), reduction=["mean", "sum"])
+    controls, status, _ = panel.children
+    slider, dropdown = controls.children
+    assert (slider.value, slider.min, slider.max, dropdown.value) == (3, 1, 8, "mean")
+    assert len(runs) == 1 and runs[0].world_size == 3  # no click needed
+    slider.value = 5
+    dropdown.value = "sum"
+    assert [(r.world_size, r.reduction) for r in runs] == [(3, "mean"), (5, "mean"), (5, "sum")]
+    assert "real DDP run and drawn in" in status.value
+
+
+def test_an_error_in_a_run_is_shown_in_the_panel_and_the_next_change_works():
+    panel = widgets.explore(averaging.run, plots.gradients, world_size=(1, 4),
+                            batch_size=(0, 8))
+    controls, status, _ = panel.children
+    world_size, batch_size = controls.children
+    batch_size.value = 0
+    assert "ValueError" in status.value and "batch_size" in status.value
+    batch_size.value = 2
+    assert "real DDP run" in status.value
+
+
+def test_a_control_that_is_not_understood_is_a_clear_error():
+    with pytest.raises(ValueError, match="control 'world_size'"):
+        widgets.explore(averaging.run, plots.gradients, world_size="four")
