@@ -220,3 +220,24 @@ def test_a_killed_caller_leaves_no_rank_behind(python_env):
     while any(alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert [p for p in pids if alive(p)] == []
+
+
+def test_a_rank_killed_between_calls_is_replaced_without_an_error():
+    import os
+    import signal
+
+    before = [r["pid"] for r in ddplab.run(rank_fns.identify, 3)]
+    os.kill(before[1], signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while alive(before[1]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    after = ddplab.run(check.report, 3)
+    assert after[2]["rank_sum"] == 3
+    assert {r["pid"] for r in after}.isdisjoint(before)
+
+
+def test_a_failed_ranks_log_can_be_read_after_the_failure():
+    with pytest.raises(ddplab.RankError):
+        ddplab.run(rank_fns.raise_on, 2, rank=1)
+    logs = ddplab.logs()
+    assert len(logs) >= 2 and "ValueError: boom on rank 1" in logs[1]

@@ -224,16 +224,18 @@ class _Pool:
         with self._lock:
             self._start_store()
             backend = resolve_backend(backend, world_size)
+            if any(not w.process.is_alive() for w in self._workers):
+                self._end_workers()  # one died between calls: its group cannot be trusted
             self._grow(world_size, backend, timeout)
-            if self._group != (world_size, backend):
-                self._generation += 1
-                self._group = (world_size, backend)
-                for worker in self._workers[world_size:]:
-                    worker.conn.send_bytes(pickle.dumps(("leave",)))
-            message = pickle.dumps(("run", self._generation, world_size, backend, timeout, fn,
-                                    params))
             active = self._workers[:world_size]
             try:
+                if self._group != (world_size, backend):  # a new group: a new generation
+                    self._generation += 1
+                    self._group = (world_size, backend)
+                    for worker in self._workers[world_size:]:
+                        worker.conn.send_bytes(pickle.dumps(("leave",)))
+                message = pickle.dumps(("run", self._generation, world_size, backend, timeout,
+                                        fn, params))
                 for worker in active:
                     worker.conn.send_bytes(message)
                 return self._collect(active, timeout)
@@ -242,10 +244,13 @@ class _Pool:
                 raise
 
     def logs(self) -> list[str]:
+        """Every rank's log, by rank; a log outlives its process (read it after a failure)."""
         with self._lock:
             if self._logdir is None:
                 return []
-            return [_read(self._log_path(w.slot)) for w in self._workers]
+            slots = [int(name[4:-4]) for name in os.listdir(self._logdir)
+                     if name.startswith("rank") and name.endswith(".log")]
+            return [_read(self._log_path(slot)) for slot in range(max(slots, default=-1) + 1)]
 
     def close(self) -> None:
         with self._lock:
