@@ -70,7 +70,7 @@ def naive_average(model: torch.nn.Module, world_size: int) -> None:
 def rank_loss(model, X, y, reduction: str, correction: str | None, world_size: int):
     """The loss this rank back-propagates (see CORRECTIONS)."""
     if correction == "global_count":
-        count = torch.tensor([float(len(X))])
+        count = torch.tensor([float(len(X))], device=X.device)
         dist.all_reduce(count)  # samples (or tokens) on all ranks together
         return F.mse_loss(model(X), y, reduction="sum") * world_size / count
     loss = F.mse_loss(model(X), y, reduction=reduction)
@@ -84,17 +84,18 @@ def gradients(ctx, counts: list[int], reduction: str, correction: str | None, se
     """This rank's local, naive-averaged and DDP gradient, and its slice of the data."""
     start = sum(counts[: ctx.rank])
     X_all, y_all = make_data(seed, sum(counts))
-    X, y = X_all[start:start + counts[ctx.rank]], y_all[start:start + counts[ctx.rank]]
+    X = X_all[start:start + counts[ctx.rank]].to(ctx.device)
+    y = y_all[start:start + counts[ctx.rank]].to(ctx.device)
     W = ctx.world_size
 
-    local = make_model(seed)
+    local = make_model(seed).to(ctx.device)
     rank_loss(local, X, y, reduction, correction, W).backward()
 
-    naive = make_model(seed)
+    naive = make_model(seed).to(ctx.device)
     rank_loss(naive, X, y, reduction, correction, W).backward()
     naive_average(naive, W)
 
-    model = make_model(seed)
+    model = make_model(seed).to(ctx.device)
     ddp = DDP(model)
     rank_loss(ddp, X, y, reduction, correction, W).backward()
     return {"local": flat_grad(local), "naive": flat_grad(naive), "ddp": flat_grad(model),
@@ -106,10 +107,10 @@ def node_gradients(ctx, gpus_per_node: int, batch_size: int, seed: int) -> dict:
     nodes = ctx.world_size // gpus_per_node
     node = ctx.rank // gpus_per_node
     X_all, y_all = make_data(seed, ctx.world_size * batch_size)
-    X = X_all[ctx.rank * batch_size:(ctx.rank + 1) * batch_size]
-    y = y_all[ctx.rank * batch_size:(ctx.rank + 1) * batch_size]
+    X = X_all[ctx.rank * batch_size:(ctx.rank + 1) * batch_size].to(ctx.device)
+    y = y_all[ctx.rank * batch_size:(ctx.rank + 1) * batch_size].to(ctx.device)
 
-    local = make_model(seed)
+    local = make_model(seed).to(ctx.device)
     F.mse_loss(local(X), y).backward()
     local_grad = flat_grad(local)
 
@@ -124,7 +125,7 @@ def node_gradients(ctx, gpus_per_node: int, batch_size: int, seed: int) -> dict:
     for group in groups:  # the pool keeps the main group; do not leak one subgroup per call
         dist.destroy_process_group(group)
 
-    model = make_model(seed)
+    model = make_model(seed).to(ctx.device)
     ddp = DDP(model)  # keep a reference: a DDP freed before backward never all-reduces
     F.mse_loss(ddp(X), y).backward()
     return {"node": node, "local_rank": ctx.rank % gpus_per_node, "local": local_grad,
