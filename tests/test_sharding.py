@@ -16,7 +16,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, DistributedSampler
 
-from ddplab.experiments import sharding
+from ddplab.experiments import sharding, validation
 
 
 def reference(N, W, B, epochs, shuffle, drop_last, set_epoch, seed, loader_drop_last=False):
@@ -114,8 +114,8 @@ def test_without_a_sampler_every_rank_draws_the_whole_dataset_in_the_same_order(
 
 def test_validation_counts_padding_twice_and_the_unpadded_shard_is_exact():
     N, W = 10, 4
-    result = sharding.evaluate(dataset_size=N, world_size=W, batch_size=3, seed=0)
-    X, y, model = sharding.make_validation(0, N)
+    result = validation.run(dataset_size=N, world_size=W, batch_size=3, seed=0)
+    X, y, model = validation.make_validation(0, N)
     with torch.no_grad():
         right = (model(X).argmax(1) == y).numpy().astype(int)
     for r in range(W):
@@ -149,7 +149,7 @@ def test_bad_input_is_a_clear_error(kwargs, match):
 
 def test_bad_evaluation_input_is_a_clear_error():
     with pytest.raises(ValueError, match="dataset_size 3 < world_size 4"):
-        sharding.evaluate(dataset_size=3, world_size=4)
+        validation.run(dataset_size=3, world_size=4)
 
 
 def cli(*args, launcher=(sys.executable, "-m")):

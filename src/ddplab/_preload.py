@@ -15,6 +15,7 @@ try:
     import ddplab.experiments.averaging  # noqa: F401
     import ddplab.experiments.check  # noqa: F401
     import ddplab.experiments.sharding  # noqa: F401
+    import ddplab.experiments.validation  # noqa: F401
 finally:
     gc.freeze()
     gc.enable()

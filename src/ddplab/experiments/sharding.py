@@ -50,37 +50,42 @@ class Indices(torch.utils.data.Dataset):
 # ---------------------------------------------------------------- on every rank
 
 
-def draws(ctx, dataset_size: int, batch_size: int, epochs: int, shuffle: bool,
-          drop_last: bool, set_epoch: bool, seed: int, loader_drop_last: bool,
-          sampler: bool) -> dict:
-    """Every batch this rank's DataLoader yields, epoch by epoch, and each step's global size.
+def draws(ctx, dataset_size: int, batch_size: int, epochs: int,
+          shuffle: bool, drop_last: bool, set_epoch: bool, seed: int,
+          loader_drop_last: bool, sampler: bool) -> dict:
+    """Every batch this rank's DataLoader yields, epoch by epoch, and
+    the samples of each step on all ranks together.
 
-    With ``sampler=False`` the rank does what a script without a DistributedSampler does:
-    ``torch.manual_seed(seed)`` on every rank, then a plain ``DataLoader(shuffle=...)``.
+    ``sampler=False`` does what a script without a DistributedSampler
+    does: ``torch.manual_seed(seed)`` on every rank, a plain DataLoader.
     """
     dataset = Indices(dataset_size)
     if sampler:
-        # num_replicas and rank left out: the sampler asks the process group, as in a script.
-        shard = DistributedSampler(dataset, shuffle=shuffle, seed=seed, drop_last=drop_last)
-        loader = DataLoader(dataset, batch_size=batch_size, sampler=shard,
-                            drop_last=loader_drop_last)
+        # No num_replicas, no rank: the sampler asks the process group.
+        shard = DistributedSampler(dataset, shuffle=shuffle, seed=seed,
+                                   drop_last=drop_last)
+        loader = DataLoader(dataset, batch_size=batch_size,
+                            sampler=shard, drop_last=loader_drop_last)
     else:
         torch.manual_seed(seed)
-        loader = DataLoader(dataset, batch_size=batch_size, shuffle=shuffle,
-                            drop_last=loader_drop_last)
+        loader = DataLoader(dataset, batch_size=batch_size,
+                            shuffle=shuffle, drop_last=loader_drop_last)
     indices, global_sizes = [], []
     for epoch in range(epochs):
         if sampler and set_epoch:
             shard.set_epoch(epoch)
         batches = [batch.tolist() for batch in loader]
-        sizes = torch.tensor([len(b) for b in batches], dtype=torch.int64, device=ctx.device)
-        dist.all_reduce(sizes)  # samples on all ranks together, step by step
+        sizes = torch.tensor([len(b) for b in batches],
+                             device=ctx.device)
+        dist.all_reduce(sizes)  # all ranks' samples, step by step
         indices.append(batches)
         global_sizes.append(sizes.tolist())
     return {"indices": indices, "global_batch_sizes": global_sizes,
-            "samples_per_rank": len(shard) if sampler else dataset_size,
+            "samples_per_rank": len(loader.sampler),
             "steps_per_epoch": len(loader),
-            "sampler_view": [dist.get_world_size(), dist.get_rank()] if sampler else None}
+            # the world size and rank the sampler took from the group
+            "sampler_view": ([shard.num_replicas, shard.rank] if sampler
+                             else None)}
 
 
 # ---------------------------------------------------------------- in the caller
@@ -207,101 +212,6 @@ def _check(dataset_size, world_size, batch_size, epochs, seed, loader_drop_last,
             raise ValueError(f"{name} must be True or False, got {value!r}")
 
 
-# ---------------------------------------------------------------- a validation metric
-
-EVAL_METHODS = ("padded", "drop_last", "exact")
-
-
-def make_validation(seed: int, n: int) -> tuple[torch.Tensor, torch.Tensor, torch.nn.Module]:
-    """``n`` labelled samples and a fixed 3-class linear classifier that gets some of them right.
-
-    Features and weights are small integers, so every logit is an exact float sum: a sample is
-    classified the same way in any batch, on any rank, as in the one-process reference.
-    """
-    g = torch.Generator().manual_seed(20_000 + seed)
-    teacher = torch.randint(-2, 3, (4, 3), generator=g).float()  # labels the data
-    model = torch.nn.Linear(4, 3, bias=False)
-    with torch.no_grad():  # the teacher, perturbed: right on some samples, wrong on others
-        model.weight.copy_(teacher.T + torch.randint(-2, 3, (3, 4), generator=g))
-    X = torch.randint(-3, 4, (n, 4), generator=g).float()
-    return X, (X @ teacher).argmax(1), model
-
-
-def correct(model, X, y) -> torch.Tensor:
-    with torch.no_grad():
-        return (model(X).argmax(1) == y).long()
-
-
-def validation_counts(ctx, dataset_size: int, batch_size: int, seed: int) -> dict:
-    """Accuracy counts three ways: with a DistributedSampler (padded), with its drop_last, and
-    on an unpadded shard ``range(rank, N, world_size)``; all-reduced (correct, count) each."""
-    X, y, model = make_validation(seed, dataset_size)
-    dataset = torch.utils.data.TensorDataset(torch.arange(dataset_size), X, y)
-    samplers = {
-        "padded": DistributedSampler(dataset, shuffle=False),
-        "drop_last": DistributedSampler(dataset, shuffle=False, drop_last=True),
-        # Uneven shards, no sample twice (detectron2's InferenceSampler does the same with
-        # contiguous chunks). Ranks may then take different numbers of steps: no collective
-        # inside the loop (pytorch#22584), only the all-reduce after it.
-        "exact": range(ctx.rank, dataset_size, ctx.world_size),
-    }
-    out = {}
-    for method, sampler in samplers.items():
-        ids, right = [], []
-        for i, Xb, yb in DataLoader(dataset, batch_size=batch_size, sampler=sampler):
-            ids += i.tolist()
-            right += correct(model, Xb, yb).tolist()
-        totals = torch.tensor([sum(right), len(right)], dtype=torch.int64, device=ctx.device)
-        dist.all_reduce(totals)
-        out[method] = {"ids": ids, "correct": totals[0].item(), "count": totals[1].item()}
-    return out
-
-
-@dataclasses.dataclass
-class Evaluation:
-    """One validation pass, three ways, against the one-process accuracy."""
-
-    dataset_size: int
-    world_size: int
-    batch_size: int
-    seed: int
-    reference_correct: int  # one process, every sample once
-    correct: dict  # method -> all-reduced number of correct predictions
-    count: dict  # method -> all-reduced number of predictions
-    ids: dict  # method -> [rank] -> dataset indices that rank evaluated
-    per_sample: np.ndarray  # (dataset_size,) 1 where the classifier is right (one process)
-
-    @property
-    def reference(self) -> float:
-        return self.reference_correct / self.dataset_size
-
-    def accuracy(self, method: str) -> float:
-        return self.correct[method] / self.count[method]
-
-    def times_evaluated(self, method: str) -> np.ndarray:
-        drawn = [i for rank in self.ids[method] for i in rank]
-        return np.bincount(drawn, minlength=self.dataset_size)
-
-
-def evaluate(dataset_size: int = 10, world_size: int = 4, batch_size: int = 2, seed: int = 0,
-             backend: str = "auto", timeout: float = 60.0) -> Evaluation:
-    """Validate one fixed classifier on ``world_size`` ranks, padded, dropped and exact."""
-    _check(dataset_size, world_size, batch_size, 1, seed, False)
-    if dataset_size < world_size:
-        raise ValueError(f"dataset_size {dataset_size} < world_size {world_size}: the "
-                         "sampler's drop_last would leave every rank without samples")
-    results = ddplab.run(validation_counts, world_size, backend=backend, timeout=timeout,
-                         dataset_size=dataset_size, batch_size=batch_size, seed=seed)
-    X, y, model = make_validation(seed, dataset_size)
-    per_sample = correct(model, X, y).numpy()
-    return Evaluation(
-        dataset_size=dataset_size, world_size=len(results), batch_size=batch_size, seed=seed,
-        reference_correct=int(per_sample.sum()),
-        correct={m: results[0][m]["correct"] for m in EVAL_METHODS},
-        count={m: results[0][m]["count"] for m in EVAL_METHODS},
-        ids={m: [r[m]["ids"] for r in results] for m in EVAL_METHODS}, per_sample=per_sample)
-
-
 # ---------------------------------------------------------------- CLI
 
 
@@ -324,16 +234,16 @@ def add_arguments(parser) -> None:
 
 
 def describe(result: Sharding) -> str:
-    lines = [f"dataset of {result.dataset_size} samples, world size {result.world_size}, "
-             f"batch_size {result.batch_size} per rank (global {result.global_batch_size}); "
-             f"{result.samples_per_rank} samples and {result.steps_per_epoch} steps per rank "
-             f"per epoch"]
+    lines = [f"{result.dataset_size} samples, world size {result.world_size}, "
+             f"batch_size {result.batch_size} per rank",
+             f"per rank and epoch: {result.samples_per_rank} samples, "
+             f"{result.steps_per_epoch} steps"]
     for e in range(result.epochs):
         counts = result.counts(e)
-        lines.append(f"epoch {e}: {result.samples_per_epoch(e)} samples drawn, "
-                     f"{int((counts > 1).sum())} of them more than once, "
-                     f"{int((counts == 0).sum())} never; samples per step "
-                     f"{result.global_batch_sizes[e]}")
+        lines.append(f"epoch {e}: {result.samples_per_epoch(e)} drawn, "
+                     f"{int((counts > 1).sum())} more than once, "
+                     f"{int((counts == 0).sum())} never; "
+                     f"per step {result.global_batch_sizes[e]}")
         for r, batches in enumerate(result.indices[e]):
             lines.append(f"  rank {r}: " + " ".join(map(str, batches)))
     return "\n".join(lines)

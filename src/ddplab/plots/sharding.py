@@ -8,6 +8,7 @@ from matplotlib.patches import Rectangle
 
 from ddplab.plots.averaging import rank_color
 
+WIDTH = 7.5  # inches: the book's text column, so that labels stay readable
 GAP = 0.5  # blank columns between two steps of one rank
 TWICE = "crimson"  # outline of a sample drawn more than once in its epoch
 
@@ -22,15 +23,15 @@ def draws(result, title: str | None = None):
     W, E = result.world_size, result.epochs
     per_rank = max(len([i for b in result.indices[0][r] for i in b]) for r in range(W))
     width = max(per_rank + GAP * (result.steps_per_epoch - 1), 12)
-    row = float(np.clip(6.0 / (E * W + 1.5 * E), 0.2, 0.42))
+    row = float(np.clip(6.0 / (E * W + 1.5 * E), 0.2, 0.38))
     heights = [row * W + 0.55 for _ in range(E)] + [row * 0.8 * E + 0.75]
-    fig, axes = plt.subplots(E + 1, 1, figsize=(9, sum(heights) + 0.5),
+    fig, axes = plt.subplots(E + 1, 1, figsize=(WIDTH, sum(heights) + 0.5),
                              gridspec_kw={"height_ratios": heights}, constrained_layout=True)
     digits = 0.62 * len(str(result.dataset_size - 1)) + 0.9  # a label's width, in font sizes
-    font = float(np.clip(min(8.2 / max(width, 1) * 72 / digits, row * 72 * 0.55), 5, 9))
+    font = float(np.clip(min(6.6 / width * 72 / digits, row * 72 * 0.55), 5, 9))
     for epoch, ax in enumerate(axes[:-1]):
         _epoch_panel(ax, result, epoch, font)
-    _coverage(axes[-1], result, float(np.clip(8.2 / result.dataset_size * 72 / digits, 5, 9)))
+    _coverage(axes[-1], result, float(np.clip(6.6 / result.dataset_size * 72 / digits, 5, 9)))
     if title:
         fig.suptitle(title, fontsize=11)
     return fig
@@ -53,6 +54,9 @@ def _epoch_panel(ax, result, epoch, font):
         left = step * (B + GAP)
         ax.text(left + min(B, result.samples_per_rank) / 2, 1.05, f"step {step}: {size}",
                 ha="center", va="bottom", fontsize=8, color="0.3")
+    if result.steps_per_epoch:
+        ax.text(-0.3, 1.05, "samples per step:", ha="right", va="bottom", fontsize=8,
+                color="0.3")
     ax.set_yticks([-r + 0.45 for r in range(result.world_size)],
                   [f"rank {r}" for r in range(result.world_size)], fontsize=8)
     ax.tick_params(left=False)
@@ -68,10 +72,9 @@ def _epoch_panel(ax, result, epoch, font):
         how = "no shuffle"
     else:
         how = f"set_epoch({epoch})" if result.set_epoch else "set_epoch never called"
-    extra = f", {int(twice.sum())} samples drawn twice (outlined)" if twice.any() else ""
-    ax.set_title(f"epoch {epoch} ({how}): {result.samples_per_epoch(epoch)} samples drawn "
-                 f"from {result.dataset_size}{extra}; samples per step above",
-                 fontsize=9, loc="left")
+    extra = f", {int(twice.sum())} more than once (outlined)" if twice.any() else ""
+    ax.set_title(f"epoch {epoch}, {how}: {result.samples_per_epoch(epoch)} drawn from "
+                 f"{result.dataset_size} samples{extra}", fontsize=9, loc="left")
 
 
 def _coverage(ax, result, font):
@@ -107,8 +110,8 @@ def _coverage(ax, result, font):
     ax.set_ylim(-result.epochs + 0.9, 0.9)
     for side in ("top", "right", "bottom", "left"):
         ax.spines[side].set_visible(False)
-    ax.set_title("each dataset index, each epoch: coloured by the rank(s) that drew it "
-                 "(red outline: more than once; hatched: never)", fontsize=9, loc="left")
+    ax.set_title("the rank(s) that drew each dataset index (red: more than once, hatched: "
+                 "never)", fontsize=9, loc="left")
 
 
 def steps_per_epoch(keep, divide, batch_size):
@@ -117,7 +120,7 @@ def steps_per_epoch(keep, divide, batch_size):
     ``keep`` and ``divide`` map a world size to a result: ``batch_size`` per rank kept, or
     ``batch_size / world_size`` per rank.
     """
-    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.2), constrained_layout=True)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(WIDTH, 3), constrained_layout=True)
     for runs, label, marker, dy in ((keep, f"batch_size {batch_size} per rank", "o", 6),
                                     (divide, f"batch_size {batch_size} / world_size", "s", -13)):
         ws = sorted(runs)
@@ -143,10 +146,10 @@ def steps_per_epoch(keep, divide, batch_size):
 
 def evaluation(result):
     """Who evaluates which sample, three ways, and the accuracy each way gives."""
-    methods = {"padded": "DistributedSampler", "drop_last": "DistributedSampler(drop_last)",
-               "exact": "range(rank, N, world_size)"}
+    methods = {"padded": "DistributedSampler", "drop_last": "... drop_last=True",
+               "exact": "range(rank, N, W)"}
     N = result.dataset_size
-    fig, ax = plt.subplots(figsize=(9, 0.55 * len(methods) + 1.3), constrained_layout=True)
+    fig, ax = plt.subplots(figsize=(WIDTH, 0.5 * len(methods) + 1.2), constrained_layout=True)
     for row, method in enumerate(methods):
         y = -row
         owners = [[] for _ in range(N)]
@@ -174,8 +177,8 @@ def evaluation(result):
     ax.set_ylim(-len(methods) + 0.9, 0.9)
     for side in ("top", "right", "bottom", "left"):
         ax.spines[side].set_visible(False)
-    ax.set_title(f"{N} validation samples on {result.world_size} ranks, coloured by the "
-                 f"rank that evaluates them; one process: {result.reference_correct}/{N} = "
-                 f"{result.reference:.4f}\n✓ right, ✗ wrong; red outline: evaluated twice, "
+    ax.set_title(f"{N} samples on {result.world_size} ranks (colour: the rank evaluating "
+                 f"it); one process: {result.reference_correct}/{N} = "
+                 f"{result.reference:.4f}\n✓ right, ✗ wrong; red: evaluated twice, "
                  f"hatched: never", fontsize=9, loc="left")
     return fig
