@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.patches import Rectangle
@@ -21,23 +23,29 @@ def draws(result, title: str | None = None):
     row per epoch and one column per dataset index: the colour of the rank that drew it.
     """
     W, E = result.world_size, result.epochs
-    per_rank = max(len([i for b in result.indices[0][r] for i in b]) for r in range(W))
-    width = max(per_rank + GAP * (result.steps_per_epoch - 1), 12)
+    span = max(result.steps_per_epoch * (result.batch_size + GAP) - GAP, 12)
     row = float(np.clip(6.0 / (E * W + 1.5 * E), 0.2, 0.38))
     heights = [row * W + 0.55 for _ in range(E)] + [row * 0.8 * E + 0.75]
     fig, axes = plt.subplots(E + 1, 1, figsize=(WIDTH, sum(heights) + 0.5),
                              gridspec_kw={"height_ratios": heights}, constrained_layout=True)
-    digits = 0.62 * len(str(result.dataset_size - 1)) + 0.9  # a label's width, in font sizes
-    font = float(np.clip(min(6.6 / width * 72 / digits, row * 72 * 0.55), 5, 9))
+    cell = (WIDTH - 0.9) / span  # inches per sample, the rank labels left aside
     for epoch, ax in enumerate(axes[:-1]):
-        _epoch_panel(ax, result, epoch, font)
-    _coverage(axes[-1], result, float(np.clip(6.6 / result.dataset_size * 72 / digits, 5, 9)))
+        _epoch_panel(ax, result, epoch, span, cell, _font(cell, row, result.dataset_size))
+    cover = (WIDTH - 0.9) / result.dataset_size
+    _coverage(axes[-1], result, _font(cover, 1, result.dataset_size) or 5)
     if title:
         fig.suptitle(title, fontsize=11)
     return fig
 
 
-def _epoch_panel(ax, result, epoch, font):
+def _font(cell: float, row: float, dataset_size: int) -> float | None:
+    """The font size at which the largest index fits a cell; None when under 4.5 points."""
+    width = 0.62 * len(str(dataset_size - 1)) + 0.9  # a label's width, in font sizes
+    size = min(cell * 72 / width, row * 72 * 0.55, 9)
+    return size if size >= 4.5 else None
+
+
+def _epoch_panel(ax, result, epoch, span, cell, font):
     twice = result.counts(epoch) > 1
     B = result.batch_size
     for r, batches in enumerate(result.indices[epoch]):
@@ -46,23 +54,27 @@ def _epoch_panel(ax, result, epoch, font):
             for i in batch:
                 ax.add_patch(Rectangle((x, -r), 0.94, 0.9, facecolor=(*rank_color(r), 0.3),
                                        edgecolor=TWICE if twice[i] else "none",
-                                       lw=1.8 if twice[i] else 0))
-                ax.text(x + 0.47, -r + 0.45, str(i), ha="center", va="center", fontsize=font)
+                                       lw=(1.8 if cell > 0.15 else 0.8) if twice[i] else 0))
+                if font:
+                    ax.text(x + 0.47, -r + 0.45, str(i), ha="center", va="center",
+                            fontsize=font)
                 x += 1
             x += GAP + B - len(batch) if step < len(batches) - 1 else 0
-    for step, size in enumerate(result.global_batch_sizes[epoch]):
-        left = step * (B + GAP)
-        ax.text(left + min(B, result.samples_per_rank) / 2, 1.05, f"step {step}: {size}",
-                ha="center", va="bottom", fontsize=8, color="0.3")
-    if result.steps_per_epoch:
+    sizes = result.global_batch_sizes[epoch]
+    label = 8 * 0.6 / 72 * len(f"step {len(sizes)}: {max(sizes, default=0)}")  # inches
+    every = math.ceil(label / ((B + GAP) * cell))  # label every k-th step: no overlaps
+    for step, size in enumerate(sizes):
+        if step % every == 0:
+            ax.text(step * (B + GAP), 1.05, f"step {step}: {size}", ha="left",
+                    va="bottom", fontsize=8, color="0.3")
+    if sizes:
         ax.text(-0.3, 1.05, "samples per step:", ha="right", va="bottom", fontsize=8,
                 color="0.3")
     ax.set_yticks([-r + 0.45 for r in range(result.world_size)],
                   [f"rank {r}" for r in range(result.world_size)], fontsize=8)
     ax.tick_params(left=False)
     ax.set_xticks([])
-    span = result.steps_per_epoch * (B + GAP) - GAP
-    ax.set_xlim(-0.2, max(span, 12) + 0.2)  # a short shard keeps cells of a readable width
+    ax.set_xlim(-0.2, span + 0.2)  # a short shard keeps cells of a readable width
     ax.set_ylim(-result.world_size + 0.8, 1.75)
     for side in ("top", "right", "bottom", "left"):
         ax.spines[side].set_visible(False)
@@ -74,7 +86,8 @@ def _epoch_panel(ax, result, epoch, font):
         how = f"set_epoch({epoch})" if result.set_epoch else "set_epoch never called"
     extra = f", {int(twice.sum())} more than once (outlined)" if twice.any() else ""
     ax.set_title(f"epoch {epoch}, {how}: {result.samples_per_epoch(epoch)} drawn from "
-                 f"{result.dataset_size} samples{extra}", fontsize=9, loc="left")
+                 f"{result.dataset_size} sample{'s' * (result.dataset_size != 1)}{extra}",
+                 fontsize=9, loc="left")
 
 
 def _coverage(ax, result, font):
