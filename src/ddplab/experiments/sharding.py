@@ -9,6 +9,8 @@ their own indices, inside a real process group, and records every batch it is ha
 ``indices[e][r][s]`` is what rank ``r`` received at step ``s`` of epoch ``e``. At each epoch the
 ranks also all-reduce their batch sizes, which gives the number of samples one optimizer step
 is computed from. ``--drop-last`` is the sampler's, ``--loader-drop-last`` the DataLoader's.
+The command line shuffles only with ``--shuffle``; ``run()``, like the sampler, shuffles by
+default.
 
 What DistributedSampler does (``torch/utils/data/distributed.py``, torch 2.13): it shuffles
 ``range(N)`` with a generator seeded with ``seed + epoch`` (the epoch is whatever
@@ -127,8 +129,8 @@ class Sharding:
         return len(self.drawn(epoch))
 
     def order(self, epoch: int) -> list[int]:
-        """The epoch's list put back together: rank r's i-th sample sits at i*world_size + r
-        (the sampler's ``indices[rank:total_size:num_replicas]``)."""
+        """The sampler's list for ``epoch``, put back together from the ranks' draws: rank r's
+        i-th sample sits at i*world_size + r (``indices[rank:total_size:num_replicas]``)."""
         ranks = [[i for batch in rank for i in batch] for rank in self.indices[epoch]]
         return [ranks[r][i] for i in range(self.samples_per_rank)
                 for r in range(self.world_size)]
