@@ -17,9 +17,9 @@ import sys
 import numpy as np
 
 from ddplab.cluster import BACKENDS, DEFAULT_TIMEOUT, is_reporting_process, under_torchrun
-from ddplab.experiments import averaging, check
+from ddplab.experiments import averaging, check, sharding
 
-EXPERIMENTS = {"check": check, "averaging": averaging}
+EXPERIMENTS = {"check": check, "averaging": averaging, "sharding": sharding}
 
 
 def to_json(value):

@@ -14,6 +14,8 @@ try:
     import ddplab.rank  # noqa: F401  (torch, torch.distributed, DDP, dynamo)
     import ddplab.experiments.averaging  # noqa: F401
     import ddplab.experiments.check  # noqa: F401
+    import ddplab.experiments.sharding  # noqa: F401
+    import ddplab.experiments.validation  # noqa: F401
 finally:
     gc.freeze()
     gc.enable()
