@@ -4,7 +4,8 @@
     python scripts/clean_labs.py --check labs/*.ipynb  # exit 1 if any notebook is not clean
 
 Cells marked ``# NBVAL_CHECK_OUTPUT`` keep their outputs: they are what nbval compares with.
-Everything else is recomputed by whoever runs the lab, so it is not kept in git.
+Everything else (other outputs, saved widget state, run timestamps) is recomputed by whoever
+runs the lab, so it is not kept in git.
 """
 
 import sys
@@ -16,7 +17,12 @@ MARK = "# NBVAL_CHECK_OUTPUT"
 
 def clean(nb) -> bool:
     changed = False
+    # Widget state saved by an executed notebook (often with PNGs inside): recomputed on run.
+    if nb.metadata.pop("widgets", None) is not None:
+        changed = True
     for cell in nb.cells:
+        if cell.metadata.pop("execution", None) is not None:  # run timestamps
+            changed = True
         if cell.cell_type != "code":
             continue
         keep = cell.source.lstrip().startswith(MARK)
