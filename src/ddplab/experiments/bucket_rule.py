@@ -12,13 +12,32 @@ the C++ reducer, torch/csrc/distributed/c10d/reducer.cpp (``compute_bucket_assig
 
 from __future__ import annotations
 
-from ddplab.experiments.buckets import Buckets, bucket_limits
+import torch.distributed as dist
+
+MiB = 1024 * 1024
+DEFAULT_CAP_MB = 25  # torch/nn/parallel/distributed.py, _DEFAULT_BUCKET_CAP_MB
+
+
+def bucket_limits(bucket_cap_mb: float | None) -> tuple[int, int]:
+    """(first bucket's limit, later buckets' limit) in bytes, as DDP
+    sets them (``_BucketCapacityConfig``, nn/parallel/distributed.py).
+
+    The cap defaults to 25 MiB. The first bucket gets 1 MiB
+    (``dist._DEFAULT_FIRST_BUCKET_BYTES``) only while ``bucket_cap_mb``
+    is left at None: a cap you pass, even 25, applies to every bucket.
+    """
+    mb = DEFAULT_CAP_MB if bucket_cap_mb is None else bucket_cap_mb
+    cap = int(mb * MiB)
+    if bucket_cap_mb is None:
+        return dist._DEFAULT_FIRST_BUCKET_BYTES, cap
+    return cap, cap
 
 
 def pack(sizes, limits) -> list[list[int]]:
-    """Group positions 0..n-1 into buckets: a bucket closes as soon as its bytes reach the
-    current limit (so a large tensor overshoots it), and the next bucket takes the next limit;
-    the last limit repeats (reducer.cpp, ``compute_bucket_assignment_by_size``)."""
+    """Group positions 0..n-1 into buckets (reducer.cpp,
+    ``compute_bucket_assignment_by_size``): a bucket closes as soon as
+    its bytes reach the current limit, so one large tensor overshoots
+    it; the next bucket takes the next limit; the last limit repeats."""
     buckets, current, total, k = [], [], 0, 0
     for i, size in enumerate(sizes):
         current.append(i)
@@ -29,8 +48,9 @@ def pack(sizes, limits) -> list[list[int]]:
     return buckets + ([current] if current else [])
 
 
-def expected_layouts(result: Buckets) -> list[list[list[str]]]:
-    """The parameter names of each bucket, per iteration, by DDP's rule (not by recording).
+def expected_layouts(result) -> list[list[list[str]]]:
+    """The parameter names of each bucket, per iteration, by DDP's rule, for a
+    ``buckets.Buckets`` result's settings and gradient-ready order.
 
     The first layout (``DistributedDataParallel._ddp_init_helper``,
     ``_BucketCapacityConfig.compute_bucket_size_limits``) is one bucket of every parameter,

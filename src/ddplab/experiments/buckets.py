@@ -26,10 +26,9 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import ddplab
+from ddplab.experiments.bucket_rule import bucket_limits
 
 DEFAULT_LAYERS = (64, 1024, 1024, 10)
-MiB = 1024 * 1024
-DEFAULT_CAP_MB = 25  # torch/nn/parallel/distributed.py, _DEFAULT_BUCKET_CAP_MB
 
 
 # ---------------------------------------------------------------- model, data, hooks
@@ -57,25 +56,30 @@ def flat_grad(model) -> torch.Tensor:
 
 
 class NaiveAllReduce:
-    """Naive data parallel: all-reduce each gradient (SUM, then divide by the world size) from a
-    hook, as soon as autograd has accumulated it; one blocking call per parameter.
+    """Naive data parallel: once autograd has accumulated a gradient,
+    all-reduce it (SUM), then divide by the world size. One blocking
+    call per parameter.
 
-    picotron's ``DataParallelNaive`` (huggingface/picotron, data_parallel.py) does the same;
-    ``Tensor.register_post_accumulate_grad_hook`` runs after the gradient is in ``param.grad``.
+    As picotron's ``DataParallelNaive`` (huggingface/picotron,
+    data_parallel.py). ``register_post_accumulate_grad_hook`` runs
+    once the gradient is in ``param.grad``.
     """
 
     def __init__(self, model, world_size: int):
-        self.world_size, self.iteration, self.calls = world_size, 0, []
+        self.world_size, self.iteration = world_size, 0
+        self.calls = []
         for name, param in model.named_parameters():
-            param.register_post_accumulate_grad_hook(functools.partial(self.all_reduce, name))
+            hook = functools.partial(self.all_reduce, name)
+            param.register_post_accumulate_grad_hook(hook)
 
     def all_reduce(self, name, param):
         start = time.perf_counter()
         dist.all_reduce(param.grad)
         param.grad /= self.world_size
-        self.calls.append({"iteration": self.iteration, "param": name, "start": start,
-                           "end": time.perf_counter(),
-                           "bytes": param.grad.numel() * param.grad.element_size()})
+        self.calls.append({
+            "iteration": self.iteration, "param": name,
+            "start": start, "end": time.perf_counter(),
+            "bytes": param.grad.numel() * param.grad.element_size()})
 
 
 class BucketLog:
@@ -87,18 +91,22 @@ class BucketLog:
 
 
 def record_and_allreduce(state, bucket):
-    """A DDP comm hook that notes each bucket as DDP launches it, then does what DDP does.
+    """A DDP comm hook: note the bucket DDP launches, then do what DDP
+    does without a hook.
 
-    DDP calls it once per bucket, in bucket order, as soon as the bucket's last gradient is
-    ready (``register_comm_hook``). The bucket it gets is *not* divided by the world size
-    (reducer.cpp, ``mark_variable_ready_dense``: "Divides while copying into the bucket view"
-    only when no hook is registered), so it divides, then all-reduces a sum, exactly as
-    ``default_hooks.allreduce_hook`` does (torch/distributed/algorithms/ddp_comm_hooks).
+    DDP calls it once per bucket, in bucket order, as soon as the
+    bucket's last gradient is ready (``register_comm_hook``). Its bucket
+    is *not* divided by the world size (reducer.cpp,
+    ``mark_variable_ready_dense`` divides only without a hook), so it
+    divides, then all-reduces a sum, as ``allreduce_hook`` does
+    (torch/distributed/algorithms/ddp_comm_hooks/default_hooks.py).
     """
     buffer = bucket.buffer()
+    names = [state.names[id(p)] for p in bucket.parameters()]
     entry = {"iteration": state.iteration, "index": bucket.index(),
-             "params": [state.names[id(p)] for p in bucket.parameters()],
-             "numel": buffer.numel(), "bytes": buffer.numel() * buffer.element_size(),
+             "params": names,
+             "numel": buffer.numel(),
+             "bytes": buffer.numel() * buffer.element_size(),
              "launch": time.perf_counter(), "done": None}
     state.buckets.append(entry)
     buffer.div_(state.world_size)
@@ -107,7 +115,8 @@ def record_and_allreduce(state, bucket):
         entry["done"] = time.perf_counter()
         return fut.value()[0]
 
-    return dist.all_reduce(buffer, async_op=True).get_future().then(finished)
+    work = dist.all_reduce(buffer, async_op=True)
+    return work.get_future().then(finished)
 
 
 def watch_ready_order(model, log: list) -> None:
@@ -259,20 +268,6 @@ def run(layers=DEFAULT_LAYERS, bucket_cap_mb: float | None = None, iterations: i
 # ---------------------------------------------------------------- checks, CLI
 
 
-def bucket_limits(bucket_cap_mb: float | None) -> tuple[int, int]:
-    """(first bucket's limit, every later bucket's limit) in bytes, as DDP sets them.
-
-    torch/nn/parallel/distributed.py, ``_BucketCapacityConfig.create``: the cap defaults to 25
-    MiB, and the first bucket gets ``dist._DEFAULT_FIRST_BUCKET_BYTES`` (1 MiB) only while
-    ``bucket_cap_mb`` is left at ``None``; a cap you pass, even 25, applies to every bucket.
-    """
-    cap = int((DEFAULT_CAP_MB if bucket_cap_mb is None else bucket_cap_mb) * MiB)
-    return (dist._DEFAULT_FIRST_BUCKET_BYTES if bucket_cap_mb is None else cap), cap
-
-
-
-
-
 def positive_int(name: str, value) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{name} must be a positive int, got {value!r}")
@@ -319,12 +314,12 @@ def add_arguments(parser) -> None:
 def describe(result: Buckets) -> str:
     first, cap = bucket_limits(result.bucket_cap_mb)
     lines = [f"MLP {','.join(map(str, result.layers))}: {len(result.param_names)} parameters, "
-             f"{sum(result.param_bytes):,} bytes; world size {result.world_size}; bucket limits "
-             f"{first:,} bytes (first), {cap:,} bytes"]
+             f"{sum(result.param_bytes):,} bytes, world size {result.world_size}",
+             f"bucket limits: first {first:,} bytes, then {cap:,} bytes"]
     for i, layout in enumerate(result.layouts):
-        lines.append(f"iteration {i}: {len(layout)} bucket(s), naive data parallel: "
+        lines.append(f"iteration {i}: {len(layout)} bucket(s); naive: "
                      f"{len(result.naive_calls[i])} all-reduce calls")
-        lines += [f"  bucket {b['index']}: {b['bytes']:>10,} bytes  {' '.join(b['params'])}"
+        lines += [f"  bucket {b['index']}: {b['bytes']:>9,} B  {' '.join(b['params'])}"
                   for b in layout]
     lines.append(f"largest |hooked DDP - DDP without hook| gradient: {result.max_diff_hook:.1e}")
     return "\n".join(lines)

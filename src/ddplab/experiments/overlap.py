@@ -108,10 +108,14 @@ class Timeline:
         return sorted(range(len(times)), key=times.__getitem__)[len(times) // 2]
 
     def median(self, phase: str) -> float:
-        """Median over iterations of the slowest rank's ``forward``, ``backward`` or
-        ``after_last_gradient`` (backward's end minus its last gradient) in ms."""
-        return statistics.median(max(_phase(it, phase) for it in (r[i] for r in self.ranks))
-                                 for i in range(len(self.ranks[0])))
+        """Median over iterations, in ms, of ``step`` (``step_ms``) or, on the rank whose
+        last gradient was ready last (the one every all-reduce waits for), of ``forward``,
+        ``backward`` or ``after_last_gradient`` (backward's end minus that last gradient)."""
+        if phase == "step":
+            return statistics.median(self.step_ms)
+        iterations = zip(*self.ranks)  # per iteration, one record per rank
+        return statistics.median(_phase(max(its, key=_last_gradient), phase)
+                                 for its in iterations)
 
     def events(self, rank: int) -> dict:
         """The shown iteration on ``rank`` in ms from the first rank's start of that step."""
@@ -129,7 +133,7 @@ class Timeline:
     def started_during_backward(self) -> list[int]:
         """Per rank and measured iteration: how many all-reduces started before that rank's
         last gradient was ready, i.e. while backward was still computing."""
-        return [sum(c["start"] < max(t for _, t in it["ready"]) for c in it["comm"])
+        return [sum(c["start"] < _last_gradient(it) for c in it["comm"])
                 for r in self.ranks for it in r]
 
     @property
@@ -140,11 +144,15 @@ class Timeline:
     def to_json(self) -> dict:
         return {"layers": list(self.layers), "world_size": self.world_size, "mode": self.mode,
                 "bucket_cap_mb": self.bucket_cap_mb, "step_ms": self.step_ms,
-                "median_step_ms": statistics.median(self.step_ms),
+                "median_step_ms": self.median("step"),
                 "median_forward_ms": self.median("forward"),
                 "median_backward_ms": self.median("backward"),
                 "median_after_last_gradient_ms": self.median("after_last_gradient"),
                 "shown_iteration": [self.events(r) for r in range(self.world_size)]}
+
+
+def _last_gradient(it: dict) -> float:
+    return max((t for _, t in it["ready"]), default=it["backward_end"])
 
 
 def _phase(it: dict, phase: str) -> float:
@@ -152,8 +160,7 @@ def _phase(it: dict, phase: str) -> float:
         return 1e3 * (it["forward_end"] - it["start"])
     if phase == "backward":
         return 1e3 * (it["backward_end"] - it["forward_end"])
-    last = max((t for _, t in it["ready"]), default=it["backward_end"])
-    return 1e3 * (it["backward_end"] - last)
+    return 1e3 * (it["backward_end"] - _last_gradient(it))
 
 
 def run(world_size: int = 2, width: int = 1024, depth: int = 2,
@@ -196,7 +203,7 @@ def describe(result: Timeline) -> str:
     setting = result.mode + ("" if result.mode != "ddp" else
                              f", bucket_cap_mb={result.bucket_cap_mb}")
     lines = [f"MLP {','.join(map(str, result.layers))}, world size {result.world_size}, "
-             f"{setting}: median step {statistics.median(result.step_ms):.1f} ms (forward "
+             f"{setting}: median step {result.median('step'):.1f} ms (forward "
              f"{result.median('forward'):.1f}, backward {result.median('backward'):.1f}, of "
              f"which after the last gradient {result.median('after_last_gradient'):.1f})",
              "rank 0, the median step, ms from its start:"]
