@@ -209,3 +209,18 @@ def test_torchrun_records_the_same_buckets():
     assert data["world_size"] == 2
     assert [[b["params"] for b in it["buckets"]] for it in data["iterations"]] == \
         [[REGISTRATION], LAYOUTS[8000]]
+
+
+def test_overlap_cli_reports_every_ranks_all_reduces_of_the_shown_step():
+    done = subprocess.run([sys.executable, "-m", "ddplab", "overlap", "--layers", "8,64,32,4",
+                           "--bucket-cap-mb", str(600 / 2 ** 20), "--iterations", "2",
+                           "--world-size", "2", "--json"],
+                          capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert data["mode"] == "ddp" and len(data["step_ms"]) == 2
+    assert len(data["shown_iteration"]) == 2
+    for rank in data["shown_iteration"]:
+        assert [c["params"] for c in rank["comm"]] == LAYOUTS[600]
+        assert sorted(name for name, _ in rank["ready"]) == sorted(REGISTRATION)
+        assert all(c["start"] <= c["end"] for c in rank["comm"])

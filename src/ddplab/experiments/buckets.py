@@ -35,7 +35,7 @@ DEFAULT_LAYERS = (64, 1024, 1024, 10)
 
 
 def make_model(layers, seed: int = 0) -> torch.nn.Sequential:
-    """Linear layers of the given widths with ReLU between: parameters 0.weight, 0.bias, 2.weight..."""
+    """Linear layers of these widths, ReLU between: parameters 0.weight, 0.bias, 2.weight..."""
     torch.manual_seed(seed)
     modules = []
     for i, (n_in, n_out) in enumerate(zip(layers[:-1], layers[1:])):

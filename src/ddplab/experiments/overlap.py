@@ -110,11 +110,12 @@ class Timeline:
     def median(self, phase: str) -> float:
         """Median over iterations, in ms, of ``step`` (``step_ms``) or, on the rank whose
         last gradient was ready last (the one every all-reduce waits for), of ``forward``,
-        ``backward`` or ``after_last_gradient`` (backward's end minus that last gradient)."""
+        ``backward``, ``after_last_gradient`` (backward's end minus that last gradient) or
+        ``waiting``: that, plus the time naive's blocking all-reduces held backward up."""
         if phase == "step":
             return statistics.median(self.step_ms)
         iterations = zip(*self.ranks)  # per iteration, one record per rank
-        return statistics.median(_phase(max(its, key=_last_gradient), phase)
+        return statistics.median(_phase(max(its, key=_last_gradient), phase, self.mode)
                                  for its in iterations)
 
     def events(self, rank: int) -> dict:
@@ -148,6 +149,7 @@ class Timeline:
                 "median_forward_ms": self.median("forward"),
                 "median_backward_ms": self.median("backward"),
                 "median_after_last_gradient_ms": self.median("after_last_gradient"),
+                "median_waiting_ms": self.median("waiting"),
                 "shown_iteration": [self.events(r) for r in range(self.world_size)]}
 
 
@@ -155,12 +157,16 @@ def _last_gradient(it: dict) -> float:
     return max((t for _, t in it["ready"]), default=it["backward_end"])
 
 
-def _phase(it: dict, phase: str) -> float:
+def _phase(it: dict, phase: str, mode: str) -> float:
     if phase == "forward":
         return 1e3 * (it["forward_end"] - it["start"])
     if phase == "backward":
         return 1e3 * (it["backward_end"] - it["forward_end"])
-    return 1e3 * (it["backward_end"] - _last_gradient(it))
+    last = _last_gradient(it)
+    after = 1e3 * (it["backward_end"] - last)
+    if phase == "after_last_gradient" or mode != "naive":
+        return after  # DDP's all-reduces run beside backward; naive's block it
+    return after + 1e3 * sum(c["end"] - c["start"] for c in it["comm"] if c["start"] < last)
 
 
 def run(world_size: int = 2, width: int = 1024, depth: int = 2,
@@ -203,10 +209,11 @@ def describe(result: Timeline) -> str:
     setting = result.mode + ("" if result.mode != "ddp" else
                              f", bucket_cap_mb={result.bucket_cap_mb}")
     lines = [f"MLP {','.join(map(str, result.layers))}, world size {result.world_size}, "
-             f"{setting}: median step {result.median('step'):.1f} ms (forward "
+             f"{setting}",
+             f"median step {result.median('step'):.1f} ms: forward "
              f"{result.median('forward'):.1f}, backward {result.median('backward'):.1f}, of "
-             f"which after the last gradient {result.median('after_last_gradient'):.1f})",
-             "rank 0, the median step, ms from its start:"]
+             f"which waiting for all-reduces {result.median('waiting'):.1f}",
+             "all-reduces of rank 0 in the median step (ms from the step's start):"]
     lines += [f"  {c['label']:<10} {c['bytes']:>10,} bytes  {c['start']:7.2f} -> {c['end']:7.2f}"
               for c in result.all_reduces]
     return "\n".join(lines)

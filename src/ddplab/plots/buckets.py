@@ -6,7 +6,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.patches import Patch, Rectangle
 
-BUCKET_COLORS = plt.get_cmap("tab10").colors
+BUCKET_COLORS = [c for i, c in enumerate(plt.get_cmap("tab10").colors) if i != 7]  # no grey
 GREY = "0.82"
 
 
@@ -41,8 +41,9 @@ def diagram(ax, rows, sizes: dict, labels):
             ax.add_patch(Rectangle((x - 0.06, y - 0.08), len(params) + 0.12, 0.96, fill=False,
                                    ec=color, lw=2))
             total = sum(sizes[p] for p in params)
-            ax.text(x + len(params) / 2, y - 0.16, f"bucket {k}: {human(total)}", ha="center",
-                    va="top", fontsize=small, color=color, fontweight="bold")
+            label = f"bucket {k}" + ("\n" if len(params) == 1 else ": ") + human(total)
+            ax.text(x + len(params) / 2, y - 0.16, label, ha="center", va="top",
+                    fontsize=small, color=color, fontweight="bold", linespacing=1.0)
             for name in params:
                 ax.add_patch(Rectangle((x + 0.05, y), 0.9, 0.8, color=color, alpha=0.22))
                 ax.text(x + 0.5, y + 0.4, f"{name}\n{human(sizes[name])}", ha="center",
@@ -182,17 +183,17 @@ def timelines(results):
 
 
 def step_times(results, labels):
-    """Median step time split into forward, backward until its last gradient, backward after
-    it (waiting for all-reduces) and the rest (optimizer step)."""
+    """Median step time split into forward, backward computing, backward waiting for
+    all-reduces (``Timeline.median("waiting")``) and the rest (optimizer step, rank skew)."""
     fig, ax = plt.subplots(figsize=(8.5, 0.9 + 0.45 * len(results)), constrained_layout=True)
     for i, result in enumerate(results):
         step = result.median("step")
         forward, backward = result.median("forward"), result.median("backward")
-        after = min(result.median("after_last_gradient"), backward)
+        waiting = min(result.median("waiting"), backward)
         parts = [(forward, dict(color=GREY), "forward"),
-                 (backward - after, dict(color="tab:blue", alpha=0.75), "backward"),
-                 (after, dict(fc="white", ec="0.5", hatch="////", lw=0.5),
-                  "backward waits after its last gradient"),
+                 (backward - waiting, dict(color="tab:blue", alpha=0.75), "backward computes"),
+                 (waiting, dict(fc="white", ec="0.5", hatch="////", lw=0.5),
+                  "backward waits for all-reduces"),
                  (max(step - forward - backward, 0), dict(color="0.55"),
                   "optimizer step, rank skew")]
         left = 0.0
