@@ -17,9 +17,10 @@ import sys
 import numpy as np
 
 from ddplab.cluster import BACKENDS, DEFAULT_TIMEOUT, is_reporting_process, under_torchrun
-from ddplab.experiments import averaging, check, sharding
+from ddplab.experiments import averaging, buckets, check, overlap, sharding
 
-EXPERIMENTS = {"check": check, "averaging": averaging, "sharding": sharding}
+EXPERIMENTS = {"check": check, "averaging": averaging, "sharding": sharding,
+               "buckets": buckets, "overlap": overlap}
 
 
 def to_json(value):

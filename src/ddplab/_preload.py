@@ -13,7 +13,10 @@ gc.disable()
 try:
     import ddplab.rank  # noqa: F401  (torch, torch.distributed, DDP, dynamo)
     import ddplab.experiments.averaging  # noqa: F401
+    import ddplab.experiments.bucket_options  # noqa: F401
+    import ddplab.experiments.buckets  # noqa: F401
     import ddplab.experiments.check  # noqa: F401
+    import ddplab.experiments.overlap  # noqa: F401
     import ddplab.experiments.sharding  # noqa: F401
     import ddplab.experiments.validation  # noqa: F401
 finally:

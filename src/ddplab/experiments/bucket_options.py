@@ -1,0 +1,155 @@
+"""Two things that change what DDP does with its buckets: ``gradient_as_bucket_view`` and
+``no_sync``.
+
+    from ddplab.experiments import bucket_options
+    views = bucket_options.views()          # gradient memory with and without bucket views
+    acc = bucket_options.accumulate(micro_batches=3)   # all-reduces per backward under no_sync
+
+``gradient_as_bucket_view=True`` makes every ``param.grad`` a view into its bucket's flat
+buffer, so the gradients and the buckets share one copy of memory instead of two
+(torch/nn/parallel/distributed.py, the argument's docstring; reducer.cpp,
+``mark_variable_ready_dense``: "Let grad point to bucket_view buffer"). Under ``no_sync()``
+DDP launches nothing and gradients add up locally; the next backward outside it all-reduces the
+accumulated sum (``DistributedDataParallel.no_sync``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+import ddplab
+from ddplab.experiments import buckets
+
+
+def keep_buffers(state, bucket):
+    """``buckets.record_and_allreduce``, keeping each bucket's flat buffer in ``state.buffers``."""
+    state.buffers[bucket.index()] = bucket.buffer()
+    return buckets.record_and_allreduce(state, bucket)
+
+
+def _storage(tensor) -> tuple[int, int]:
+    storage = tensor.untyped_storage()
+    return storage.data_ptr(), storage.nbytes()
+
+
+def measure_views(ctx, layers, gradient_as_bucket_view: bool, set_to_none: bool,
+                  iterations: int, batch_size: int, seed: int) -> dict:
+    """After the last of ``iterations`` steps: bytes of bucket buffers and of gradients kept
+    apart from them, how many gradients are bucket views, and how many autograd accumulated
+    straight into their bucket (no copy by DDP)."""
+    model = buckets.make_model(layers, seed).to(ctx.device)
+    ddp = DDP(model, gradient_as_bucket_view=gradient_as_bucket_view)
+    log = buckets.BucketLog(model, ctx.world_size)
+    log.buffers = {}
+    ddp.register_comm_hook(log, keep_buffers)
+    in_place = []
+
+    def accumulated(param):  # the buffers noted on the previous iteration are still DDP's
+        bucket_ptrs = {_storage(b)[0] for b in log.buffers.values()}
+        in_place[-1] += _storage(param.grad)[0] in bucket_ptrs
+
+    for param in model.parameters():
+        param.register_post_accumulate_grad_hook(accumulated)
+    rows = slice(ctx.rank * batch_size, (ctx.rank + 1) * batch_size)
+    for i in range(iterations):
+        X, y = (t[rows].to(ctx.device)
+                for t in buckets.make_batch(layers, batch_size, ctx.world_size, seed, i))
+        ddp.zero_grad(set_to_none=set_to_none)
+        in_place.append(0)
+        F.mse_loss(ddp(X), y).backward()
+    bucket_storages = dict(_storage(b) for b in log.buffers.values())
+    grad_storages = dict(_storage(p.grad) for p in model.parameters())
+    return {"bucket_bytes": sum(bucket_storages.values()),
+            "separate_grad_bytes": sum(n for ptr, n in grad_storages.items()
+                                       if ptr not in bucket_storages),
+            "views": sum(_storage(p.grad)[0] in bucket_storages for p in model.parameters()),
+            "accumulated_in_place": in_place[-1], "grad": buckets.flat_grad(model)}
+
+
+@dataclasses.dataclass
+class Views:
+    """One row per (gradient_as_bucket_view, set_to_none), measured after the last step."""
+
+    layers: tuple
+    world_size: int
+    iterations: int
+    param_count: int
+    param_bytes: int
+    rows: list[dict]
+
+
+def views(layers=buckets.DEFAULT_LAYERS, world_size: int = 2, iterations: int = 3,
+          batch_size: int = 32, seed: int = 0) -> Views:
+    """Measure ``measure_views`` for each of the four settings (rank 0's figures)."""
+    layers = buckets.check_layers(layers)
+    for name, value in (("iterations", iterations), ("batch_size", batch_size)):
+        buckets.positive_int(name, value)
+    rows = []
+    for as_view in (False, True):
+        for set_to_none in (False, True):
+            ranks = ddplab.run(measure_views, world_size, layers=layers,
+                               gradient_as_bucket_view=as_view, set_to_none=set_to_none,
+                               iterations=iterations, batch_size=batch_size, seed=seed)
+            rows.append({"gradient_as_bucket_view": as_view, "set_to_none": set_to_none,
+                         **{k: v for k, v in ranks[0].items() if k != "grad"},
+                         "grads": [r["grad"] for r in ranks]})
+    model = buckets.make_model(layers, seed)
+    return Views(layers=layers, world_size=world_size, iterations=iterations,
+                 param_count=len(list(model.parameters())),
+                 param_bytes=sum(4 * p.numel() for p in model.parameters()), rows=rows)
+
+
+def accumulate_ranks(ctx, layers, micro_batches: int, batch_size: int, seed: int) -> dict:
+    """``micro_batches`` backwards, all but the last under ``no_sync``; DDP's gradient next to
+    the local sum over micro-batches averaged over ranks with one plain all-reduce."""
+    model = buckets.make_model(layers, seed).to(ctx.device)
+    ddp = DDP(model)
+    log = buckets.BucketLog(model, ctx.world_size)
+    ddp.register_comm_hook(log, buckets.record_and_allreduce)
+    local = buckets.make_model(layers, seed).to(ctx.device)
+    rows = slice(ctx.rank * batch_size, (ctx.rank + 1) * batch_size)
+    for m in range(micro_batches):
+        X, y = (t[rows].to(ctx.device)
+                for t in buckets.make_batch(layers, batch_size, ctx.world_size, seed, m))
+        log.iteration = m
+        last = m == micro_batches - 1
+        with contextlib.nullcontext() if last else ddp.no_sync():
+            F.mse_loss(ddp(X), y).backward()
+        F.mse_loss(local(X), y).backward()  # accumulates into local's .grad
+    expected = buckets.flat_grad(local)
+    dist.all_reduce(expected)
+    expected /= ctx.world_size
+    return {"launches": [sum(b["iteration"] == m for b in log.buckets)
+                         for m in range(micro_batches)],
+            "grad": buckets.flat_grad(model),
+            "max_diff": (buckets.flat_grad(model) - expected).abs().max().item()}
+
+
+@dataclasses.dataclass
+class Accumulation:
+    """Bucket all-reduces launched by each backward, and DDP's gradient after the last."""
+
+    micro_batches: int
+    world_size: int
+    launches: list[int]  # per backward (rank 0)
+    max_diff: float  # largest |DDP - averaged local sum| over ranks
+    grads: list  # per rank
+
+
+def accumulate(micro_batches: int = 3, layers=buckets.DEFAULT_LAYERS, world_size: int = 2,
+               batch_size: int = 32, seed: int = 0) -> Accumulation:
+    """Gradient accumulation with ``no_sync`` over ``micro_batches`` backwards."""
+    layers = buckets.check_layers(layers)
+    for name, value in (("micro_batches", micro_batches), ("batch_size", batch_size)):
+        buckets.positive_int(name, value)
+    ranks = ddplab.run(accumulate_ranks, world_size, layers=layers, micro_batches=micro_batches,
+                       batch_size=batch_size, seed=seed)
+    return Accumulation(micro_batches=micro_batches, world_size=world_size,
+                        launches=ranks[0]["launches"],
+                        max_diff=max(r["max_diff"] for r in ranks),
+                        grads=[r["grad"] for r in ranks])
