@@ -44,3 +44,17 @@ def test_an_error_in_a_run_is_shown_in_the_panel_and_the_next_change_works():
 def test_a_control_that_is_not_understood_is_a_clear_error():
     with pytest.raises(ValueError, match="control 'world_size'"):
         widgets.explore(averaging.run, plots.gradients, world_size="four")
+
+
+def test_a_dropdown_of_labelled_values_starts_at_the_default_value():
+    seen = []
+
+    def run(cap=None, world_size=2):
+        seen.append(cap)
+        return averaging.run(world_size=world_size)
+
+    panel = widgets.explore(run, plots.gradients, cap=[("default", None), ("one MB", 1.0)])
+    dropdown = panel.children[0].children[0]
+    assert dropdown.value is None and dropdown.label == "default"
+    dropdown.value = 1.0
+    assert seen == [None, 1.0]

@@ -4,8 +4,8 @@
     widgets.explore(averaging.run, plots.gradients, world_size=(1, 8), reduction=["mean", "sum"])
 
 Controls are given like ``ipywidgets.interact`` abbreviations: ``(low, high)`` or ``(low, high,
-step)`` is an integer slider, a list is a dropdown, a bool a checkbox, and a widget is used as
-it is. Their starting values are the defaults of ``run``'s signature, and the panel computes and
+step)`` is an integer slider, a list is a dropdown (of values, or of ``(label, value)`` pairs), a
+bool a checkbox, and a widget is used as it is. Their starting values are the defaults of ``run``'s signature, and the panel computes and
 draws once at those values straight away, so a lab runs top to bottom without a click (nbval,
 the book build) and shows a figure before anyone touches a control. Sliders report on release
 (``continuous_update=False``): one drag is one real run, not dozens queued behind each other.
@@ -65,7 +65,10 @@ def _control(name: str, spec, default):
         return ipywidgets.IntSlider(value=value, min=low, max=high, step=step, description=name,
                                     continuous_update=False, style=style)
     if isinstance(spec, list) and spec:
-        value = default if default in spec else spec[0]
-        return ipywidgets.Dropdown(options=spec, value=value, description=name, style=style)
+        labelled = all(isinstance(o, tuple) and len(o) == 2 for o in spec)
+        values = [value for _, value in spec] if labelled else spec
+        index = values.index(default) if default in values else 0
+        # By index: a value of None would mean "nothing selected" to ipywidgets.
+        return ipywidgets.Dropdown(options=spec, index=index, description=name, style=style)
     raise ValueError(f"control {name!r}: expected (low, high[, step]) of ints, a list, a bool "
                      f"or an ipywidgets widget, got {spec!r}")
