@@ -17,9 +17,10 @@ import sys
 import numpy as np
 
 from ddplab.cluster import BACKENDS, DEFAULT_TIMEOUT, is_reporting_process, under_torchrun
-from ddplab.experiments import averaging, check
+from ddplab.experiments import averaging, check, lr_scaling, noise_scale
 
-EXPERIMENTS = {"check": check, "averaging": averaging}
+EXPERIMENTS = {"check": check, "averaging": averaging, "lr-scaling": lr_scaling,
+               "noise-scale": noise_scale}
 
 
 def to_json(value):

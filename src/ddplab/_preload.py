@@ -14,6 +14,9 @@ try:
     import ddplab.rank  # noqa: F401  (torch, torch.distributed, DDP, dynamo)
     import ddplab.experiments.averaging  # noqa: F401
     import ddplab.experiments.check  # noqa: F401
+    import ddplab.experiments.lr_scaling  # noqa: F401
+    import ddplab.experiments.lr_sweeps  # noqa: F401
+    import ddplab.experiments.noise_scale  # noqa: F401
 finally:
     gc.freeze()
     gc.enable()
