@@ -57,7 +57,7 @@ def _curve(ax, x, y, k, diverged: bool, label=None):
     """One expected-loss curve; a diverged one ends in a cross at the top edge."""
     y = np.minimum(y, LOSS_LIMITS[1] * 0.97)
     ax.plot(x, y, lw=1.3, color=world_color(k), label=label)
-    if diverged:
+    if diverged and len(x):
         ax.plot(x[-1], y[-1], "x", ms=9, mew=2.2, color=world_color(k))
 
 
@@ -74,7 +74,8 @@ def curves(comparison, axes=None, title: str | None = None, target: float | None
         steps = np.arange(len(y))
         diverged = comparison.diverged(k) > 0
         _curve(axes[1], steps, y, k, diverged)
-        _curve(axes[2], steps * first.global_batch_size, y, k, diverged)
+        # Samples seen before each step; the start (0 samples) has no place on a log axis.
+        _curve(axes[2], steps[1:] * first.global_batch_size, y[1:], k, diverged)
     first = comparison.runs[comparison.world_sizes[0]][0]
     seeds = len(comparison.runs[first.world_size])
     axes[0].set_yscale("log")
