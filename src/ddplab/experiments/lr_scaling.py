@@ -65,13 +65,15 @@ def make_model() -> torch.nn.Linear:
 
 
 def population_loss(model: torch.nn.Linear) -> float:
-    """The model's expected loss over the whole stream, exactly:
-    sum_j scale_j^2 (w_j - w*_j)^2 + (b - b*)^2 + NOISE^2 (x has independent normal features)."""
+    """The model's expected loss over the whole stream, exactly (the
+    features are independent normals): the sum over features of
+    scale^2 (w - w*)^2, plus (b - b*)^2, plus NOISE^2."""
     w, b = teacher()
     with torch.no_grad():
         dw = model.weight.detach().cpu().flatten() - w
         db = float(model.bias.detach().cpu()) - b
-        return float((feature_scales() ** 2 * dw ** 2).sum()) + db ** 2 + NOISE ** 2
+        weights = float((feature_scales() ** 2 * dw ** 2).sum())
+        return weights + db ** 2 + NOISE ** 2
 
 
 def start_loss() -> float:
@@ -91,16 +93,17 @@ def rule_factor(rule: str, k: int) -> float:
     return {"none": 1.0, "linear": float(k), "sqrt": math.sqrt(k)}[rule]
 
 
-def lr_schedule(lr: float, rule: str, world_size: int, warmup_steps: int, steps: int) -> list:
+def lr_schedule(lr: float, rule: str, world_size: int,
+                warmup_steps: int, steps: int) -> list:
     """The learning rate of every step: gradual warmup, then constant.
 
-    Goyal et al. 2017, section 2.2: start from lr and add a constant amount every step so
-    that lr * factor is reached after ``warmup_steps`` steps: step t < warmup_steps uses
-    lr * (1 + (factor - 1) * t / warmup_steps), every later step lr * factor.
+    Goyal et al. 2017, section 2.2: start from lr and add a constant
+    amount every step, reaching lr * factor after ``warmup_steps``
+    steps. Step t < warmup_steps: lr + (lr * factor - lr) * t / warmup.
     """
     peak = lr * rule_factor(rule, world_size)
-    return [lr + (peak - lr) * t / warmup_steps if t < warmup_steps else peak
-            for t in range(steps)]
+    return [lr + (peak - lr) * t / warmup_steps if t < warmup_steps
+            else peak for t in range(steps)]
 
 
 def make_optimizer(name: str, params, lr: float) -> torch.optim.Optimizer:
@@ -111,9 +114,11 @@ def make_optimizer(name: str, params, lr: float) -> torch.optim.Optimizer:
 # ---------------------------------------------------------------- on every rank
 
 
-def train(ctx, batch_size: int, lr: float, rule: str, optimizer: str, warmup_steps: int,
-          steps: int, seed: int, gradients: str = "mean") -> dict:
-    """Train the task with DDP; the loss of every step is averaged over the global batch."""
+def train(ctx, batch_size: int, lr: float, rule: str, optimizer: str,
+          warmup_steps: int, steps: int, seed: int,
+          gradients: str = "mean") -> dict:
+    """Train the task with DDP on every rank; record every step's loss
+    over the whole global batch."""
     W = ctx.world_size
     rows = slice(ctx.rank * batch_size, (ctx.rank + 1) * batch_size)
     model = make_model().to(ctx.device)
@@ -127,18 +132,19 @@ def train(ctx, batch_size: int, lr: float, rule: str, optimizer: str, warmup_ste
         X_all, y_all = X_all.to(ctx.device), y_all.to(ctx.device)
         loss = F.mse_loss(ddp(X_all[rows]), y_all[rows])
         opt.zero_grad()
-        # DDP divides by the world size; a loss times W makes that a sum (seed 002's claim).
+        # DDP divides by the world size: times W makes it a sum.
         (loss * W if gradients == "sum" else loss).backward()
-        with torch.no_grad():  # every rank holds the whole global batch: no extra all-reduce
+        with torch.no_grad():  # each rank holds the whole global batch
             losses.append(float(F.mse_loss(model(X_all), y_all)))
         population.append(population_loss(model))
         if not math.isfinite(losses[-1]) or losses[-1] > limit:
-            diverged_at = t  # every rank sees the same all-reduced loss and stops here
+            diverged_at = t  # same loss, same step, on every rank
             break
         for group in opt.param_groups:
             group["lr"] = lrs[t]
         opt.step()
-    return {"losses": losses, "population_losses": population, "diverged_at": diverged_at}
+    return {"losses": losses, "population_losses": population,
+            "diverged_at": diverged_at}
 
 
 # ---------------------------------------------------------------- in the caller

@@ -100,9 +100,31 @@ class Comparison:
             out[k] = None if self.diverged(k) or not below.size else int(below[0])
         return out
 
+    def samples_to(self, loss: float) -> dict:
+        """Per world size: samples seen (all ranks) until the averaged expected loss reaches
+        ``loss``, as in ``steps_to``."""
+        return {k: None if s is None else s * self.runs[k][0].global_batch_size
+                for k, s in self.steps_to(loss).items()}
+
     def final_loss(self, k: int, last: int = 20) -> float:
         """The averaged expected loss over the last ``last`` steps (inf if a seed diverged)."""
         return np.inf if self.diverged(k) else float(self.losses(k)[-last:].mean())
+
+    def describe(self, target: float) -> str:
+        """One line per world size (under 70 characters)."""
+        steps, samples = self.steps_to(target), self.samples_to(target)
+        lines = []
+        for k, runs in self.runs.items():
+            head = f"  {k} rank{'s' if k > 1 else ' '}: lr {runs[0].peak_lr:<6.3g}"
+            if self.diverged(k):
+                lines.append(f"{head} diverged ({self.diverged(k)} of {len(runs)} seeds)")
+            elif steps[k] is None:
+                lines.append(f"{head} never at {target:g}; "
+                             f"final {self.final_loss(k):.3f}")
+            else:
+                lines.append(f"{head} {steps[k]:3d} steps, {samples[k]:4d} samples to "
+                             f"{target:g}; final {self.final_loss(k):.3f}")
+        return "\n".join(lines)
 
 
 def compare(world_size: int = 8, batch_size: int = 4, lr: float = 0.15, rule: str = "linear",
@@ -146,6 +168,13 @@ class Divergence:
     def largest_stable(self, k: int) -> float | None:
         stable = [lr for lr, d in zip(self.lrs, self.diverged[k]) if not d]
         return stable[-1] if stable else None
+
+    def describe(self, base_lr: float) -> str:
+        """One line per world size (under 70 characters)."""
+        return "\n".join(
+            f"{k} rank{'s' if k > 1 else ' '} (global {k * self.batch_size:2d}): trains at "
+            f"{self.largest_stable(k):.3g}, diverges at {self.smallest_diverging(k):.3g}; "
+            f"linear: {base_lr * k:.3g}" for k in self.world_sizes)
 
 
 def divergence(world_sizes=(1, 2, 4, 8), batch_size: int = 4,
@@ -236,6 +265,14 @@ class CriticalBatch:
     @property
     def best_steps(self) -> np.ndarray:
         return self.median_steps.min(axis=1)
+
+    def describe(self) -> str:
+        s_min, b_crit = self.fit()
+        lines = [f"global batch {B:3d}: {steps:4.0f} steps at lr {lr:<5.3g} "
+                 f"(fit: {s_min * (1 + b_crit / B):5.1f})"
+                 for B, steps, lr in zip(self.global_batch_sizes, self.best_steps,
+                                         self.best_lrs)]
+        return "\n".join(lines + [f"fit: S_min = {s_min:.1f} steps, B_crit = {b_crit:.1f}"])
 
     def fit(self) -> tuple[float, float]:
         """(S_min, B_crit) of S(B) = S_min (1 + B_crit / B), the steps-batch tradeoff of

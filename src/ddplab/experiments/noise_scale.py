@@ -59,13 +59,15 @@ def exact(model) -> tuple[float, float]:
     return g2, 4 * ((trD + 1) * (q + e * e + task.NOISE ** 2) + 2 * r) - g2
 
 
-def record_norms(state: dict, bucket):  # no annotations: DDP compares them as objects and
-    # this module's are strings (``from __future__ import annotations``)
-    """A DDP communication hook: DDP's own average, recording both squared norms on the way.
+# No annotations on a hook: DDP compares them with the expected types as
+# objects, and this module's are strings (from __future__ import annotations).
+def record_norms(state: dict, bucket):
+    """A DDP communication hook: DDP's own average, recording the
+    squared norms of this rank's gradient and of the average.
 
-    The bucket arrives holding this rank's local gradient (a hook's bucket is not divided
-    by the world size beforehand); it leaves holding the average over all ranks, as without
-    the hook.
+    The bucket arrives holding this rank's gradient (a hook's bucket is
+    not divided by the world size beforehand) and leaves holding the
+    average over all ranks, as without the hook.
     """
     local = bucket.buffer()
     state["small_sq"] += float(local.pow(2).sum())
@@ -76,7 +78,8 @@ def record_norms(state: dict, bucket):  # no annotations: DDP compares them as o
         state["big_sq"] += float(summed.pow(2).sum())
         return summed
 
-    return dist.all_reduce(local, async_op=True).get_future().then(average)
+    future = dist.all_reduce(local, async_op=True).get_future()
+    return future.then(average)
 
 
 # ---------------------------------------------------------------- on every rank

@@ -21,7 +21,7 @@ def same_batch(panels: dict):
 
     ``panels``: title -> ``lr_sweeps.SameBatch``.
     """
-    fig, axes = plt.subplots(2, len(panels), figsize=(4.6 * len(panels), 5.2), sharex=True,
+    fig, axes = plt.subplots(2, len(panels), figsize=(3.8 * len(panels), 5.0), sharex=True,
                              squeeze=False, height_ratios=[1.6, 1], constrained_layout=True)
     for col, (title, result) in enumerate(panels.items()):
         top, bottom = axes[0, col], axes[1, col]
@@ -40,6 +40,13 @@ def same_batch(panels: dict):
         bottom.set_ylabel("|DDP - one process|\n(0 drawn at 1e-9)")
         bottom.set_xlabel("step")
     return fig
+
+
+def _plain_ticks(axis, values) -> None:
+    """Ticks at ``values`` with plain labels on a log axis (no 6x10^0, no minor labels)."""
+    axis.set_major_locator(FixedLocator(sorted(set(float(v) for v in values))))
+    axis.set_major_formatter(ScalarFormatter())
+    axis.set_minor_locator(NullLocator())
 
 
 def _loss_axes(ax, floor: bool = True):
@@ -61,52 +68,82 @@ def _curve(ax, x, y, k, diverged: bool, label=None):
         ax.plot(x[-1], y[-1], "x", ms=9, mew=2.2, color=world_color(k))
 
 
-def curves(comparison, axes=None, title: str | None = None, target: float | None = None):
-    """One rule at several world sizes: the learning rate, and the expected loss (averaged
-    over the seeds) per step and per sample seen; a cross marks a divergence."""
-    if axes is None:
-        fig, axes = plt.subplots(1, 3, figsize=(11, 3.1), constrained_layout=True)
+def _loss_panels(comparison, by_step, by_sample, target: float | None):
+    """The expected loss (mean over seeds) per step and per sample seen, every world size."""
     for k in comparison.world_sizes:
         first = comparison.runs[k][0]
-        axes[0].plot(np.arange(first.steps), first.lrs, lw=1.3, color=world_color(k),
-                     label=f"world size {k}")
         y = comparison.losses(k)
         steps = np.arange(len(y))
         diverged = comparison.diverged(k) > 0
-        _curve(axes[1], steps, y, k, diverged)
+        _curve(by_step, steps, y, k, diverged, label=f"{k} rank{'s' if k > 1 else ''}")
         # Samples seen before each step; the start (0 samples) has no place on a log axis.
-        _curve(axes[2], steps[1:] * first.global_batch_size, y[1:], k, diverged)
-    first = comparison.runs[comparison.world_sizes[0]][0]
-    seeds = len(comparison.runs[first.world_size])
-    axes[0].set_yscale("log")
-    axes[0].set_ylabel("learning rate")
-    axes[0].set_xlabel("step")
-    for ax, label in ((axes[1], "step"), (axes[2], "samples seen (all ranks)")):
+        _curve(by_sample, steps[1:] * first.global_batch_size, y[1:], k, diverged)
+    for ax, label in ((by_step, "step"), (by_sample, "samples seen (all ranks)")):
         _loss_axes(ax)
         if target is not None:
             ax.axhline(target, color="0.3", lw=0.8, ls="--")
         ax.set_xlabel(label)
-    axes[1].set_ylabel("expected loss" + (f", mean of {seeds} seeds" if seeds > 1 else ""))
-    axes[2].set_xscale("log")
-    axes[0].legend(fontsize=7, loc="lower right")
-    title = title or (f"{first.optimizer}, rule {first.rule!r}, lr {first.lr:g} for batch size "
-                      f"{first.batch_size}, warmup {first.warmup_steps} steps")
-    axes[1].set_title(title, fontsize=10)
-    return axes[0].figure
+    by_sample.set_xscale("log")
+    seeds = len(next(iter(comparison.runs.values())))
+    by_step.set_ylabel("expected loss" + (f"\n(mean of {seeds} seeds)" if seeds > 1 else ""))
+
+
+def curves(comparison, target: float | None = None):
+    """One rule at several world sizes (the lab): the learning rate of every step, and the
+    expected loss per step and per sample seen; a cross marks a divergence."""
+    fig, axes = plt.subplots(1, 3, figsize=(11, 3.1), constrained_layout=True)
+    for k in comparison.world_sizes:
+        run = comparison.runs[k][0]
+        axes[0].plot(np.arange(run.steps), run.lrs, lw=1.3, color=world_color(k))
+    axes[0].set_yscale("log")
+    _plain_ticks(axes[0].yaxis, [r[0].peak_lr for r in comparison.runs.values()])
+    axes[0].set_ylabel("learning rate")
+    axes[0].set_xlabel("step")
+    _loss_panels(comparison, axes[1], axes[2], target)
+    axes[1].legend(fontsize=8, loc="upper right")
+    first = comparison.runs[comparison.world_sizes[0]][0]
+    fig.suptitle(f"{first.optimizer}, rule {first.rule!r}: lr {first.lr:g} for "
+                 f"{first.batch_size} samples per rank, {first.warmup_steps} warmup steps",
+                 fontsize=10)
+    return fig
 
 
 def curves_grid(comparisons: dict, target: float | None = None):
-    """:func:`curves` for several rules, one row each (``comparisons``: title -> result)."""
-    fig, axes = plt.subplots(len(comparisons), 3, figsize=(11, 2.9 * len(comparisons)),
-                             constrained_layout=True, squeeze=False)
+    """The loss panels of :func:`curves` for several rules, one row each (``comparisons``:
+    title -> result), narrow enough for a book page; :func:`schedules` draws the rates."""
+    fig, axes = plt.subplots(len(comparisons), 2, figsize=(7.5, 2.5 * len(comparisons)),
+                             constrained_layout=True, squeeze=False, sharex="col")
     for row, (title, comparison) in zip(axes, comparisons.items()):
-        curves(comparison, axes=row, title=title, target=target)
+        _loss_panels(comparison, row[0], row[1], target)
+        row[0].set_title(title, fontsize=9, loc="left")
+    for ax in axes[:-1].flat:
+        ax.set_xlabel("")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside upper center", ncol=len(labels), fontsize=8)
+    return fig
+
+
+def schedules(comparisons: dict):
+    """The learning rate of every step, per world size, for a few rules."""
+    fig, axes = plt.subplots(1, len(comparisons), figsize=(3.75 * len(comparisons), 2.6),
+                             constrained_layout=True, squeeze=False, sharey=True)
+    for ax, (title, comparison) in zip(axes[0], comparisons.items()):
+        for k in comparison.world_sizes:
+            run = comparison.runs[k][0]
+            ax.plot(np.arange(run.steps), run.lrs, lw=1.3, color=world_color(k),
+                    label=f"{k} rank{'s' if k > 1 else ''}")
+        ax.set_yscale("log")
+        _plain_ticks(ax.yaxis, [r[0].peak_lr for r in comparison.runs.values()])
+        ax.set_title(title, fontsize=9, loc="left")
+        ax.set_xlabel("step")
+    axes[0][0].set_ylabel("learning rate")
+    axes[0][0].legend(fontsize=8)
     return fig
 
 
 def divergence(result, base_lr: float):
     """Which rates diverged at each world size, and the rates each rule asks for."""
-    fig, ax = plt.subplots(figsize=(7.5, 3.8), constrained_layout=True)
+    fig, ax = plt.subplots(figsize=(7, 3.8), constrained_layout=True)
     ks = result.world_sizes
     for k in ks:
         tried = result.lrs[:len(result.diverged[k])]
@@ -134,7 +171,7 @@ def summed(averaged, as_if_summed, linear):
 
     ``averaged``: a ``Comparison`` at the unscaled rate.
     """
-    fig, ax = plt.subplots(figsize=(7.5, 3.4), constrained_layout=True)
+    fig, ax = plt.subplots(figsize=(7, 3.4), constrained_layout=True)
     for k in averaged.world_sizes:
         y = averaged.losses(k)
         _curve(ax, np.arange(len(y)), y, k, averaged.diverged(k) > 0,
@@ -154,7 +191,7 @@ def summed(averaged, as_if_summed, linear):
 
 def noise_estimates(runs):
     """DDP's per-step estimates of |G|^2 and tr(Sigma) (dots) on the true values (lines)."""
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.3), constrained_layout=True)
+    fig, axes = plt.subplots(1, 2, figsize=(7.5, 3.2), constrained_layout=True)
     for ax, name, est, true in ((axes[0], "|G|^2", "g2", "exact_g2"),
                                 (axes[1], "tr(Sigma)", "trace", "exact_trace")):
         for i, r in enumerate(runs):
@@ -166,8 +203,12 @@ def noise_estimates(runs):
                     label="true value" if i == 0 else None)
         ax.set_xscale("log")
         ax.invert_xaxis()
-        ax.set_yscale("symlog", linthresh=0.1 if est == "g2" else 1)
-        ax.set_xlabel("expected loss at the step (training goes right)")
+        if est == "g2":  # a single step's estimate of |G|^2 can be negative
+            ax.set_yscale("symlog", linthresh=0.1)
+        else:
+            ax.set_yscale("log")
+            _plain_ticks(ax.yaxis, [2, 5, 10, 20, 50, 100])
+        ax.set_xlabel("expected loss at the step\n(training goes to the right)")
         ax.set_title(name, fontsize=10)
         ax.legend(fontsize=8)
     return fig
@@ -176,7 +217,7 @@ def noise_estimates(runs):
 def critical_batch(critical, b_simple: float):
     """Steps to the target against the global batch (with the fitted tradeoff and B_simple),
     and the learning rate that got there fastest."""
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.7), constrained_layout=True)
+    fig, axes = plt.subplots(2, 1, figsize=(7, 6.2), constrained_layout=True, sharex=True)
     B = np.array(critical.global_batch_sizes, float)
     s_min, b_crit = critical.fit()
     fine = np.geomspace(B[0], B[-1], 100)
@@ -194,15 +235,16 @@ def critical_batch(critical, b_simple: float):
     ax.plot(B, critical.best_lrs[0] * B / B[0], ":", color="0.4",
             label="linear rule from the smallest batch")
     ax.axvline(b_simple, color="#7570b3", lw=1.5)
-    ax.set_ylim(min(critical.lrs) * 0.8, max(critical.lrs) * 1.25)
+    ax.set_ylim(critical.best_lrs.min() / 1.6, critical.best_lrs.max() * 1.6)
     ax.set_ylabel("learning rate")
     for ax in axes:
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xticks(B, [f"{b:g}" for b in B])
-        ax.yaxis.set_major_formatter(ScalarFormatter())
-        ax.set_xlabel(f"global batch size ({critical.world_size} ranks)")
         ax.legend(fontsize=8)
+    _plain_ticks(axes[0].yaxis, [1, 2, 5, 10, 20, 50, 100, 200])
+    _plain_ticks(axes[1].yaxis, critical.best_lrs)
+    axes[1].set_xlabel(f"global batch size ({critical.world_size} ranks)")
     return fig
 
 
