@@ -17,10 +17,12 @@ import sys
 import numpy as np
 
 from ddplab.cluster import BACKENDS, DEFAULT_TIMEOUT, is_reporting_process, under_torchrun
-from ddplab.experiments import averaging, buckets, check, overlap, sharding
+from ddplab.experiments import (averaging, buckets, check, lr_scaling, noise_scale, overlap,
+                                sharding)
 
 EXPERIMENTS = {"check": check, "averaging": averaging, "sharding": sharding,
-               "buckets": buckets, "overlap": overlap}
+               "lr-scaling": lr_scaling, "noise-scale": noise_scale, "buckets": buckets,
+               "overlap": overlap}
 
 
 def to_json(value):

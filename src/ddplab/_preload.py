@@ -16,6 +16,9 @@ try:
     import ddplab.experiments.bucket_options  # noqa: F401
     import ddplab.experiments.buckets  # noqa: F401
     import ddplab.experiments.check  # noqa: F401
+    import ddplab.experiments.lr_scaling  # noqa: F401
+    import ddplab.experiments.lr_sweeps  # noqa: F401
+    import ddplab.experiments.noise_scale  # noqa: F401
     import ddplab.experiments.overlap  # noqa: F401
     import ddplab.experiments.sharding  # noqa: F401
     import ddplab.experiments.validation  # noqa: F401

@@ -72,3 +72,25 @@ def _control(name: str, spec, default):
         return ipywidgets.Dropdown(options=spec, index=index, description=name, style=style)
     raise ValueError(f"control {name!r}: expected (low, high[, step]) of ints, a list, a bool "
                      f"or an ipywidgets widget, got {spec!r}")
+
+
+def explore_sweep(run, plot, **controls) -> ipywidgets.Widget:
+    """:func:`explore` for a sweep: ``run`` also takes ``progress(done, total, label)``, which a
+    bar above the panel shows while a change re-runs it (a sweep is several real runs)."""
+    bar = ipywidgets.IntProgress(value=0, min=0, max=1, description="progress",
+                                 style={"description_width": "initial"})
+    label = ipywidgets.HTML()
+
+    def report(done: int, total: int, text: str) -> None:
+        bar.max = max(total, 1)
+        bar.value = min(done, bar.max)
+        label.value = f"<small>{done}/{total}: {text}</small>"
+
+    def run_reporting(**values):
+        return run(**values, progress=report)
+
+    signature = inspect.signature(run)  # explore reads its defaults from the signature
+    run_reporting.__signature__ = signature.replace(
+        parameters=[p for p in signature.parameters.values() if p.name != "progress"])
+    panel = explore(run_reporting, plot, **controls)
+    return ipywidgets.VBox([ipywidgets.HBox([bar, label]), panel])
