@@ -57,24 +57,29 @@ def flat_grad(model: torch.nn.Module) -> torch.Tensor:
 
 
 def naive_average(model: torch.nn.Module, world_size: int) -> None:
-    """Naive data parallel: sum each gradient over all ranks, then divide by the world size.
+    """Naive data parallel: sum each gradient over all ranks, then divide
+    by the world size.
 
-    One all-reduce per parameter, after backward has finished. DDP computes the same average,
-    but in buckets and overlapped with backward (chapter "Buckets").
+    One all-reduce per parameter, after backward has finished. DDP
+    computes the same average, in buckets overlapped with backward
+    (chapter "Buckets").
     """
     for param in model.parameters():
         dist.all_reduce(param.grad, op=dist.ReduceOp.SUM)
         param.grad /= world_size
 
 
-def rank_loss(model, X, y, reduction: str, correction: str | None, world_size: int):
+def rank_loss(model, X, y, reduction, correction, world_size):
     """The loss this rank back-propagates (see CORRECTIONS)."""
     if correction == "global_count":
         count = torch.tensor([float(len(X))], device=X.device)
-        dist.all_reduce(count)  # samples (or tokens) on all ranks together
-        return F.mse_loss(model(X), y, reduction="sum") * world_size / count
+        dist.all_reduce(count)  # samples (or tokens) on all ranks
+        loss = F.mse_loss(model(X), y, reduction="sum")
+        return loss * world_size / count
     loss = F.mse_loss(model(X), y, reduction=reduction)
-    return loss * world_size if correction == "world_size" else loss
+    if correction == "world_size":
+        return loss * world_size
+    return loss
 
 
 # ---------------------------------------------------------------- on every rank
