@@ -1,10 +1,34 @@
+import json
 import os
+import subprocess
 import sys
 
 import psutil
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+# torch installs torchrun beside the python that has it; its absence is a broken install.
+TORCHRUN = os.path.join(os.path.dirname(sys.executable), "torchrun")
+
+
+def ddplab_cli(experiment: str, *args: str, torchrun: int = 0, timeout: float = 300):
+    """``python -m ddplab EXPERIMENT ARGS``, or the same under torchrun with that many
+    processes on this machine; returns the finished process."""
+    assert os.path.exists(TORCHRUN), f"torchrun missing beside {sys.executable}"
+    launcher = ([TORCHRUN, "--standalone", "--nproc-per-node", str(torchrun), "-m"] if torchrun
+                else [sys.executable, "-m"])
+    return subprocess.run([*launcher, "ddplab", experiment, *args], capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def ddplab_json(experiment: str, *args: str, torchrun: int = 0) -> dict:
+    """The JSON that ``ddplab_cli(..., "--json")`` prints, checked: exit 0, and nothing on
+    stderr (torchrun writes notices of its own there, so only without torchrun)."""
+    done = ddplab_cli(experiment, *args, "--json", torchrun=torchrun)
+    assert done.returncode == 0, done.stderr
+    if not torchrun:
+        assert done.stderr == "", done.stderr
+    return json.loads(done.stdout)
 
 
 def descendants() -> set[int]:

@@ -1,15 +1,10 @@
 """The averaging experiment against gradients this test computes itself, in one process."""
 
-import json
-import os
-import shutil
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import ddplab_json
 
 from ddplab.experiments import averaging
 
@@ -98,15 +93,9 @@ def test_bad_input_is_a_clear_error(kwargs, match):
         averaging.run(**kwargs)
 
 
-def cli(*args, launcher=(sys.executable, "-m")):
-    done = subprocess.run([*launcher, "ddplab", "averaging", *args, "--json"],
-                          capture_output=True, text=True, timeout=180)
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
-
 
 def test_cli_json_has_the_documented_fields_in_parameter_order():
-    data = cli("--world-size", "3", "--batch-size", "4", "--reduction", "sum", "--seed", "2")
+    data = ddplab_json("averaging", "--world-size", "3", "--batch-size", "4", "--reduction", "sum", "--seed", "2")
     assert (data["world_size"], data["batch_size"], data["reduction"]) == (3, 4, "sum")
     model = averaging.make_model(2)
     assert data["param_names"] == [name for name, _ in model.named_parameters()]
@@ -123,12 +112,8 @@ def test_cli_json_has_the_documented_fields_in_parameter_order():
 
 
 def test_torchrun_gives_the_local_pools_gradients():
-    torchrun = shutil.which("torchrun", path=os.path.dirname(sys.executable))
-    if torchrun is None:
-        pytest.skip("torchrun is not installed beside this python")
-    local = cli("--world-size", "2", "--batch-size", "4", "--seed", "3")
-    launched = cli("--batch-size", "4", "--seed", "3",
-                   launcher=(torchrun, "--standalone", "--nproc-per-node", "2", "-m"))
+    local = ddplab_json("averaging", "--world-size", "2", "--batch-size", "4", "--seed", "3")
+    launched = ddplab_json("averaging", "--batch-size", "4", "--seed", "3", torchrun=2)
     assert launched["world_size"] == 2
     for key in ("local_grads", "ddp_grads", "reference_grad"):
         np.testing.assert_allclose(launched[key], local[key], atol=1e-6)

@@ -10,15 +10,12 @@ sums are 16, 528, 656, 8848, 9104, 11152 bytes) that gives the layouts in LAYOUT
 """
 
 import json
-import os
-import shutil
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import ddplab_cli, ddplab_json
 
 from ddplab.experiments import bucket_options, buckets, overlap
 
@@ -173,13 +170,9 @@ def test_bad_input_is_a_clear_error(call, match):
         call()
 
 
-def cli(*args, launcher=(sys.executable, "-m")):
-    return subprocess.run([*launcher, "ddplab", "buckets", *args], capture_output=True,
-                          text=True, timeout=180)
-
 
 def test_cli_json_lists_each_iterations_buckets_in_launch_order():
-    done = cli("--layers", "8,64,32,4", "--bucket-cap-mb", str(600 / 2 ** 20),
+    done = ddplab_cli("buckets", "--layers", "8,64,32,4", "--bucket-cap-mb", str(600 / 2 ** 20),
                "--iterations", "2", "--world-size", "2", "--json")
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
@@ -191,33 +184,23 @@ def test_cli_json_lists_each_iterations_buckets_in_launch_order():
         assert [b["index"] for b in it["buckets"]] == list(range(len(it["buckets"])))
         assert sum(b["bytes"] for b in it["buckets"]) == 11152
         assert all(b["bytes"] == 4 * b["numel"] for b in it["buckets"])
-    bad = cli("--layers", "64", "--json")
+    bad = ddplab_cli("buckets", "--layers", "64", "--json")
     assert bad.returncode == 2 and "at least 2 widths" in bad.stderr
-    bad = cli("--bucket-cap-mb", "0")
+    bad = ddplab_cli("buckets", "--bucket-cap-mb", "0")
     assert bad.returncode == 2 and "bucket_cap_mb must be" in bad.stderr
 
 
 def test_torchrun_records_the_same_buckets():
-    torchrun = shutil.which("torchrun", path=os.path.dirname(sys.executable))
-    if torchrun is None:
-        pytest.skip("torchrun is not installed beside this python")
-    done = cli("--layers", "8,64,32,4", "--bucket-cap-mb", str(8000 / 2 ** 20),
-               "--iterations", "2", "--json",
-               launcher=(torchrun, "--standalone", "--nproc-per-node", "2", "-m"))
-    assert done.returncode == 0, done.stderr
-    data = json.loads(done.stdout)
+    data = ddplab_json("buckets", "--layers", "8,64,32,4", "--bucket-cap-mb",
+                       str(8000 / 2 ** 20), "--iterations", "2", torchrun=2)
     assert data["world_size"] == 2
     assert [[b["params"] for b in it["buckets"]] for it in data["iterations"]] == \
         [[REGISTRATION], LAYOUTS[8000]]
 
 
 def test_overlap_cli_reports_every_ranks_all_reduces_of_the_shown_step():
-    done = subprocess.run([sys.executable, "-m", "ddplab", "overlap", "--layers", "8,64,32,4",
-                           "--bucket-cap-mb", str(600 / 2 ** 20), "--iterations", "2",
-                           "--world-size", "2", "--json"],
-                          capture_output=True, text=True, timeout=180)
-    assert done.returncode == 0, done.stderr
-    data = json.loads(done.stdout)
+    data = ddplab_json("overlap", "--layers", "8,64,32,4", "--bucket-cap-mb",
+                       str(600 / 2 ** 20), "--iterations", "2", "--world-size", "2")
     assert data["mode"] == "ddp" and len(data["step_ms"]) == 2
     assert len(data["shown_iteration"]) == 2
     for rank in data["shown_iteration"]:

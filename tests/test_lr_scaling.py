@@ -1,11 +1,6 @@
 """The learning-rate chapter's experiments against training this test does itself, in one process."""
 
-import json
 import math
-import os
-import shutil
-import subprocess
-import sys
 
 import matplotlib
 
@@ -14,6 +9,7 @@ matplotlib.use("Agg")
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
+from conftest import ddplab_cli, ddplab_json  # noqa: E402
 
 from ddplab import widgets  # noqa: E402
 from ddplab.experiments import lr_scaling, lr_sweeps, noise_scale  # noqa: E402
@@ -321,17 +317,9 @@ def test_a_sweep_panel_shows_progress_and_reruns_on_change():
 # ---------------------------------------------------------------- CLI
 
 
-def cli(experiment, *args, launcher=(sys.executable, "-m")):
-    done = subprocess.run([*launcher, "ddplab", experiment, *args, "--json"],
-                          capture_output=True, text=True, timeout=180)
-    assert done.returncode == 0, done.stderr
-    if launcher[0] == sys.executable:  # (torchrun writes its own notice to stderr)
-        assert done.stderr == ""  # nothing but the JSON, and nothing on stderr
-    return json.loads(done.stdout)
-
 
 def test_cli_lr_scaling_prints_the_losses_and_rates_of_every_step():
-    data = cli("lr-scaling", "--world-size", "2", "--batch-size", "3", "--lr", "0.05",
+    data = ddplab_json("lr-scaling", "--world-size", "2", "--batch-size", "3", "--lr", "0.05",
                "--rule", "sqrt", "--optimizer", "adam", "--warmup-steps", "4", "--steps", "9",
                "--seed", "2")
     assert (data["world_size"], data["global_batch_size"], data["rule"]) == (2, 6, "sqrt")
@@ -341,7 +329,7 @@ def test_cli_lr_scaling_prints_the_losses_and_rates_of_every_step():
 
 
 def test_cli_noise_scale_prints_b_simple_and_its_two_quantities():
-    data = cli("noise-scale", "--world-size", "4", "--batch-size", "2", "--steps", "5",
+    data = ddplab_json("noise-scale", "--world-size", "4", "--batch-size", "2", "--steps", "5",
                "--target", "0")
     assert data["window_steps"] == 5 and (data["b_small"], data["b_big"]) == (2, 8)
     assert data["b_simple"] == pytest.approx(data["trace_sigma"] / data["g2"])
@@ -353,18 +341,13 @@ def test_cli_noise_scale_prints_b_simple_and_its_two_quantities():
                                          (["--lr", "0"], "lr must be a positive number"),
                                          (["--warmup-steps", "-2"], "warmup_steps must be")])
 def test_cli_bad_input_is_a_usage_error(args, match):
-    done = subprocess.run([sys.executable, "-m", "ddplab", "lr-scaling", *args],
-                          capture_output=True, text=True, timeout=120)
+    done = ddplab_cli("lr-scaling", *args)
     assert done.returncode == 2 and match in done.stderr and "Traceback" not in done.stderr
 
 
 def test_torchrun_gives_the_local_pools_run():
-    torchrun = shutil.which("torchrun", path=os.path.dirname(sys.executable))
-    if torchrun is None:
-        pytest.skip("torchrun is not installed beside this python")
     args = ("--batch-size", "4", "--lr", "0.15", "--rule", "linear", "--steps", "6")
-    local = cli("lr-scaling", "--world-size", "2", *args)
-    launched = cli("lr-scaling", *args,
-                   launcher=(torchrun, "--standalone", "--nproc-per-node", "2", "-m"))
+    local = ddplab_json("lr-scaling", "--world-size", "2", *args)
+    launched = ddplab_json("lr-scaling", *args, torchrun=2)
     assert launched["world_size"] == 2 and launched["lrs"] == local["lrs"]
     np.testing.assert_allclose(launched["losses"], local["losses"], rtol=1e-6)

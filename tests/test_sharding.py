@@ -5,15 +5,9 @@ rank by hand, with no process group, and cuts its order into batches with plain 
 experiment ran a DataLoader over a sampler that took its world size and rank from a real group.
 """
 
-import json
-import os
-import shutil
-import subprocess
-import sys
-
-import numpy as np
 import pytest
 import torch
+from conftest import ddplab_json
 from torch.utils.data import DataLoader, DistributedSampler
 
 from ddplab.experiments import sharding, validation
@@ -152,33 +146,24 @@ def test_bad_evaluation_input_is_a_clear_error():
         validation.run(dataset_size=3, world_size=4)
 
 
-def cli(*args, launcher=(sys.executable, "-m")):
-    done = subprocess.run([*launcher, "ddplab", "sharding", *args, "--json"],
-                          capture_output=True, text=True, timeout=180)
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
-
 
 def test_cli_json_indices_are_epoch_rank_step():
-    data = cli("--world-size", "3", "--dataset-size", "11", "--batch-size", "2", "--epochs",
+    data = ddplab_json("sharding", "--world-size", "3", "--dataset-size", "11", "--batch-size", "2", "--epochs",
                "2", "--shuffle", "--drop-last", "--seed", "4")
     assert data["indices"] == reference(11, 3, 2, 2, True, True, True, 4)
     # floor(11 / 3) = 3 samples per rank: a batch of 2, then one of 1, on each rank
     assert [[[len(b) for b in rank] for rank in epoch] for epoch in data["indices"]] == \
         [[[2, 1]] * 3] * 2
     assert data["samples_per_epoch"] == [9, 9] and data["global_batch_size"] == 6
-    frozen = cli("--world-size", "2", "--dataset-size", "5", "--epochs", "2", "--shuffle",
+    frozen = ddplab_json("sharding", "--world-size", "2", "--dataset-size", "5", "--epochs", "2", "--shuffle",
                  "--no-set-epoch")
     assert frozen["indices"] == reference(5, 2, 2, 2, True, False, False, 0)
     assert frozen["indices"][0] == frozen["indices"][1]
 
 
 def test_torchrun_gives_the_local_pools_indices():
-    torchrun = shutil.which("torchrun", path=os.path.dirname(sys.executable))
-    if torchrun is None:
-        pytest.skip("torchrun is not installed beside this python")
     args = ("--dataset-size", "9", "--batch-size", "2", "--epochs", "2", "--shuffle")
-    local = cli("--world-size", "2", *args)
-    launched = cli(*args, launcher=(torchrun, "--standalone", "--nproc-per-node", "2", "-m"))
+    local = ddplab_json("sharding", "--world-size", "2", *args)
+    launched = ddplab_json("sharding", *args, torchrun=2)
     assert launched["world_size"] == 2
     assert launched["indices"] == local["indices"] == reference(9, 2, 2, 2, True, False, True, 0)

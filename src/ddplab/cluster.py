@@ -224,7 +224,7 @@ class _Pool:
         with self._lock:
             self._start_store()
             backend = resolve_backend(backend, world_size)
-            if any(not w.process.is_alive() for w in self._workers):
+            if any(_died_idle(w) for w in self._workers):
                 self._end_workers()  # one died between calls: its group cannot be trusted
             self._grow(world_size, backend, timeout)
             active = self._workers[:world_size]
@@ -384,6 +384,12 @@ class _Pool:
 
     def _log_path(self, slot: int) -> str:
         return os.path.join(self._logdir, f"rank{slot}.log")
+
+
+def _died_idle(worker: _Worker) -> bool:
+    """Whether an idle rank is gone. An idle rank never writes, so a readable pipe is its end
+    (EOF); ``is_alive()`` alone lags until the forkserver has reaped the process."""
+    return not worker.process.is_alive() or worker.conn.poll()
 
 
 def _worker_main(*args) -> None:

@@ -33,7 +33,7 @@ def steps(ctx, layers, mode: str, bucket_cap_mb, iterations: int, warmup: int,
           batch_size: int, seed: int, record: bool) -> list[dict]:
     """Time ``warmup + iterations`` training steps; return the last ``iterations``."""
     model = buckets.make_model(layers, seed).to(ctx.device)
-    ready, comm = [], []  # this iteration's (param, time) and all-reduces
+    ready = []  # this iteration's (param, time) pairs
     if record:
         for name, param in model.named_parameters():
             param.register_post_accumulate_grad_hook(
