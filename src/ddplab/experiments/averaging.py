@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import ddplab
+from ddplab.experiments import positive_int
 
 REDUCTIONS = ("mean", "sum")
 # How each rank may rescale its loss so that DDP's average comes out as the one-process loss:
@@ -246,7 +247,7 @@ def node_average(nodes: int = 2, gpus_per_node: int = 4, batch_size: int = 8, se
     """Lay ``nodes * gpus_per_node`` ranks out as nodes; compare DDP with per-node averages."""
     for name, value in (("nodes", nodes), ("gpus_per_node", gpus_per_node),
                         ("batch_size", batch_size)):
-        _positive_int(name, value)
+        positive_int(name, value)
     results = ddplab.run(node_gradients, nodes * gpus_per_node, backend=backend,
                          timeout=timeout, gpus_per_node=gpus_per_node, batch_size=batch_size,
                          seed=seed)
@@ -264,25 +265,21 @@ def node_average(nodes: int = 2, gpus_per_node: int = 4, batch_size: int = 8, se
         reference_grad=reference_gradient([batch_size] * nodes * gpus_per_node, "mean", seed))
 
 
-def _positive_int(name: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-
 
 def _check(world_size, batch_size, reduction, correction, counts) -> list[int]:
-    _positive_int("batch_size", batch_size)
+    positive_int("batch_size", batch_size)
     if reduction not in REDUCTIONS:
         raise ValueError(f"reduction must be 'mean' or 'sum', got {reduction!r}")
     if correction not in CORRECTIONS:
         raise ValueError(f"correction must be one of {CORRECTIONS}, got {correction!r}")
     if counts is None:
-        _positive_int("world_size", world_size)
+        positive_int("world_size", world_size)
         return [batch_size] * world_size
     counts = list(counts)
     if len(counts) != world_size:
         raise ValueError(f"counts must have one entry per rank ({world_size}), got {counts}")
     for count in counts:
-        _positive_int("each of counts", count)
+        positive_int("each of counts", count)
     return counts
 
 

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import ddplab
-from ddplab.experiments import buckets
+from ddplab.experiments import buckets, positive_int
 
 
 def keep_buffers(state, bucket):
@@ -88,7 +88,7 @@ def views(layers=buckets.DEFAULT_LAYERS, world_size: int = 2, iterations: int = 
     """Measure ``measure_views`` for each of the four settings (rank 0's figures)."""
     layers = buckets.check_layers(layers)
     for name, value in (("iterations", iterations), ("batch_size", batch_size)):
-        buckets.positive_int(name, value)
+        positive_int(name, value)
     rows = []
     for as_view in (False, True):
         for set_to_none in (False, True):
@@ -146,7 +146,7 @@ def accumulate(micro_batches: int = 3, layers=buckets.DEFAULT_LAYERS, world_size
     """Gradient accumulation with ``no_sync`` over ``micro_batches`` backwards."""
     layers = buckets.check_layers(layers)
     for name, value in (("micro_batches", micro_batches), ("batch_size", batch_size)):
-        buckets.positive_int(name, value)
+        positive_int(name, value)
     ranks = ddplab.run(accumulate_ranks, world_size, layers=layers, micro_batches=micro_batches,
                        batch_size=batch_size, seed=seed)
     return Accumulation(micro_batches=micro_batches, world_size=world_size,

@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import ddplab
+from ddplab.experiments import positive_int
 from ddplab.experiments.bucket_rule import bucket_limits
 
 DEFAULT_LAYERS = (64, 1024, 1024, 10)
@@ -267,10 +268,6 @@ def run(layers=DEFAULT_LAYERS, bucket_cap_mb: float | None = None, iterations: i
 
 # ---------------------------------------------------------------- checks, CLI
 
-
-def positive_int(name: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
 
 
 def check_layers(layers) -> tuple:

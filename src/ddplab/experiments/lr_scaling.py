@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import ddplab
+from ddplab.experiments import positive_int
 
 RULES = ("none", "linear", "sqrt")
 OPTIMIZERS = ("sgd", "adam")
@@ -246,16 +247,12 @@ def one_process(global_batch_size: int, lr: float, optimizer: str = "sgd", steps
 CHECKED = ("batch_size", "lr", "rule", "optimizer", "warmup_steps", "steps", "gradients")
 
 
-def _positive_int(name: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-
 
 def check(batch_size=1, lr=0.1, rule="none", optimizer="sgd", warmup_steps=0, steps=1,
           gradients="mean") -> None:
     """Reject bad input in the caller, before any rank is asked to run."""
-    _positive_int("batch_size", batch_size)
-    _positive_int("steps", steps)
+    positive_int("batch_size", batch_size)
+    positive_int("steps", steps)
     if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0 \
             or not math.isfinite(lr):
         raise ValueError(f"lr must be a positive number, got {lr!r}")

@@ -14,12 +14,13 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 import ddplab
 from ddplab.experiments import lr_scaling as task
+from ddplab.experiments import positive_int
 from ddplab.experiments.noise_scale import TARGET
 
 
 def _world_sizes(largest: int) -> list:
     """1, 2, 4, ... up to ``largest``, and ``largest`` itself."""
-    task._positive_int("world_size", largest)
+    positive_int("world_size", largest)
     sizes = [2 ** i for i in range(largest.bit_length()) if 2 ** i < largest]
     return sizes + [largest]
 
@@ -54,7 +55,7 @@ def same_global_batch(global_batch_size: int = 32, world_sizes=(1, 2, 4, 8), lr:
                       progress=None) -> SameBatch:
     """The same global batch on every world size (rule none: "1x lr"), and one process."""
     for k in world_sizes:
-        task._positive_int("each world size", k)
+        positive_int("each world size", k)
         if global_batch_size % k:
             raise ValueError(f"global_batch_size {global_batch_size} does not split evenly "
                              f"over {k} ranks")
@@ -187,7 +188,7 @@ def divergence(world_sizes=(1, 2, 4, 8), batch_size: int = 4,
     for lr in lrs:
         task.check(lr=lr)
     for k in world_sizes:
-        task._positive_int("each world size", k)
+        positive_int("each world size", k)
     diverged, total = {}, len(world_sizes) * len(lrs)
     for i, k in enumerate(world_sizes):
         diverged[k] = []

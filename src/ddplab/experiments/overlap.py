@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import ddplab
-from ddplab.experiments import buckets
+from ddplab.experiments import buckets, positive_int
 
 MODES = ("ddp", "naive", "local")
 
@@ -176,7 +176,7 @@ def run(world_size: int = 2, width: int = 1024, depth: int = 2,
     """Time DDP steps of an MLP ``64, width x depth, 10`` (or ``layers``) on ``world_size``."""
     for name, value in (("width", width), ("depth", depth), ("iterations", iterations),
                         ("batch_size", batch_size)):
-        buckets.positive_int(name, value)
+        positive_int(name, value)
     if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 2:
         raise ValueError(f"warmup must be an int >= 2 (DDP rebuilds its buckets after "
                          f"iteration 0), got {warmup!r}")

@@ -30,6 +30,7 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader, DistributedSampler
 
 import ddplab
+from ddplab.experiments import positive_int
 
 # Results travel through pipes and, from the CLI, as JSON: cap the number of indices drawn.
 MAX_DRAWS = 1_000_000
@@ -198,15 +199,11 @@ def run(dataset_size: int = 10, world_size: int = 4, batch_size: int = 2, epochs
         global_batch_sizes=results[0]["global_batch_sizes"])
 
 
-def _positive_int(name: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-
 
 def _check(dataset_size, world_size, batch_size, epochs, seed, loader_drop_last, **flags):
     for name, value in (("dataset_size", dataset_size), ("world_size", world_size),
                         ("batch_size", batch_size), ("epochs", epochs)):
-        _positive_int(name, value)
+        positive_int(name, value)
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise ValueError(f"seed must be an int, got {seed!r}")
     for name, value in (*flags.items(), ("loader_drop_last", loader_drop_last)):

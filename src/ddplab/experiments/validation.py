@@ -19,7 +19,7 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader, DistributedSampler
 
 import ddplab
-from ddplab.experiments.sharding import _positive_int
+from ddplab.experiments import positive_int
 
 METHODS = ("padded", "drop_last", "exact")
 
@@ -105,7 +105,7 @@ def run(dataset_size: int = 10, world_size: int = 4, batch_size: int = 2, seed: 
     """Validate one fixed classifier on ``world_size`` ranks, padded, dropped and exact."""
     for name, value in (("dataset_size", dataset_size), ("world_size", world_size),
                         ("batch_size", batch_size)):
-        _positive_int(name, value)
+        positive_int(name, value)
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise ValueError(f"seed must be an int, got {seed!r}")
     if dataset_size < world_size:
