@@ -10,9 +10,11 @@ the panel's status line before and after the move (it includes the run's time).
 
 import argparse
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 from playwright.sync_api import sync_playwright
@@ -27,7 +29,10 @@ def main() -> None:
     parser.add_argument("--moves", type=int, default=4, help="ArrowRight presses on the slider")
     parser.add_argument("--screenshot")
     args = parser.parse_args()
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    # JupyterLab autosaves what it runs: serve a copy, so the repository's lab stays clean.
+    root = tempfile.mkdtemp(prefix="ddplab-lab-")
+    shutil.copy(args.lab, root)
+    lab = os.path.basename(args.lab)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -41,7 +46,7 @@ def main() -> None:
             page = browser.new_page(viewport={"width": 1300, "height": 1000})
             for _ in range(60):  # wait for the server
                 try:
-                    page.goto(f"http://127.0.0.1:{port}/lab/tree/{args.lab}?reset")  # no restored tabs
+                    page.goto(f"http://127.0.0.1:{port}/lab/tree/{lab}?reset")  # no restored tabs
                     break
                 except Exception:
                     time.sleep(1)
@@ -86,6 +91,7 @@ def main() -> None:
     finally:
         server.terminate()
         server.wait(timeout=30)
+        shutil.rmtree(root, ignore_errors=True)
 
 
 if __name__ == "__main__":
