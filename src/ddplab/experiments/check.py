@@ -72,17 +72,6 @@ def ddp_step(ctx, batch_size: int = 8, seed: int = 0) -> dict:
     return {"X": X, "y": y, "grads": {n: p.grad for n, p in model.named_parameters()}}
 
 
-def ddp_vs_reference(world_size: int, batch_size: int = 8, seed: int = 0) -> float:
-    """Largest |DDP's gradient - one process's gradient on the ranks' concatenated batches|."""
-    results = ddplab.run(ddp_step, world_size, batch_size=batch_size, seed=seed)
-    model = make_model(seed)
-    X = torch.cat([torch.as_tensor(r["X"]) for r in results])
-    y = torch.cat([torch.as_tensor(r["y"]) for r in results])
-    F.mse_loss(model(X), y).backward()
-    return max(float(abs(torch.as_tensor(r["grads"][name]) - p.grad).max())
-               for r in results for name, p in model.named_parameters())
-
-
 def latency(world_sizes, repeats: int = 10) -> list[dict]:
     """Seconds for the first DDP step at each world size and the median of the next ones."""
     rows = []

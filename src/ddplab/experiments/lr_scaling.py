@@ -244,10 +244,6 @@ def one_process(global_batch_size: int, lr: float, optimizer: str = "sgd", steps
 # ---------------------------------------------------------------- bad input
 
 
-CHECKED = ("batch_size", "lr", "rule", "optimizer", "warmup_steps", "steps", "gradients")
-
-
-
 def check(batch_size=1, lr=0.1, rule="none", optimizer="sgd", warmup_steps=0, steps=1,
           gradients="mean") -> None:
     """Reject bad input in the caller, before any rank is asked to run."""
