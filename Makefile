@@ -9,7 +9,8 @@ setup:
 run: setup  ## the main job: a real 4-rank process group checked from the terminal
 	$(PY) -m ddplab check --world-size 4
 
-test: setup  ## the library's tests, then every lab under nbval
+test: setup  ## lint, the library's tests, then every lab under nbval
+	.venv/bin/ruff check src tests benchmarks scripts book/_ext
 	$(PY) -m pytest
 
 book: setup  ## the book, every page executed by real runs; warnings are errors

@@ -35,7 +35,7 @@ def sleep(ctx, seconds):
 
 def chatty(ctx):
     print(f"print from rank {ctx.rank}")
-    warnings.warn(f"warning from rank {ctx.rank}")
+    warnings.warn(f"warning from rank {ctx.rank}", stacklevel=1)
     os.write(2, f"raw fd 2 write from rank {ctx.rank}\n".encode())
     return ctx.rank
 

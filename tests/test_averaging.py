@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import ddplab_json
 
+from conftest import ddplab_json
 from ddplab.experiments import averaging
 
 
@@ -95,7 +95,8 @@ def test_bad_input_is_a_clear_error(kwargs, match):
 
 
 def test_cli_json_has_the_documented_fields_in_parameter_order():
-    data = ddplab_json("averaging", "--world-size", "3", "--batch-size", "4", "--reduction", "sum", "--seed", "2")
+    data = ddplab_json("averaging", "--world-size", "3", "--batch-size", "4", "--reduction", "sum",
+                       "--seed", "2")
     assert (data["world_size"], data["batch_size"], data["reduction"]) == (3, 4, "sum")
     model = averaging.make_model(2)
     assert data["param_names"] == [name for name, _ in model.named_parameters()]

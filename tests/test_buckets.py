@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import ddplab_cli, ddplab_json
 
-from ddplab.experiments import bucket_options, buckets, overlap
+from conftest import ddplab_cli, ddplab_json
+from ddplab.experiments import bucket_options, buckets, mlp, overlap
 
 SMALL = (8, 64, 32, 4)
 REGISTRATION = ["0.weight", "0.bias", "2.weight", "2.bias", "4.weight", "4.bias"]
@@ -31,8 +31,8 @@ LAYOUTS = {  # bytes cap -> buckets after the rebuild, in launch order
 
 def one_process_grad(layers, seed, world_size, batch_size, iteration, rows=None):
     """Mean-loss gradient of one plain model on the global batch (or some of its rows)."""
-    model = buckets.make_model(layers, seed)
-    X, y = buckets.make_batch(layers, batch_size, world_size, seed, iteration)
+    model = mlp.make_model(layers, seed)
+    X, y = mlp.make_batch(layers, batch_size, world_size, seed, iteration)
     if rows is not None:
         X, y = X[rows], y[rows]
     F.mse_loss(model(X), y).backward()
@@ -40,7 +40,7 @@ def one_process_grad(layers, seed, world_size, batch_size, iteration, rows=None)
 
 
 def test_the_small_models_sizes_and_gradient_order_are_what_the_layouts_assume():
-    model = buckets.make_model(SMALL, 0)
+    model = mlp.make_model(SMALL, 0)
     sizes = {n: 4 * p.numel() for n, p in model.named_parameters()}
     assert list(sizes) == REGISTRATION
     assert [sizes[n] for n in READY] == [16, 512, 128, 8192, 256, 2048]

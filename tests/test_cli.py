@@ -1,6 +1,7 @@
 """`python -m ddplab check` on the local pool and under torchrun: the same rank function."""
 
 import pytest
+
 from conftest import ddplab_cli, ddplab_json
 
 KEYS = {"rank", "local_rank", "world_size", "backend", "device", "host", "pid", "rank_sum"}

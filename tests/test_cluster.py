@@ -7,12 +7,12 @@ import time
 
 import numpy as np
 import pytest
-import rank_fns
 import torch
 import torch.nn.functional as F
-from conftest import alive, descendants
 
 import ddplab
+import rank_fns
+from conftest import alive, descendants
 from ddplab.experiments import check
 
 

@@ -4,6 +4,7 @@ import os
 import time
 
 import pytest
+
 from conftest import HERE
 
 jupyter_client = pytest.importorskip("jupyter_client")

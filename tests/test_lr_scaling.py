@@ -1,4 +1,5 @@
-"""The learning-rate chapter's experiments against training this test does itself, in one process."""
+"""The learning-rate chapter's experiments against training this test does itself, in one
+process."""
 
 import math
 
@@ -9,8 +10,8 @@ matplotlib.use("Agg")
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
-from conftest import ddplab_cli, ddplab_json  # noqa: E402
 
+from conftest import ddplab_cli, ddplab_json  # noqa: E402
 from ddplab import widgets  # noqa: E402
 from ddplab.experiments import lr_scaling, lr_sweeps, noise_scale  # noqa: E402
 from ddplab.plots import lr_scaling as plots  # noqa: E402

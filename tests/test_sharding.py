@@ -7,9 +7,9 @@ experiment ran a DataLoader over a sampler that took its world size and rank fro
 
 import pytest
 import torch
-from conftest import ddplab_json
 from torch.utils.data import DataLoader, DistributedSampler
 
+from conftest import ddplab_json
 from ddplab.experiments import sharding, validation
 
 
@@ -148,15 +148,15 @@ def test_bad_evaluation_input_is_a_clear_error():
 
 
 def test_cli_json_indices_are_epoch_rank_step():
-    data = ddplab_json("sharding", "--world-size", "3", "--dataset-size", "11", "--batch-size", "2", "--epochs",
-               "2", "--shuffle", "--drop-last", "--seed", "4")
+    data = ddplab_json("sharding", "--world-size", "3", "--dataset-size", "11", "--batch-size", "2",
+                       "--epochs", "2", "--shuffle", "--drop-last", "--seed", "4")
     assert data["indices"] == reference(11, 3, 2, 2, True, True, True, 4)
     # floor(11 / 3) = 3 samples per rank: a batch of 2, then one of 1, on each rank
     assert [[[len(b) for b in rank] for rank in epoch] for epoch in data["indices"]] == \
         [[[2, 1]] * 3] * 2
     assert data["samples_per_epoch"] == [9, 9] and data["global_batch_size"] == 6
-    frozen = ddplab_json("sharding", "--world-size", "2", "--dataset-size", "5", "--epochs", "2", "--shuffle",
-                 "--no-set-epoch")
+    frozen = ddplab_json("sharding", "--world-size", "2", "--dataset-size", "5", "--epochs", "2",
+                         "--shuffle", "--no-set-epoch")
     assert frozen["indices"] == reference(5, 2, 2, 2, True, False, False, 0)
     assert frozen["indices"][0] == frozen["indices"][1]
 

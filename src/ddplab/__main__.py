@@ -17,8 +17,7 @@ import sys
 import numpy as np
 
 from ddplab.cluster import BACKENDS, DEFAULT_TIMEOUT, is_reporting_process, under_torchrun
-from ddplab.experiments import (averaging, buckets, check, lr_scaling, noise_scale, overlap,
-                                sharding)
+from ddplab.experiments import averaging, buckets, check, lr_scaling, noise_scale, overlap, sharding
 
 EXPERIMENTS = {"check": check, "averaging": averaging, "sharding": sharding,
                "lr-scaling": lr_scaling, "noise-scale": noise_scale, "buckets": buckets,

@@ -11,7 +11,6 @@ import gc
 
 gc.disable()
 try:
-    import ddplab.rank  # noqa: F401  (torch, torch.distributed, DDP, dynamo)
     import ddplab.experiments.averaging  # noqa: F401
     import ddplab.experiments.bucket_options  # noqa: F401
     import ddplab.experiments.buckets  # noqa: F401
@@ -22,6 +21,7 @@ try:
     import ddplab.experiments.overlap  # noqa: F401
     import ddplab.experiments.sharding  # noqa: F401
     import ddplab.experiments.validation  # noqa: F401
+    import ddplab.rank  # noqa: F401  (torch, torch.distributed, DDP, dynamo)
 finally:
     gc.freeze()
     gc.enable()

@@ -23,12 +23,12 @@ import sys
 import traceback
 
 import torch
-import torch.distributed as dist
 
 # The forkserver preloads this module, so every rank is forked with these already imported.
 # DDP's constructor reads torch._dynamo.utils.get_optimize_ddp_mode(), which imports dynamo
 # (and sympy) lazily: 1.3 s per rank on a 2-core machine if it were left to each rank.
 import torch._dynamo  # noqa: F401
+import torch.distributed as dist
 import torch.nn.parallel  # noqa: F401
 
 LOOPBACK_IFNAME = "lo0" if sys.platform == "darwin" else "lo"

@@ -4,11 +4,12 @@
     widgets.explore(averaging.run, plots.gradients, world_size=(1, 8), reduction=["mean", "sum"])
 
 Controls are given like ``ipywidgets.interact`` abbreviations: ``(low, high)`` or ``(low, high,
-step)`` is an integer slider, a list is a dropdown (of values, or of ``(label, value)`` pairs), a
-bool a checkbox, and a widget is used as it is. Their starting values are the defaults of ``run``'s signature, and the panel computes and
-draws once at those values straight away, so a lab runs top to bottom without a click (nbval,
-the book build) and shows a figure before anyone touches a control. Sliders report on release
-(``continuous_update=False``): one drag is one real run, not dozens queued behind each other.
+step)`` is an integer slider, a list is a dropdown (of values, or of ``(label, value)`` pairs),
+a bool a checkbox, and a widget is used as it is. Their starting values are the defaults of
+``run``'s signature, and the panel computes and draws once at those values straight away, so a
+lab runs top to bottom without a click (nbval, the book build) and shows a figure before anyone
+touches a control. Sliders report on release (``continuous_update=False``): one drag is one real
+run, not dozens queued behind each other.
 """
 
 from __future__ import annotations

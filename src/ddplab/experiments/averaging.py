@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import ddplab
-from ddplab.experiments import positive_int
+from ddplab.checks import positive_int
 
 REDUCTIONS = ("mean", "sum")
 # How each rank may rescale its loss so that DDP's average comes out as the one-process loss:

@@ -23,13 +23,14 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import ddplab
-from ddplab.experiments import buckets, positive_int
+from ddplab.checks import positive_int
+from ddplab.experiments import hooks, mlp
 
 
 def keep_buffers(state, bucket):
-    """``buckets.record_and_allreduce``, keeping each bucket's flat buffer in ``state.buffers``."""
+    """``hooks.record_and_allreduce``, keeping each bucket's flat buffer in ``state.buffers``."""
     state.buffers[bucket.index()] = bucket.buffer()
-    return buckets.record_and_allreduce(state, bucket)
+    return hooks.record_and_allreduce(state, bucket)
 
 
 def _storage(tensor) -> tuple[int, int]:
@@ -42,9 +43,9 @@ def measure_views(ctx, layers, gradient_as_bucket_view: bool, set_to_none: bool,
     """After the last of ``iterations`` steps: bytes of bucket buffers and of gradients kept
     apart from them, how many gradients are bucket views, and how many autograd accumulated
     straight into their bucket (no copy by DDP)."""
-    model = buckets.make_model(layers, seed).to(ctx.device)
+    model = mlp.make_model(layers, seed).to(ctx.device)
     ddp = DDP(model, gradient_as_bucket_view=gradient_as_bucket_view)
-    log = buckets.BucketLog(model, ctx.world_size)
+    log = hooks.BucketLog(model, ctx.world_size)
     log.buffers = {}
     ddp.register_comm_hook(log, keep_buffers)
     in_place = []
@@ -58,7 +59,7 @@ def measure_views(ctx, layers, gradient_as_bucket_view: bool, set_to_none: bool,
     rows = slice(ctx.rank * batch_size, (ctx.rank + 1) * batch_size)
     for i in range(iterations):
         X, y = (t[rows].to(ctx.device)
-                for t in buckets.make_batch(layers, batch_size, ctx.world_size, seed, i))
+                for t in mlp.make_batch(layers, batch_size, ctx.world_size, seed, i))
         ddp.zero_grad(set_to_none=set_to_none)
         in_place.append(0)
         F.mse_loss(ddp(X), y).backward()
@@ -68,7 +69,7 @@ def measure_views(ctx, layers, gradient_as_bucket_view: bool, set_to_none: bool,
             "separate_grad_bytes": sum(n for ptr, n in grad_storages.items()
                                        if ptr not in bucket_storages),
             "views": sum(_storage(p.grad)[0] in bucket_storages for p in model.parameters()),
-            "accumulated_in_place": in_place[-1], "grad": buckets.flat_grad(model)}
+            "accumulated_in_place": in_place[-1], "grad": mlp.flat_grad(model)}
 
 
 @dataclasses.dataclass
@@ -83,10 +84,10 @@ class Views:
     rows: list[dict]
 
 
-def views(layers=buckets.DEFAULT_LAYERS, world_size: int = 2, iterations: int = 3,
+def views(layers=mlp.DEFAULT_LAYERS, world_size: int = 2, iterations: int = 3,
           batch_size: int = 32, seed: int = 0) -> Views:
     """Measure ``measure_views`` for each of the four settings (rank 0's figures)."""
-    layers = buckets.check_layers(layers)
+    layers = mlp.check_layers(layers)
     for name, value in (("iterations", iterations), ("batch_size", batch_size)):
         positive_int(name, value)
     rows = []
@@ -98,7 +99,7 @@ def views(layers=buckets.DEFAULT_LAYERS, world_size: int = 2, iterations: int = 
             rows.append({"gradient_as_bucket_view": as_view, "set_to_none": set_to_none,
                          **{k: v for k, v in ranks[0].items() if k != "grad"},
                          "grads": [r["grad"] for r in ranks]})
-    model = buckets.make_model(layers, seed)
+    model = mlp.make_model(layers, seed)
     return Views(layers=layers, world_size=world_size, iterations=iterations,
                  param_count=len(list(model.parameters())),
                  param_bytes=sum(4 * p.numel() for p in model.parameters()), rows=rows)
@@ -107,27 +108,27 @@ def views(layers=buckets.DEFAULT_LAYERS, world_size: int = 2, iterations: int = 
 def accumulate_ranks(ctx, layers, micro_batches: int, batch_size: int, seed: int) -> dict:
     """``micro_batches`` backwards, all but the last under ``no_sync``; DDP's gradient next to
     the local sum over micro-batches averaged over ranks with one plain all-reduce."""
-    model = buckets.make_model(layers, seed).to(ctx.device)
+    model = mlp.make_model(layers, seed).to(ctx.device)
     ddp = DDP(model)
-    log = buckets.BucketLog(model, ctx.world_size)
-    ddp.register_comm_hook(log, buckets.record_and_allreduce)
-    local = buckets.make_model(layers, seed).to(ctx.device)
+    log = hooks.BucketLog(model, ctx.world_size)
+    ddp.register_comm_hook(log, hooks.record_and_allreduce)
+    local = mlp.make_model(layers, seed).to(ctx.device)
     rows = slice(ctx.rank * batch_size, (ctx.rank + 1) * batch_size)
     for m in range(micro_batches):
         X, y = (t[rows].to(ctx.device)
-                for t in buckets.make_batch(layers, batch_size, ctx.world_size, seed, m))
+                for t in mlp.make_batch(layers, batch_size, ctx.world_size, seed, m))
         log.iteration = m
         last = m == micro_batches - 1
         with contextlib.nullcontext() if last else ddp.no_sync():
             F.mse_loss(ddp(X), y).backward()
         F.mse_loss(local(X), y).backward()  # accumulates into local's .grad
-    expected = buckets.flat_grad(local)
+    expected = mlp.flat_grad(local)
     dist.all_reduce(expected)
     expected /= ctx.world_size
     return {"launches": [sum(b["iteration"] == m for b in log.buckets)
                          for m in range(micro_batches)],
-            "grad": buckets.flat_grad(model),
-            "max_diff": (buckets.flat_grad(model) - expected).abs().max().item()}
+            "grad": mlp.flat_grad(model),
+            "max_diff": (mlp.flat_grad(model) - expected).abs().max().item()}
 
 
 @dataclasses.dataclass
@@ -141,10 +142,10 @@ class Accumulation:
     grads: list  # per rank
 
 
-def accumulate(micro_batches: int = 3, layers=buckets.DEFAULT_LAYERS, world_size: int = 2,
+def accumulate(micro_batches: int = 3, layers=mlp.DEFAULT_LAYERS, world_size: int = 2,
                batch_size: int = 32, seed: int = 0) -> Accumulation:
     """Gradient accumulation with ``no_sync`` over ``micro_batches`` backwards."""
-    layers = buckets.check_layers(layers)
+    layers = mlp.check_layers(layers)
     for name, value in (("micro_batches", micro_batches), ("batch_size", batch_size)):
         positive_int(name, value)
     ranks = ddplab.run(accumulate_ranks, world_size, layers=layers, micro_batches=micro_batches,

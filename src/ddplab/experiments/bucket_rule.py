@@ -12,6 +12,8 @@ the C++ reducer, torch/csrc/distributed/c10d/reducer.cpp (``compute_bucket_assig
 
 from __future__ import annotations
 
+import math
+
 import torch.distributed as dist
 
 MiB = 1024 * 1024
@@ -70,3 +72,12 @@ def expected_layouts(result) -> list[list[list[str]]]:
     rebuilt = [[order[i] for i in b] for b in pack(ready_sizes, [first, cap])]
     rebuild_at = 2 if result.static_graph else 1
     return [[list(names)] if i < rebuild_at else rebuilt for i in range(len(result.layouts))]
+
+
+def check_cap(bucket_cap_mb) -> None:
+    if bucket_cap_mb is None:
+        return
+    if isinstance(bucket_cap_mb, bool) or not isinstance(bucket_cap_mb, (int, float)) \
+            or not math.isfinite(bucket_cap_mb) or bucket_cap_mb <= 0:
+        raise ValueError(f"bucket_cap_mb must be None (DDP's default) or a positive number of "
+                         f"MiB, got {bucket_cap_mb!r}")

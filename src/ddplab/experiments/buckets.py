@@ -15,116 +15,21 @@ after the first iteration and ``_get_ddp_logging_data()["bucket_sizes"]`` keeps 
 from __future__ import annotations
 
 import dataclasses
-import functools
-import math
-import time
 
 import numpy as np
-import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import ddplab
-from ddplab.experiments import positive_int
-from ddplab.experiments.bucket_rule import bucket_limits
-
-DEFAULT_LAYERS = (64, 1024, 1024, 10)
-
-
-# ---------------------------------------------------------------- model, data, hooks
-
-
-def make_model(layers, seed: int = 0) -> torch.nn.Sequential:
-    """Linear layers of these widths, ReLU between: parameters 0.weight, 0.bias, 2.weight..."""
-    torch.manual_seed(seed)
-    modules = []
-    for i, (n_in, n_out) in enumerate(zip(layers[:-1], layers[1:])):
-        modules += [torch.nn.ReLU()] if i else []
-        modules.append(torch.nn.Linear(n_in, n_out))
-    return torch.nn.Sequential(*modules)
-
-
-def make_batch(layers, batch_size: int, world_size: int, seed: int, iteration: int):
-    """The global batch of one iteration; rank r takes rows r*batch_size to (r+1)*batch_size."""
-    g = torch.Generator().manual_seed(1_000_003 * seed + iteration)
-    n = world_size * batch_size
-    return torch.randn(n, layers[0], generator=g), torch.randn(n, layers[-1], generator=g)
-
-
-def flat_grad(model) -> torch.Tensor:
-    return torch.cat([p.grad.flatten() for p in model.parameters()])
-
-
-class NaiveAllReduce:
-    """Naive data parallel: once autograd has accumulated a gradient,
-    all-reduce it (SUM), then divide by the world size. One blocking
-    call per parameter.
-
-    As picotron's ``DataParallelNaive`` (huggingface/picotron,
-    data_parallel.py). ``register_post_accumulate_grad_hook`` runs
-    once the gradient is in ``param.grad``.
-    """
-
-    def __init__(self, model, world_size: int):
-        self.world_size, self.iteration = world_size, 0
-        self.calls = []
-        for name, param in model.named_parameters():
-            hook = functools.partial(self.all_reduce, name)
-            param.register_post_accumulate_grad_hook(hook)
-
-    def all_reduce(self, name, param):
-        start = time.perf_counter()
-        dist.all_reduce(param.grad)
-        param.grad /= self.world_size
-        self.calls.append({
-            "iteration": self.iteration, "param": name,
-            "start": start, "end": time.perf_counter(),
-            "bytes": param.grad.numel() * param.grad.element_size()})
-
-
-class BucketLog:
-    """The state of ``record_and_allreduce``: every bucket DDP handed to the hook, in order."""
-
-    def __init__(self, model, world_size: int):
-        self.names = {id(p): name for name, p in model.named_parameters()}
-        self.world_size, self.iteration, self.buckets = world_size, 0, []
-
-
-def record_and_allreduce(state, bucket):
-    """A DDP comm hook: note the bucket DDP launches, then do what DDP
-    does without a hook.
-
-    DDP calls it once per bucket, in bucket order, as soon as the
-    bucket's last gradient is ready (``register_comm_hook``). Its bucket
-    is *not* divided by the world size (reducer.cpp,
-    ``mark_variable_ready_dense`` divides only without a hook), so it
-    divides, then all-reduces a sum, as ``allreduce_hook`` does
-    (torch/distributed/algorithms/ddp_comm_hooks/default_hooks.py).
-    """
-    buffer = bucket.buffer()
-    names = [state.names[id(p)] for p in bucket.parameters()]
-    entry = {"iteration": state.iteration, "index": bucket.index(),
-             "params": names,
-             "numel": buffer.numel(),
-             "bytes": buffer.numel() * buffer.element_size(),
-             "launch": time.perf_counter(), "done": None}
-    state.buckets.append(entry)
-    buffer.div_(state.world_size)
-
-    def finished(fut):
-        entry["done"] = time.perf_counter()
-        return fut.value()[0]
-
-    work = dist.all_reduce(buffer, async_op=True)
-    return work.get_future().then(finished)
-
-
-def watch_ready_order(model, log: list) -> None:
-    """Append each parameter's name to ``log[-1]`` when autograd has accumulated its gradient."""
-    for name, param in model.named_parameters():
-        param.register_post_accumulate_grad_hook(lambda _, name=name: log[-1].append(name))
-
+from ddplab.checks import positive_int
+from ddplab.experiments.bucket_rule import bucket_limits, check_cap
+from ddplab.experiments.hooks import (
+    BucketLog,
+    NaiveAllReduce,
+    record_and_allreduce,
+    watch_ready_order,
+)
+from ddplab.experiments.mlp import DEFAULT_LAYERS, check_layers, flat_grad, make_batch, make_model
 
 # ---------------------------------------------------------------- on every rank
 
@@ -268,30 +173,6 @@ def run(layers=DEFAULT_LAYERS, bucket_cap_mb: float | None = None, iterations: i
 
 # ---------------------------------------------------------------- checks, CLI
 
-
-
-def check_layers(layers) -> tuple:
-    """``layers`` as a tuple of ints: a sequence, or text such as "64,1024,1024,10"."""
-    if isinstance(layers, str):
-        try:
-            layers = [int(w) for w in layers.split(",")]
-        except ValueError:
-            raise ValueError(f"layers must be comma-separated ints, got {layers!r}") from None
-    layers = tuple(layers)
-    if len(layers) < 2:
-        raise ValueError(f"layers needs at least 2 widths (inputs, outputs), got {layers}")
-    for width in layers:
-        positive_int("every width in layers", width)
-    return layers
-
-
-def check_cap(bucket_cap_mb) -> None:
-    if bucket_cap_mb is None:
-        return
-    if isinstance(bucket_cap_mb, bool) or not isinstance(bucket_cap_mb, (int, float)) \
-            or not math.isfinite(bucket_cap_mb) or bucket_cap_mb <= 0:
-        raise ValueError(f"bucket_cap_mb must be None (DDP's default) or a positive number of "
-                         f"MiB, got {bucket_cap_mb!r}")
 
 
 def add_arguments(parser) -> None:

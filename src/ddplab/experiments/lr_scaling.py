@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import ddplab
-from ddplab.experiments import positive_int
+from ddplab.checks import positive_int
 
 RULES = ("none", "linear", "sqrt")
 OPTIMIZERS = ("sgd", "adam")

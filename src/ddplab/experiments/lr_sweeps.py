@@ -13,8 +13,8 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import ddplab
+from ddplab.checks import positive_int
 from ddplab.experiments import lr_scaling as task
-from ddplab.experiments import positive_int
 from ddplab.experiments.noise_scale import TARGET
 
 

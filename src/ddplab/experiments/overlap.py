@@ -6,7 +6,7 @@
 Every rank times whole training steps (forward, backward, SGD step) after a barrier, on one
 clock shared by the processes of a machine (``time.perf_counter``), and records when autograd
 has accumulated each parameter's gradient and when each all-reduce starts and ends:
-``buckets.record_and_allreduce`` for DDP, ``buckets.NaiveAllReduce`` for naive data parallel.
+``hooks.record_and_allreduce`` for DDP, ``hooks.NaiveAllReduce`` for naive data parallel.
 Mode ``local`` communicates nothing: the computation alone. With ``record=False`` no hook at
 all is installed (plain DDP), for step times without the recording's own small cost. On GPUs
 these host-side timestamps would show kernel launches, not completions: this is a CPU view.
@@ -24,7 +24,8 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import ddplab
-from ddplab.experiments import buckets, positive_int
+from ddplab.checks import positive_int
+from ddplab.experiments import bucket_rule, hooks, mlp
 
 MODES = ("ddp", "naive", "local")
 
@@ -32,7 +33,7 @@ MODES = ("ddp", "naive", "local")
 def steps(ctx, layers, mode: str, bucket_cap_mb, iterations: int, warmup: int,
           batch_size: int, seed: int, record: bool) -> list[dict]:
     """Time ``warmup + iterations`` training steps; return the last ``iterations``."""
-    model = buckets.make_model(layers, seed).to(ctx.device)
+    model = mlp.make_model(layers, seed).to(ctx.device)
     ready = []  # this iteration's (param, time) pairs
     if record:
         for name, param in model.named_parameters():
@@ -40,18 +41,18 @@ def steps(ctx, layers, mode: str, bucket_cap_mb, iterations: int, warmup: int,
                 lambda _, name=name: ready.append((name, time.perf_counter())))
     wrapped, log = model, None
     if mode == "naive":
-        log = buckets.NaiveAllReduce(model, ctx.world_size)
+        log = hooks.NaiveAllReduce(model, ctx.world_size)
     elif mode == "ddp":
         wrapped = DDP(model, bucket_cap_mb=bucket_cap_mb)
         if record:
-            log = buckets.BucketLog(model, ctx.world_size)
-            wrapped.register_comm_hook(log, buckets.record_and_allreduce)
+            log = hooks.BucketLog(model, ctx.world_size)
+            wrapped.register_comm_hook(log, hooks.record_and_allreduce)
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
     rows = slice(ctx.rank * batch_size, (ctx.rank + 1) * batch_size)
     out = []
     for i in range(warmup + iterations):
         X, y = (t[rows].to(ctx.device)
-                for t in buckets.make_batch(layers, batch_size, ctx.world_size, seed, i))
+                for t in mlp.make_batch(layers, batch_size, ctx.world_size, seed, i))
         optimizer.zero_grad()
         ready.clear()
         dist.barrier()  # every rank starts the step together
@@ -182,12 +183,12 @@ def run(world_size: int = 2, width: int = 1024, depth: int = 2,
                          f"iteration 0), got {warmup!r}")
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-    buckets.check_cap(bucket_cap_mb)
-    layers = buckets.check_layers((64, *[width] * depth, 10) if layers is None else layers)
+    bucket_rule.check_cap(bucket_cap_mb)
+    layers = mlp.check_layers((64, *[width] * depth, 10) if layers is None else layers)
     ranks = ddplab.run(steps, world_size, backend=backend, timeout=timeout, layers=layers,
                        mode=mode, bucket_cap_mb=bucket_cap_mb, iterations=iterations,
                        warmup=warmup, batch_size=batch_size, seed=seed, record=bool(record))
-    model = buckets.make_model(layers, seed)
+    model = mlp.make_model(layers, seed)
     return Timeline(layers=layers, world_size=len(ranks), mode=mode, bucket_cap_mb=bucket_cap_mb,
                     param_names=[n for n, _ in model.named_parameters()],
                     param_bytes=[4 * p.numel() for p in model.parameters()], ranks=ranks)

@@ -30,7 +30,7 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader, DistributedSampler
 
 import ddplab
-from ddplab.experiments import positive_int
+from ddplab.checks import positive_int
 
 # Results travel through pipes and, from the CLI, as JSON: cap the number of indices drawn.
 MAX_DRAWS = 1_000_000

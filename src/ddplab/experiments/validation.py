@@ -19,7 +19,7 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader, DistributedSampler
 
 import ddplab
-from ddplab.experiments import positive_int
+from ddplab.checks import positive_int
 
 METHODS = ("padded", "drop_last", "exact")
 

@@ -5,11 +5,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import numpy as np
 
-RANK_COLORS = plt.get_cmap("tab10").colors + plt.get_cmap("Dark2").colors
-
-
-def rank_color(rank: int):
-    return RANK_COLORS[rank % len(RANK_COLORS)]
+from ddplab.plots.style import rank_color
 
 
 def gradients(result, ax=None, legend: bool = True):

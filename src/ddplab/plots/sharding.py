@@ -8,7 +8,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.patches import Rectangle
 
-from ddplab.plots.averaging import rank_color
+from ddplab.plots.style import rank_color
 
 WIDTH = 7.5  # inches: the book's text column, so that labels stay readable
 GAP = 0.5  # blank columns between two steps of one rank

@@ -1,0 +1,22 @@
+"""One look for every figure: rank colours and the widths that fit the book's text column."""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+
+RANK_COLORS = plt.get_cmap("tab10").colors + plt.get_cmap("Dark2").colors
+PAGE_WIDTH = 7.5  # inches: the book's text column at the theme's width, labels stay readable
+WIDE = 9.0  # inches: a figure that may overflow into the margin (the page scales it down)
+
+
+def rank_color(rank: int):
+    """The colour of a rank, the same in every chapter."""
+    return RANK_COLORS[rank % len(RANK_COLORS)]
+
+
+def figure(ax=None, size=(PAGE_WIDTH, 3.0)):
+    """``(fig, ax)``: the given axes' figure, or a new figure of this size."""
+    if ax is not None:
+        return ax.figure, ax
+    fig, ax = plt.subplots(figsize=size, constrained_layout=True)
+    return fig, ax
