@@ -14,27 +14,15 @@ import json
 import os
 import sys
 
-import numpy as np
-
-from ddplab.cluster import BACKENDS, DEFAULT_TIMEOUT, is_reporting_process, under_torchrun
+from ddplab.backend import BACKENDS
+from ddplab.cluster import DEFAULT_TIMEOUT
 from ddplab.experiments import averaging, buckets, check, lr_scaling, noise_scale, overlap, sharding
+from ddplab.results import to_json
+from ddplab.torchrun import is_reporting_process, under_torchrun
 
 EXPERIMENTS = {"check": check, "averaging": averaging, "sharding": sharding,
                "lr-scaling": lr_scaling, "noise-scale": noise_scale, "buckets": buckets,
                "overlap": overlap}
-
-
-def to_json(value):
-    """Numpy arrays and scalars as JSON lists and numbers."""
-    if isinstance(value, dict):
-        return {str(k): to_json(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [to_json(v) for v in value]
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    if isinstance(value, np.generic):
-        return value.item()
-    return value
 
 
 def parser() -> argparse.ArgumentParser:

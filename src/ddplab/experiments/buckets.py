@@ -103,11 +103,11 @@ class Buckets:
         return [4 * n for n in self.param_numels]  # float32
 
     @property
-    def bucket_counts(self) -> list[int]:
+    def buckets_per_iteration(self) -> list[int]:
         return [len(layout) for layout in self.layouts]
 
     @property
-    def naive_call_counts(self) -> list[int]:
+    def naive_calls_per_iteration(self) -> list[int]:
         return [len(calls) for calls in self.naive_calls]
 
     def params(self, iteration: int) -> list[list[str]]:

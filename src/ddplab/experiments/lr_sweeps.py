@@ -219,13 +219,13 @@ def steps_to_target(ctx, batch_size: int, lrs: list, seeds: list, target: float,
     W = ctx.world_size
     rows = slice(ctx.rank * batch_size, (ctx.rank + 1) * batch_size)
     limit = task.DIVERGES_ABOVE * task.start_loss()
-    counts, best = {}, max_steps
+    steps, best = {}, max_steps
     for lr in sorted(lrs, reverse=True):
         for seed in seeds:
             model = task.make_model().to(ctx.device)
             ddp = DDP(model)
             opt = torch.optim.SGD(ddp.parameters(), lr=lr)
-            counts[lr, seed] = None
+            steps[lr, seed] = None
             for t in range(best):
                 X, y = task.global_batch(seed, t, W * batch_size)
                 opt.zero_grad()
@@ -233,13 +233,13 @@ def steps_to_target(ctx, batch_size: int, lrs: list, seeds: list, target: float,
                 opt.step()
                 loss = task.population_loss(model)  # identical on every rank: same decision
                 if loss <= target:
-                    counts[lr, seed] = t + 1
+                    steps[lr, seed] = t + 1
                     break
                 if not loss < limit:  # diverged (or not finite)
                     break
-        median = np.median([np.inf if counts[lr, s] is None else counts[lr, s] for s in seeds])
+        median = np.median([np.inf if steps[lr, s] is None else steps[lr, s] for s in seeds])
         best = int(min(best, median))
-    return [counts[lr, seed] for lr in lrs for seed in seeds]
+    return [steps[lr, seed] for lr in lrs for seed in seeds]
 
 
 @dataclasses.dataclass
@@ -252,12 +252,12 @@ class CriticalBatch:
     seeds: list
     target: float
     max_steps: int
-    counts: np.ndarray  # (batches, lrs, seeds): steps to the target; inf: diverged, or not
+    steps: np.ndarray  # (batches, lrs, seeds): steps to the target; inf: diverged, or not
     # within max_steps or within the best median so far (see ``steps_to_target``)
 
     @property
     def median_steps(self) -> np.ndarray:  # (batches, lrs)
-        return np.median(self.counts, axis=2)
+        return np.median(self.steps, axis=2)
 
     @property
     def best_lrs(self) -> np.ndarray:
@@ -296,15 +296,15 @@ def critical_batch(world_size: int = 2, batch_sizes=(1, 2, 4, 8, 16, 32, 64, 128
     for lr in lrs:
         task.check(lr=lr)
     task.check(steps=max_steps)
-    counts = []
+    steps = []
     for i, b in enumerate(batch_sizes):
         _tell(progress, i, len(batch_sizes), f"global batch {world_size * b}")
         result = ddplab.run(steps_to_target, world_size, timeout=timeout, batch_size=b,
                             lrs=list(lrs), seeds=list(seeds), target=target,
                             max_steps=max_steps)[0]
-        counts.append([np.inf if c is None else c for c in result])
+        steps.append([np.inf if c is None else c for c in result])
     _tell(progress, len(batch_sizes), len(batch_sizes), "done")
     return CriticalBatch(
         world_size=world_size, global_batch_sizes=[world_size * b for b in batch_sizes],
         lrs=list(lrs), seeds=list(seeds), target=target, max_steps=max_steps,
-        counts=np.array(counts, float).reshape(len(batch_sizes), len(lrs), len(seeds)))
+        steps=np.array(steps, float).reshape(len(batch_sizes), len(lrs), len(seeds)))

@@ -122,9 +122,13 @@ class Sharding:
         """Every index drawn in ``epoch`` by all ranks, in rank order."""
         return [i for rank in self.indices[epoch] for batch in rank for i in batch]
 
-    def counts(self, epoch: int) -> np.ndarray:
+    def times_drawn(self, epoch: int) -> np.ndarray:
         """How many times each dataset index was drawn in ``epoch``, over all ranks."""
         return np.bincount(self.drawn(epoch), minlength=self.dataset_size)
+
+    def drawn_again(self, epoch: int) -> np.ndarray:
+        """Whether each dataset index was drawn more than once in ``epoch`` (padding)."""
+        return self.times_drawn(epoch) > 1
 
     def samples_per_epoch(self, epoch: int = 0) -> int:
         return len(self.drawn(epoch))
@@ -238,10 +242,10 @@ def describe(result: Sharding) -> str:
              f"per rank and epoch: {result.samples_per_rank} samples, "
              f"{result.steps_per_epoch} steps"]
     for e in range(result.epochs):
-        counts = result.counts(e)
+        times = result.times_drawn(e)
         lines.append(f"epoch {e}: {result.samples_per_epoch(e)} drawn, "
-                     f"{int((counts > 1).sum())} more than once, "
-                     f"{int((counts == 0).sum())} never; "
+                     f"{int((times > 1).sum())} more than once, "
+                     f"{int((times == 0).sum())} never; "
                      f"per step {result.global_batch_sizes[e]}")
         for r, batches in enumerate(result.indices[e]):
             lines.append(f"  rank {r}: " + " ".join(map(str, batches)))

@@ -26,7 +26,7 @@ def gradients(result, ax=None, legend: bool = True):
     _parameter_axis(ax, result.param_names, result.param_shapes)
     ax.axhline(0, color="0.6", lw=0.6)
     sizes = (f"{result.batch_size} per rank" if result.batch_size
-             else "samples per rank " + ",".join(map(str, result.counts)))
+             else "samples per rank " + ",".join(map(str, result.batch_sizes)))
     ax.set_title(f"world size {W}, {sizes}, {result.reduction} loss: "
                  f"max |DDP - one process| = {result.max_diff:.1e}", fontsize=10, pad=14)
     if legend:

@@ -46,7 +46,7 @@ def _font(cell: float, row: float, dataset_size: int) -> float | None:
 
 
 def _epoch_panel(ax, result, epoch, span, cell, font):
-    twice = result.counts(epoch) > 1
+    twice = result.drawn_again(epoch)
     B = result.batch_size
     for r, batches in enumerate(result.indices[epoch]):
         x = 0.0
