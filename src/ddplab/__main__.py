@@ -46,6 +46,12 @@ def parser() -> argparse.ArgumentParser:
     return top
 
 
+def describe(module, result) -> str:
+    """The result's own summary; ``check`` returns plain per-rank reports, summed up by its
+    module."""
+    return result.describe() if hasattr(result, "describe") else module.describe(result)
+
+
 def main(argv=None) -> int:
     cli = parser()
     args = cli.parse_args(argv)
@@ -59,7 +65,7 @@ def main(argv=None) -> int:
         cli.error(str(exc))
     data = result.to_json() if hasattr(result, "to_json") else result
     if is_reporting_process():
-        print(json.dumps(to_json(data), indent=1) if args.json else module.describe(result))
+        print(json.dumps(to_json(data), indent=1) if args.json else describe(module, result))
     return 0 if data.get("ok", True) else 1
 
 

@@ -13,8 +13,10 @@ gc.disable()
 try:
     import ddplab.experiments.averaging  # noqa: F401
     import ddplab.experiments.bucket_options  # noqa: F401
+    import ddplab.experiments.bucket_rule  # noqa: F401
     import ddplab.experiments.buckets  # noqa: F401
     import ddplab.experiments.check  # noqa: F401
+    import ddplab.experiments.critical_batch  # noqa: F401
     import ddplab.experiments.lr_scaling  # noqa: F401
     import ddplab.experiments.lr_sweeps  # noqa: F401
     import ddplab.experiments.noise_scale  # noqa: F401

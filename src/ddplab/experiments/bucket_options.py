@@ -25,6 +25,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 import ddplab
 from ddplab.checks import positive_int
 from ddplab.experiments import hooks, mlp
+from ddplab.results import Result
 
 
 def keep_buffers(state, bucket):
@@ -73,7 +74,7 @@ def measure_views(ctx, layers, gradient_as_bucket_view: bool, set_to_none: bool,
 
 
 @dataclasses.dataclass
-class Views:
+class Views(Result):
     """One row per (gradient_as_bucket_view, set_to_none), measured after the last step."""
 
     layers: tuple
@@ -132,7 +133,7 @@ def accumulate_ranks(ctx, layers, micro_batches: int, batch_size: int, seed: int
 
 
 @dataclasses.dataclass
-class Accumulation:
+class Accumulation(Result):
     """Bucket all-reduces launched by each backward, and DDP's gradient after the last."""
 
     micro_batches: int

@@ -8,9 +8,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.patches import Rectangle
 
+from ddplab.plots.style import PAGE_WIDTH as WIDTH
 from ddplab.plots.style import rank_color
 
-WIDTH = 7.5  # inches: the book's text column, so that labels stay readable
 GAP = 0.5  # blank columns between two steps of one rank
 TWICE = "crimson"  # outline of a sample drawn more than once in its epoch
 
