@@ -83,6 +83,20 @@ class Views:
     param_bytes: int
     rows: list[dict]
 
+    def describe(self) -> str:
+        """One line per setting: bucket bytes, gradient bytes kept apart from the buckets,
+        gradients that are bucket views, and gradients accumulated straight into a bucket."""
+        lines = [f"parameters: {self.param_count} tensors, {self.param_bytes:,} bytes",
+                 "as_bucket_view set_to_none  buckets B  other grads B  views  in place"]
+        lines += [f"{r['gradient_as_bucket_view']!s:<14} {r['set_to_none']!s:<11} "
+                  f"{r['bucket_bytes']:>10,} {r['separate_grad_bytes']:>14,} "
+                  f"{r['views']:>6} {r['accumulated_in_place']:>9}" for r in self.rows]
+        return "\n".join(lines)
+
+    def row(self, gradient_as_bucket_view: bool, set_to_none: bool) -> dict:
+        return next(r for r in self.rows if r["gradient_as_bucket_view"] == gradient_as_bucket_view
+                    and r["set_to_none"] == set_to_none)
+
 
 def views(layers=mlp.DEFAULT_LAYERS, world_size: int = 2, iterations: int = 3,
           batch_size: int = 32, seed: int = 0) -> Views:
