@@ -121,12 +121,14 @@ def test_gradient_as_bucket_view_keeps_one_copy_of_the_gradients():
         np.testing.assert_allclose(r["grads"], reference, atol=1e-7)
 
 
-def test_no_sync_launches_nothing_then_all_reduces_the_accumulated_sum():
+def test_no_sync_launches_nothing_then_all_reduces_the_mean_over_micro_batches():
     world_size, batch_size, seed = 3, 4, 1
     result = bucket_options.accumulate(micro_batches=3, layers=SMALL, world_size=world_size,
                                        batch_size=batch_size, seed=seed)
     assert result.launches == [0, 0, 1]
-    reference = sum(one_process_grad(SMALL, seed, world_size, batch_size, m) for m in range(3))
+    # One process, mean loss over all 3 x 3 x 4 samples: the mean of the micro-batch means.
+    reference = sum(one_process_grad(SMALL, seed, world_size, batch_size, m)
+                    for m in range(3)) / 3
     np.testing.assert_allclose(result.grads, [reference] * world_size, atol=1e-5)
     last_only = one_process_grad(SMALL, seed, world_size, batch_size, 2)
     assert np.abs(last_only - reference).max() > 1e-3

@@ -148,6 +148,17 @@ class Buckets(Result):
         lines.append(f"largest |hooked DDP - DDP without hook| gradient: {self.max_diff_hook:.1e}")
         return "\n".join(lines)
 
+    def describe_naive(self, iteration: int) -> str:
+        """Rank 0's naive all-reduce calls on ``iteration``: parameter, bytes, duration."""
+        return "\n".join(f"{c['param']:>8}: {c['bytes']:>9,} B, "
+                         f"{1e3 * (c['end'] - c['start']):5.2f} ms"
+                         for c in self.naive_calls[iteration])
+
+    def describe_limits(self) -> str:
+        """DDP's bucket limits for this run's ``bucket_cap_mb``, and its buckets per iteration."""
+        first, cap = bucket_limits(self.bucket_cap_mb)
+        return f"first limit {first:>11,} B, then {cap:>11,} B: {self.buckets_per_iteration}"
+
 
 def run(layers=DEFAULT_LAYERS, bucket_cap_mb: float | None = None, iterations: int = 3,
         world_size: int = 2, find_unused_parameters: bool = False, static_graph: bool = False,

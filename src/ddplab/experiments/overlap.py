@@ -168,6 +168,19 @@ class Timeline(Result):
                   for c in self.all_reduces]
         return "\n".join(lines)
 
+    def describe_overlap(self) -> str:
+        """All-reduces per step, and how many started while backward was still computing."""
+        during, calls = self.started_during_backward, len(self.all_reduces)
+        return (f"{calls:2d} all-reduce{'s' if calls != 1 else ' '} per step, "
+                f"{min(during)} to {max(during)} of them started during backward")
+
+    def describe_phases(self) -> str:
+        """Median ms of the step and its phases (see ``median``)."""
+        step, forward, backward, waiting = (self.median(p) for p in
+                                            ("step", "forward", "backward", "waiting"))
+        return (f"step {step:6.1f}, forward {forward:5.1f}, backward {backward:6.1f}, "
+                f"waiting {waiting:5.1f}")
+
 
 def _last_gradient(it: dict) -> float:
     return max((t for _, t in it["ready"]), default=it["backward_end"])

@@ -67,3 +67,13 @@ def largest_curvature() -> float:
     feature variance (the bias's curvature is 2 too). Gradient descent diverges above
     2 / largest_curvature() (the stability limit of a quadratic)."""
     return float(2 * (feature_scales() ** 2).max())
+
+
+def estimated_curvature(samples: int = 100_000, seed: int = 0) -> float:
+    """The same largest curvature estimated from data: the largest eigenvalue of the mean
+    squared error's Hessian ``2 E[x x^T]`` over ``samples`` samples of the stream, with a 1
+    appended to the features for the bias."""
+    X, _ = global_batch(seed=seed, step=0, size=samples)
+    inputs = torch.cat([X, torch.ones(len(X), 1)], dim=1)  # the bias sees a constant 1
+    hessian = 2 * inputs.T @ inputs / len(inputs)
+    return torch.linalg.eigvalsh(hessian).max().item()

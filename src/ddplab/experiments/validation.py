@@ -100,6 +100,13 @@ class Evaluation(Result):
         drawn = [i for rank in self.ids[method] for i in rank]
         return np.bincount(drawn, minlength=self.dataset_size)
 
+    def describe(self) -> str:
+        """Correct / counted = accuracy, per method, and the one process's."""
+        lines = [f"{m:9s}: {self.correct[m]}/{self.count[m]} = {self.accuracy(m):.5f}"
+                 for m in METHODS]
+        return "\n".join(lines + [f"one process: {self.reference_correct}/"
+                                   f"{self.dataset_size} = {self.reference:.5f}"])
+
 
 def run(dataset_size: int = 10, world_size: int = 4, batch_size: int = 2, seed: int = 0,
         backend: str = "auto", timeout: float = 60.0) -> Evaluation:
