@@ -17,11 +17,23 @@ import sys
 import numpy as np
 
 from ddplab.cluster import BACKENDS, DEFAULT_TIMEOUT, is_reporting_process, under_torchrun
-from ddplab.experiments import averaging, buckets, check, lr_scaling, noise_scale, overlap, sharding
+from ddplab.experiments import (
+    averaging,
+    batchnorm,
+    buckets,
+    check,
+    lr_scaling,
+    noise_scale,
+    overlap,
+    rank0_collective,
+    sharding,
+    uneven,
+)
 
 EXPERIMENTS = {"check": check, "averaging": averaging, "sharding": sharding,
                "lr-scaling": lr_scaling, "noise-scale": noise_scale, "buckets": buckets,
-               "overlap": overlap}
+               "overlap": overlap, "uneven": uneven, "rank0-collective": rank0_collective,
+               "batchnorm": batchnorm}
 
 
 def to_json(value):
