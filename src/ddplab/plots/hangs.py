@@ -35,11 +35,11 @@ def rank0_steps(result, ax=None):
     evaluated = "evaluated" if result.val_loss is not None else "stuck evaluating"
     ax.text(result.steps_completed_per_rank[0] + 0.05, 0, f"then {evaluated}", va="center",
             fontsize=8)
+    named = ", ".join(map(str, result.missing_ranks))
     for rank, message in enumerate(result.check_in_messages):
         if message and rank:
             ax.text(result.steps_completed_per_rank[rank] + 0.05, rank,
-                    f"monitored_barrier names rank {result.missing_ranks}", va="center",
-                    fontsize=8)
+                    f"monitored_barrier names rank {named}", va="center", fontsize=8)
     ax.set_yticks(ranks, [f"rank {r}" for r in ranks])
     ax.invert_yaxis()
     ax.set_xlim(0, max(result.steps_completed_per_rank) * 2.5)
