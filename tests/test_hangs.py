@@ -168,3 +168,17 @@ def test_bad_input_fails_before_any_rank_starts(run, kwargs, match):
         run(**kwargs)
     assert descendants() <= before
 
+
+
+def test_the_labs_dropdown_shows_the_chosen_panel_only():
+    import ipywidgets
+
+    from ddplab import widgets
+
+    panels = {"uneven_inputs": ipywidgets.Label("a"), "batchnorm": ipywidgets.Label("b")}
+    chooser = widgets.choose(**panels)
+    dropdown, box = chooser.children
+    assert dropdown.options == (("uneven inputs", "uneven_inputs"), ("batchnorm", "batchnorm"))
+    assert box.children == (panels["uneven_inputs"],)
+    dropdown.value = "batchnorm"
+    assert box.children == (panels["batchnorm"],)
