@@ -19,6 +19,9 @@ In the caller, ``run_watched`` calls ``ddplab.run`` with the timeout, turns a ``
 into the outcome ``"hung"`` and the seconds it took, and reads the notes of this call from the
 ranks' logs. The pool ends every rank process after a timeout and starts fresh ones on the next
 call (ARCHITECTURE.md, Failures).
+
+Under torchrun there is no pool to end a hang: a hung command waits for the group's own timeout,
+as the reader's job would. The hang commands are meant for the local pool.
 """
 
 from __future__ import annotations
