@@ -16,13 +16,25 @@ import sys
 
 from ddplab.backend import BACKENDS
 from ddplab.cluster import DEFAULT_TIMEOUT
-from ddplab.experiments import averaging, buckets, check, lr_scaling, noise_scale, overlap, sharding
+from ddplab.experiments import (
+    averaging,
+    batchnorm,
+    buckets,
+    check,
+    lr_scaling,
+    noise_scale,
+    overlap,
+    rank0_collective,
+    sharding,
+    uneven,
+)
 from ddplab.results import to_json
 from ddplab.torchrun import is_reporting_process, under_torchrun
 
 EXPERIMENTS = {"check": check, "averaging": averaging, "sharding": sharding,
                "lr-scaling": lr_scaling, "noise-scale": noise_scale, "buckets": buckets,
-               "overlap": overlap}
+               "overlap": overlap, "uneven": uneven, "rank0-collective": rank0_collective,
+               "batchnorm": batchnorm}
 
 
 def parser() -> argparse.ArgumentParser:
