@@ -104,13 +104,12 @@ def reference(world_size: int, batch_size: int, steps: int, seed: int) -> np.nda
 def run(world_size: int = 4, batch_size: int = 4, steps: int = 30, seed: int = 0,
         backend: str = "auto", timeout: float = 60.0) -> LoggedLoss:
     int_in_range("world_size", world_size, 1, ddplab.MAX_WORLD_SIZE)
-    positive_int("batch_size", batch_size)
-    positive_int("steps", steps)
+    for name, value in (("batch_size", batch_size), ("steps", steps)):
+        positive_int(name, value)
     an_int("seed", seed)
     results = ddplab.run(losses, world_size, backend=backend, timeout=timeout, steps=steps,
                          batch_size=batch_size, seed=seed)
-    return LoggedLoss(
-        world_size=world_size, batch_size=batch_size, steps=steps,
-        rank_losses=np.array([r["own"] for r in results]),
-        mean_losses=np.array(results[0]["mean"]),
-        reference_losses=reference(world_size, batch_size, steps, seed))
+    rank_losses = np.array([r["own"] for r in results])  # (world_size, steps)
+    return LoggedLoss(world_size=world_size, batch_size=batch_size, steps=steps,
+                      rank_losses=rank_losses, mean_losses=np.array(results[0]["mean"]),
+                      reference_losses=reference(world_size, batch_size, steps, seed))
