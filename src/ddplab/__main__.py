@@ -17,11 +17,24 @@ import sys
 import numpy as np
 
 from ddplab.cluster import BACKENDS, DEFAULT_TIMEOUT, is_reporting_process, under_torchrun
-from ddplab.experiments import averaging, buckets, check, lr_scaling, noise_scale, overlap, sharding
+from ddplab.experiments import (
+    accumulation,
+    allreduce,
+    averaging,
+    buckets,
+    check,
+    compression,
+    lr_scaling,
+    noise_scale,
+    overlap,
+    sharding,
+    step_time,
+)
 
 EXPERIMENTS = {"check": check, "averaging": averaging, "sharding": sharding,
                "lr-scaling": lr_scaling, "noise-scale": noise_scale, "buckets": buckets,
-               "overlap": overlap}
+               "overlap": overlap, "step-time": step_time, "allreduce": allreduce,
+               "accumulate": accumulation, "compress": compression}
 
 
 def to_json(value):

@@ -11,15 +11,19 @@ import gc
 
 gc.disable()
 try:
+    import ddplab.experiments.accumulation  # noqa: F401
+    import ddplab.experiments.allreduce  # noqa: F401
     import ddplab.experiments.averaging  # noqa: F401
     import ddplab.experiments.bucket_options  # noqa: F401
     import ddplab.experiments.buckets  # noqa: F401
     import ddplab.experiments.check  # noqa: F401
+    import ddplab.experiments.compression  # noqa: F401
     import ddplab.experiments.lr_scaling  # noqa: F401
     import ddplab.experiments.lr_sweeps  # noqa: F401
     import ddplab.experiments.noise_scale  # noqa: F401
     import ddplab.experiments.overlap  # noqa: F401
     import ddplab.experiments.sharding  # noqa: F401
+    import ddplab.experiments.step_time  # noqa: F401
     import ddplab.experiments.validation  # noqa: F401
     import ddplab.rank  # noqa: F401  (torch, torch.distributed, DDP, dynamo)
 finally:
