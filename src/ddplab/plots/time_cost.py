@@ -95,7 +95,7 @@ def scaling(result, model=None, axes=None):
     if model:
         mw = sorted(model)
         eff_ax.plot(mw, [model[w].efficiency for w in mw], "--", color="tab:blue", lw=1,
-                    label="model, weak, a core per rank")
+                    label="model, weak, every rank as fast as one alone")
     rate_ax.plot(ws, [w * result.alone.samples_per_s for w in ws], ":", color="0.4",
                  label="ideal (weak)")
     eff_ax.axhline(1, color="0.4", ls=":", lw=1)
