@@ -28,6 +28,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 import ddplab
 from ddplab.checks import one_of, positive_int
 from ddplab.experiments import clock, hooks, mlp
+from ddplab.experiments.step_time import LAYERS  # the chapter's model
 from ddplab.results import Result
 
 MISTAKES = (None, "loss not divided", "forward outside no_sync")
@@ -250,8 +251,6 @@ class Timing(Result):
 def timing(world_size: int = 2, batch_size: int = 8, micro_batches=(1, 2, 4, 8),
            layers=None, iterations: int = 3, progress=None) -> Timing:
     """Time optimizer steps of ``k`` micro-batches, with and without ``no_sync``."""
-    from ddplab.experiments.step_time import LAYERS  # the model of the step-time section
-
     layers = mlp.check_layers(LAYERS if layers is None else layers)
     positive_int("batch_size", batch_size)
     for k in micro_batches:

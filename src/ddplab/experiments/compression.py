@@ -44,6 +44,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 import ddplab
 from ddplab.checks import one_of, positive_int
 from ddplab.experiments import clock, mlp
+from ddplab.experiments.step_time import LAYERS  # the chapter's model
 from ddplab.results import Result
 
 HOOKS = ("none", "fp16", "bf16", "powersgd")
@@ -183,8 +184,6 @@ def run(world_size: int = 2, hook: str = "fp16", seed: int = 0, layers=None, ran
         iterations: int = 4, batch_size: int = 32, backend: str = "auto",
         timeout: float = 60.0) -> Compression:
     """Train ``iterations`` steps' gradients with ``hook`` and report its last one."""
-    from ddplab.experiments.step_time import LAYERS
-
     layers = mlp.check_layers(LAYERS if layers is None else layers)
     one_of("hook", hook, HOOKS)
     for name, value in (("rank", rank), ("batch_size", batch_size)):
