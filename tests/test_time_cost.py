@@ -18,10 +18,12 @@ from conftest import ddplab_json
 from ddplab.experiments import (
     accumulation,
     allreduce,
+    bucket_size,
     buckets,
     compression,
     cost_model,
     mlp,
+    scaling,
     step_time,
 )
 
@@ -112,16 +114,16 @@ def test_phases_add_up_to_the_step_on_every_rank():
 def test_bucket_count_follows_what_ddp_recorded(cap_mb):
     layers = (16, 64, 64, 64, 8)
     recorded = buckets.run(layers=layers, bucket_cap_mb=cap_mb, iterations=2)
-    assert step_time.bucket_count(layers, cap_mb) == recorded.bucket_counts[1]
+    assert bucket_size.bucket_count(layers, cap_mb) == recorded.bucket_counts[1]
 
 
 def test_scaling_reuses_matching_runs():
     runs = step_time.breakdown(world_sizes=(1, 2), batch_size=4, layers=SMALL, iterations=2)
-    scaling = step_time.scaling((1, 2), batch_size=4, global_batch_size=8, layers=SMALL,
-                                iterations=2, runs=runs)
-    assert scaling.weak[2] is runs[3] and scaling.alone is runs[0]
-    assert scaling.strong[1].batch_size == 8 and len(runs) == 6  # one new pair, at 1 x 8
-    assert scaling.efficiency("weak", 1) == pytest.approx(
+    result = scaling.run((1, 2), batch_size=4, global_batch_size=8, layers=SMALL, iterations=2,
+                         runs=runs)
+    assert result.weak[2] is runs[3] and result.alone is runs[0]
+    assert result.strong[1].batch_size == 8 and len(runs) == 6  # one new pair, at 1 x 8
+    assert result.efficiency("weak", 1) == pytest.approx(
         runs[1].samples_per_s / runs[0].samples_per_s)
 
 
@@ -152,7 +154,7 @@ def test_sizes_parse_as_bytes():
     (lambda: compression.run(iterations=2), "iterations must be"),
     (lambda: step_time.run(warmup=1), "warmup must be"),
     (lambda: step_time.run(bucket_cap_mb=0), "bucket_cap_mb must be"),
-    (lambda: step_time.scaling((1, 3), global_batch_size=64), "does not split evenly"),
+    (lambda: scaling.run((1, 3), global_batch_size=64), "does not split evenly"),
     (lambda: allreduce.run(repeats=0), "repeats must be"),
 ])
 def test_bad_input_is_a_clear_error(call, match):

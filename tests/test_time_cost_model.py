@@ -14,7 +14,7 @@ import math
 import numpy as np
 import pytest
 
-from ddplab.experiments import calibration, cost_model
+from ddplab.experiments import calibration, cluster_prediction, cost_model
 
 NVLINK = cost_model.INTRA_NODE["NVLink 4 (H100)"]
 IB = cost_model.INTER_NODE["InfiniBand NDR, 8 x 400 Gb/s per node"]
@@ -132,15 +132,16 @@ def test_compute_per_sample_is_six_flops_per_parameter_and_token():
 
 
 def test_cluster_predictions_fall_with_slower_networks_and_every_constant_has_a_source():
-    effs = [cost_model.predict_cluster(1300, nodes=4, inter=name).step.efficiency
+    effs = [cluster_prediction.run(1300, nodes=4, inter=name).step.efficiency
             for name in cost_model.INTER_NODE]
     assert effs == sorted(effs, reverse=True)  # the table is ordered fastest first
-    p = cost_model.predict_cluster(1300, nodes=4)
+    p = cluster_prediction.run(1300, nodes=4)
     assert set(p.curves) == set(cost_model.INTER_NODE) and 4 in p.curves[p.inter]
     assert "MODEL" in p.describe()
     for table in (cost_model.INTRA_NODE, cost_model.INTER_NODE, cost_model.ACCELERATORS):
         assert all(len(item.source) > 20 for item in table.values())
-    curves = cost_model.scaling_curves(1.3e9, global_batch_size=64, batch_size=4, gpus=(8, 128))
+    curves = cluster_prediction.scaling_curves(1.3e9, global_batch_size=64, batch_size=4,
+                                               gpus=(8, 128))
     weak, strong = curves.values()
     assert set(weak) == {8, 128} and set(strong) == {8}  # 64 sequences cannot feed 128 GPUs
 
@@ -151,7 +152,7 @@ def test_cluster_predictions_fall_with_slower_networks_and_every_constant_has_a_
     (dict(accumulation=1.5), "accumulation"), (dict(bucket_mb=-1), "bucket_mb")])
 def test_bad_cluster_input_is_a_clear_error(kwargs, match):
     with pytest.raises(ValueError, match=match):
-        cost_model.predict_cluster(**kwargs)
+        cluster_prediction.run(**kwargs)
 
 
 def test_the_calibrated_prediction_is_the_model_with_the_measured_inputs():

@@ -102,14 +102,14 @@ def run(world_sizes=(1, 2), batch_size: int = 32, layers=step_time.LAYERS, round
     total = rounds * (1 + len(world_sizes))
     for r in range(rounds):
         done = r * (1 + len(world_sizes))
-        _tell(progress, done, total, f"round {r + 1}: all-reduce")
+        step_time.tell(progress, done, total, f"round {r + 1}: all-reduce")
         fits.append(allreduce.run(2, FIT_SIZES, repeats=5))
         for i, w in enumerate(world_sizes):
-            _tell(progress, done + 1 + i, total, f"round {r + 1}: {w} rank(s)")
+            step_time.tell(progress, done + 1 + i, total, f"round {r + 1}: {w} rank(s)")
             without, ddp = step_time.paired(w, batch_size, layers, iterations=iterations)
             alone[w].append(without)
             measured[w].append(ddp.median("step"))
-    _tell(progress, total, total, "done")
+    step_time.tell(progress, total, total, "done")
     median = statistics.median
     return Calibration(
         params=mlp.param_count(layers), batch_size=batch_size,
@@ -123,6 +123,3 @@ def run(world_sizes=(1, 2), batch_size: int = 32, layers=step_time.LAYERS, round
         measured_s={w: median(m) for w, m in measured.items()}, rounds=rounds)
 
 
-def _tell(progress, done: int, total: int, label: str) -> None:
-    if progress is not None:
-        progress(done, total, label)

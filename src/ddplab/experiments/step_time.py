@@ -182,133 +182,16 @@ def breakdown(world_sizes=(1, 2, 4), batch_size: int = 32, layers=LAYERS, iterat
     """At each world size: the computation alone, then DDP (their steps alternate)."""
     runs = []
     for i, world_size in enumerate(world_sizes):
-        _tell(progress, i, len(world_sizes), f"world size {world_size}")
+        tell(progress, i, len(world_sizes), f"world size {world_size}")
         runs += paired(world_size, batch_size, layers, iterations=iterations)
-    _tell(progress, len(world_sizes), len(world_sizes), "done")
+    tell(progress, len(world_sizes), len(world_sizes), "done")
     return runs
 
 
-def _tell(progress, done: int, total: int, label: str) -> None:
+def tell(progress, done: int, total: int, label: str) -> None:
+    """Report a sweep's progress between its runs (``widgets.explore_sweep`` shows it)."""
     if progress is not None:
         progress(done, total, label)
-
-
-def _reuse_or_pair(runs: list, world_size: int, batch_size: int, layers,
-                   iterations: int) -> tuple[StepTime, StepTime]:
-    """``(alone, ddp)`` from ``runs`` if both are there, else a new :func:`paired` run."""
-    found = {r.communicate: r for r in runs
-             if (r.world_size, r.batch_size, r.layers, r.bucket_cap_mb) ==
-             (world_size, batch_size, layers, None)}
-    if len(found) < 2:
-        found = dict(zip((False, True), paired(world_size, batch_size, layers,
-                                               iterations=iterations)))
-        runs += found.values()
-    return found[False], found[True]
-
-
-# ---------------------------------------------------------------- strong and weak scaling
-
-
-@dataclasses.dataclass
-class Scaling:
-    """Weak scaling keeps ``batch_size`` per rank (the global batch grows with the ranks);
-    strong scaling divides ``global_batch_size`` over them (it stays). Both against one rank
-    training alone, without DDP, on the per-rank batch (weak) or the global batch (strong)."""
-
-    batch_size: int
-    global_batch_size: int
-    weak: dict  # world size -> StepTime
-    strong: dict
-    alone: StepTime  # 1 rank, batch_size, no DDP
-    alone_global: StepTime  # 1 rank, global_batch_size, no DDP
-
-    def efficiency(self, kind: str, world_size: int) -> float:
-        """Samples per second against ``world_size`` times one rank alone."""
-        run, alone = ((self.weak[world_size], self.alone) if kind == "weak"
-                      else (self.strong[world_size], self.alone_global))
-        return run.samples_per_s / (world_size * alone.samples_per_s)
-
-    def describe(self) -> str:
-        lines = [f"{'ranks':>5} {'weak: samples/s':>16} {'efficiency':>11} "
-                 f"{'strong: samples/s':>18} {'efficiency':>11}"]
-        for w in self.weak:
-            lines.append(f"{w:>5} {self.weak[w].samples_per_s:16.0f} "
-                         f"{self.efficiency('weak', w):11.0%} "
-                         f"{self.strong[w].samples_per_s:18.0f} "
-                         f"{self.efficiency('strong', w):11.0%}")
-        return "\n".join(lines)
-
-
-def scaling(world_sizes=(1, 2, 4), batch_size: int = 32, global_batch_size: int = 64,
-            layers=LAYERS, iterations: int = 7, runs=None, progress=None) -> Scaling:
-    """Measure both kinds of scaling; ``runs`` (a list of ``StepTime`` from :func:`paired`)
-    are reused where they match a world size, batch size and model, and new runs are added to
-    it. Each DDP run is paired with the same steps without DDP (``paired``)."""
-    runs = [] if runs is None else runs
-    layers = mlp.check_layers(layers)
-    for w in world_sizes:
-        if global_batch_size % w:
-            raise ValueError(f"global_batch_size {global_batch_size} does not split evenly "
-                             f"over {w} ranks")
-    get = lambda w, b: _reuse_or_pair(runs, w, b, layers, iterations)  # noqa: E731
-    _tell(progress, 0, 2, "weak scaling")
-    weak = {w: get(w, batch_size)[1] for w in world_sizes}
-    _tell(progress, 1, 2, "strong scaling")
-    strong = {w: get(w, global_batch_size // w)[1] for w in world_sizes}
-    _tell(progress, 2, 2, "done")
-    return Scaling(batch_size, global_batch_size, weak, strong, get(1, batch_size)[0],
-                   get(1, global_batch_size)[0])
-
-
-# ---------------------------------------------------------------- bucket size
-
-
-def bucket_count(layers, bucket_cap_mb) -> int:
-    """How many buckets DDP makes for ``mlp.make_model(layers)`` after its rebuild: DDP's rule
-    (``bucket_rule.pack``) over the gradient-ready order, each layer's bias before its weight,
-    last layer first (as recorded in the chapter "Buckets")."""
-    sizes = []
-    for n_in, n_out in reversed(list(zip(layers[:-1], layers[1:]))):
-        sizes += [4 * n_out, 4 * n_in * n_out]
-    return len(bucket_rule.pack(sizes, bucket_rule.bucket_limits(bucket_cap_mb)))
-
-
-@dataclasses.dataclass
-class BucketSweep:
-    """DDP's steps at one world size for several bucket caps."""
-
-    caps: list  # bucket_cap_mb values
-    buckets: list[int]  # DDP's bucket count for each
-    runs: list[StepTime]
-
-    @property
-    def exposed_s(self) -> list[float]:
-        """Median seconds of waiting after backward's last gradient."""
-        return [r.median("waiting") for r in self.runs]
-
-    @property
-    def best_buckets(self) -> int:
-        """The bucket count with the least exposed communication."""
-        return self.buckets[self.exposed_s.index(min(self.exposed_s))]
-
-    def describe(self) -> str:
-        lines = [f"{'bucket_cap_mb':>13} {'buckets':>8} {'exposed ms':>11} {'step ms':>8}"]
-        for cap, n, r in zip(self.caps, self.buckets, self.runs):
-            lines.append(f"{cap:>13g} {n:>8} {r.waiting_ms:11.1f} {r.step_ms:8.1f}")
-        return "\n".join(lines)
-
-
-def bucket_sweep(caps=(100, 8, 4, 2, 1, 0.001), world_size: int = 2, batch_size: int = 32,
-                 layers=LAYERS, iterations: int = 7, progress=None) -> BucketSweep:
-    """Time DDP's steps with each ``bucket_cap_mb`` in ``caps``."""
-    layers = mlp.check_layers(layers)
-    runs = []
-    for i, cap in enumerate(caps):
-        _tell(progress, i, len(caps), f"bucket_cap_mb {cap}")
-        runs.append(run(world_size, batch_size, layers, bucket_cap_mb=cap,
-                        iterations=iterations))
-    _tell(progress, len(caps), len(caps), "done")
-    return BucketSweep(list(caps), [bucket_count(layers, cap) for cap in caps], runs)
 
 
 # ---------------------------------------------------------------- CLI

@@ -80,7 +80,7 @@ def allreduce(results, axes=None):
 
 
 def scaling(result, model=None, axes=None):
-    """Samples per second and scaling efficiency, weak and strong (``step_time.Scaling``);
+    """Samples per second and scaling efficiency, weak and strong (``scaling.Scaling``);
     ``model`` (``{world size: cost_model.Step}``, optional) adds the model's weak line."""
     if axes is None:
         fig, axes = plt.subplots(1, 2, figsize=(PAGE_WIDTH, 2.9), constrained_layout=True)
@@ -114,7 +114,7 @@ def scaling(result, model=None, axes=None):
 
 
 def bucket_tradeoff(sweep, nbytes: float, bandwidth: float, overhead_s: float, ax=None):
-    """Measured exposed communication against the bucket count (``step_time.BucketSweep``),
+    """Measured exposed communication against the bucket count (``bucket_size.BucketSweep``),
     beside the model ``S/(n_b w) + n_b o`` with ``w``, ``o`` from the all-reduce fit."""
     fig, ax = figure(ax, (PAGE_WIDTH, 3.0))
     ax.semilogx(sweep.buckets, [1e3 * e for e in sweep.exposed_s], "o-", color="tab:blue",
@@ -231,7 +231,7 @@ def calibration(check, ax=None):
 
 
 def cluster(prediction, axes=None):
-    """A model's step (``cost_model.ClusterPrediction``): its terms, and its weak scaling
+    """A model's step (``cluster_prediction.ClusterPrediction``): its terms, and its weak scaling
     efficiency against the node count for every inter-node link."""
     if axes is None:
         fig, axes = plt.subplots(2, 1, figsize=(PAGE_WIDTH, 4.2), constrained_layout=True,
@@ -271,7 +271,7 @@ def _plain_log2(ax, ticks) -> None:
 
 def predicted_scaling(curves: dict, title: str, ax=None):
     """The model's efficiency against the GPU count, one line per kind of scaling
-    (``{label: {gpus: efficiency}}``, from ``cost_model.scaling_curves``)."""
+    (``{label: {gpus: efficiency}}``, from ``cluster_prediction.scaling_curves``)."""
     fig, ax = figure(ax, (PAGE_WIDTH, 2.8))
     for i, (label, curve) in enumerate(curves.items()):
         ax.plot(list(curve), list(curve.values()), "o-", ms=3, color=rank_color(i), label=label)
