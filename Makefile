@@ -19,6 +19,7 @@ book: setup  ## the book, every page executed by real runs; warnings are errors
 
 bench: setup  ## latency of the warm pool against a fresh interpreter and cold spawn
 	$(PY) benchmarks/pool_latency.py
+	$(PY) benchmarks/time_cost.py
 
 clean:
 	rm -rf .venv _build .pytest_cache
