@@ -114,7 +114,7 @@ def test_phases_add_up_to_the_step_on_every_rank():
 def test_bucket_count_follows_what_ddp_recorded(cap_mb):
     layers = (16, 64, 64, 64, 8)
     recorded = buckets.run(layers=layers, bucket_cap_mb=cap_mb, iterations=2)
-    assert bucket_size.bucket_count(layers, cap_mb) == recorded.bucket_counts[1]
+    assert bucket_size.bucket_count(layers, cap_mb) == recorded.buckets_per_iteration[1]
 
 
 def test_scaling_reuses_matching_runs():
