@@ -73,28 +73,29 @@ def run_all(page, url: str) -> None:
     time.sleep(1)
     page.keyboard.press("Enter")
     page.locator("text=real DDP run and drawn in").first.wait_for(timeout=180_000)
-    page.locator(".widget-output img").first.wait_for(timeout=60_000)
+    page.locator(".widget-vbox img").first.wait_for(timeout=60_000)
 
 
 # In the page: time from the key press on a slider to its panel showing a new, decoded figure
-# (window.ddplabMove.ms once it is there).
+# (window.ddplabMove.ms once it is there): a new <img> (an output area refilled) or a new
+# src (an image widget's bytes replaced).
 _WATCH = """slider => {
-  const output = slider.closest(".widget-vbox").querySelector(".widget-output");
-  const old = output.querySelector("img");
+  const panel = slider.closest(".widget-vbox");
+  const old = panel.querySelector("img"), oldSrc = old && old.src;
   const move = window.ddplabMove = {start: null, ms: null};
   const watcher = new MutationObserver(() => {
-    const img = output.querySelector("img");
-    if (move.start === null || !img || img === old) return;
+    const img = panel.querySelector("img");
+    if (move.start === null || !img || (img === old && img.src === oldSrc)) return;
     watcher.disconnect();
     img.decode().then(() => { move.ms = performance.now() - move.start; });
   });
-  watcher.observe(output, {childList: true, subtree: true, attributes: true});
+  watcher.observe(panel, {childList: true, subtree: true, attributes: true});
   slider.querySelector(".noUi-handle").addEventListener(
     "keydown", () => { move.start = performance.now(); }, {once: true});
 }"""
 
 
-def move_and_time(page, slider_index: int, moves: int) -> list[float]:
+def move_and_time(page, slider_index: int, moves: int, after_each=None) -> list[float]:
     """Press ArrowRight then ArrowLeft on the ``slider_index``-th slider, ``moves`` times in
     all, and return the ms from each key press to the new figure on the page."""
     slider = page.locator(".widget-slider").nth(slider_index)
@@ -108,6 +109,8 @@ def move_and_time(page, slider_index: int, moves: int) -> list[float]:
         page.wait_for_function("window.ddplabMove.ms !== null", timeout=60_000)
         times.append(page.evaluate("window.ddplabMove.ms"))
         page.wait_for_timeout(300)  # the status line and the kernel settle
+        if after_each:
+            after_each()
     return times
 
 

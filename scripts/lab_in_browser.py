@@ -33,7 +33,8 @@ def main() -> None:
         browser.run_all(page, url)
         status = page.locator("text=real DDP run and drawn in").first
         print(f"first run: {status.inner_text()}")
-        times = browser.move_and_time(page, args.slider, args.moves)
+        times = browser.move_and_time(page, args.slider, args.moves,
+                                      lambda: print(f"  {status.inner_text()}"))
         print("moves (ms):", " ".join(f"{t:.0f}" for t in times))
         print(f"slider {args.slider}: {browser.summary(times)}")
         print(f"status after: {status.inner_text()}")
