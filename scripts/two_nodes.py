@@ -6,7 +6,9 @@ Starts two torchrun agents, as two nodes would (``--nnodes 2 --nproc-per-node 1`
 rendezvous on 127.0.0.1 at a free port), each running ``python -m ddplab averaging --json``, and
 checks that the JSON printed (by global rank 0, on whichever node it is) equals the local warm
 pool's at world size 2: the same gradients on every rank, the same reference. Exits non-zero on
-a difference, an error or the timeout; every process it started is ended either way.
+a difference, an error or the timeout; every process it started is ended either way. While it
+runs (about 10 s), torchrun's own stores listen on every interface (ARCHITECTURE.md, "The
+rendered book in a browser"): torch gives them no listening address.
 """
 
 from __future__ import annotations
