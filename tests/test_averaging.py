@@ -9,10 +9,10 @@ from conftest import ddplab_json
 from ddplab.experiments import averaging
 
 
-def one_process_grad(counts, reduction, seed, rows=None):
+def one_process_grad(batch_sizes, reduction, seed, rows=None):
     """The gradient of the loss over the given rows of the dataset, no DDP, one process."""
     model = averaging.make_model(seed)
-    X, y = averaging.make_data(seed, sum(counts))
+    X, y = averaging.make_data(seed, sum(batch_sizes))
     if rows is not None:
         X, y = X[rows], y[rows]
     F.mse_loss(model(X), y, reduction=reduction).backward()
@@ -23,23 +23,23 @@ def one_process_grad(counts, reduction, seed, rows=None):
 def test_mean_loss_ddp_and_naive_equal_one_process_on_the_concatenated_batch(world_size,
                                                                               batch_size):
     result = averaging.run(world_size=world_size, batch_size=batch_size, seed=7)
-    counts = [batch_size] * world_size
-    reference = one_process_grad(counts, "mean", 7)
+    batch_sizes = [batch_size] * world_size
+    reference = one_process_grad(batch_sizes, "mean", 7)
     np.testing.assert_allclose(result.reference_grad, reference, atol=1e-7)
     for rank in range(world_size):
         np.testing.assert_allclose(result.ddp_grads[rank], reference, atol=1e-6)
         np.testing.assert_allclose(result.naive_grads[rank], reference, atol=1e-6)
         rows = slice(rank * batch_size, (rank + 1) * batch_size)
         np.testing.assert_allclose(result.local_grads[rank],
-                                   one_process_grad(counts, "mean", 7, rows), atol=1e-6)
+                                   one_process_grad(batch_sizes, "mean", 7, rows), atol=1e-6)
     if world_size > 1:  # the local gradients really differ, so the checks above bite
         assert np.abs(result.local_grads[0] - result.local_grads[1]).max() > 1e-3
 
 
 @pytest.mark.parametrize("world_size", [1, 2, 4])
 def test_summed_loss_is_world_size_times_smaller_and_both_fixes_work(world_size):
-    counts = [6] * world_size
-    reference_sum = one_process_grad(counts, "sum", 1)
+    batch_sizes = [6] * world_size
+    reference_sum = one_process_grad(batch_sizes, "sum", 1)
     summed = averaging.run(world_size=world_size, batch_size=6, reduction="sum", seed=1)
     np.testing.assert_allclose(summed.ddp_grads[0] * world_size, reference_sum, rtol=1e-5,
                                atol=1e-5)
@@ -48,21 +48,21 @@ def test_summed_loss_is_world_size_times_smaller_and_both_fixes_work(world_size)
                           correction="world_size")
     np.testing.assert_allclose(fixed.ddp_grads[0], reference_sum, rtol=1e-5, atol=1e-5)
     mean = averaging.run(world_size=world_size, batch_size=6, reduction="mean", seed=1)
-    np.testing.assert_allclose(mean.ddp_grads[0] * sum(counts), reference_sum, rtol=1e-5,
+    np.testing.assert_allclose(mean.ddp_grads[0] * sum(batch_sizes), reference_sum, rtol=1e-5,
                                atol=1e-5)
 
 
 def test_unequal_counts_bias_the_mean_of_means_and_the_global_count_fixes_it():
-    counts = [8, 8, 8, 2]
-    reference = one_process_grad(counts, "mean", 0)
-    biased = averaging.run(world_size=4, counts=counts)
+    batch_sizes = [8, 8, 8, 2]
+    reference = one_process_grad(batch_sizes, "mean", 0)
+    biased = averaging.run(world_size=4, batch_sizes=batch_sizes)
     # What DDP computes without the fix: the plain mean of the per-rank mean-loss gradients.
-    starts = np.cumsum([0] + counts)
-    per_rank = [one_process_grad(counts, "mean", 0, slice(a, b))
+    starts = np.cumsum([0] + batch_sizes)
+    per_rank = [one_process_grad(batch_sizes, "mean", 0, slice(a, b))
                 for a, b in zip(starts[:-1], starts[1:])]
     np.testing.assert_allclose(biased.ddp_grads[0], np.mean(per_rank, axis=0), atol=1e-6)
     assert np.abs(biased.ddp_grads[0] - reference).max() > 1e-2
-    fixed = averaging.run(world_size=4, counts=counts, correction="global_count")
+    fixed = averaging.run(world_size=4, batch_sizes=batch_sizes, correction="global_count")
     np.testing.assert_allclose(fixed.ddp_grads[0], reference, atol=1e-6)
 
 
@@ -84,7 +84,7 @@ def test_ddp_divides_by_the_world_size_not_the_gpus_per_node(nodes, gpus_per_nod
 @pytest.mark.parametrize("kwargs, match", [
     ({"reduction": "avg"}, "reduction must be"),
     ({"batch_size": 0}, "batch_size must be a positive int"),
-    ({"world_size": 3, "counts": [1, 2]}, "one entry per rank"),
+    ({"world_size": 3, "batch_sizes": [1, 2]}, "one entry per rank"),
     ({"correction": "bogus"}, "correction must be one of"),
     ({"world_size": 65}, "world_size must be"),
 ])

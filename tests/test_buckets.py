@@ -58,7 +58,7 @@ def test_recorded_buckets_match_the_hand_layout_and_gradients_are_ddps(cap_bytes
                          world_size=world_size, batch_size=batch_size, seed=seed)
     assert result.params(0) == [REGISTRATION]  # iteration 0: one bucket, registration order
     assert result.params(1) == result.params(2) == LAYOUTS[cap_bytes]
-    assert result.bucket_counts == [1, len(LAYOUTS[cap_bytes]), len(LAYOUTS[cap_bytes])]
+    assert result.buckets_per_iteration == [1, len(LAYOUTS[cap_bytes]), len(LAYOUTS[cap_bytes])]
     sizes = dict(zip(REGISTRATION, [2048, 256, 8192, 128, 512, 16]))
     for layout in result.layouts:
         assert [b["index"] for b in layout] == list(range(len(layout)))
@@ -72,7 +72,7 @@ def test_recorded_buckets_match_the_hand_layout_and_gradients_are_ddps(cap_bytes
     np.testing.assert_allclose(result.grads, [reference] * world_size, atol=1e-6)
     local = one_process_grad(SMALL, seed, world_size, batch_size, 2, rows=slice(0, batch_size))
     assert np.abs(local - reference).max() > 1e-3  # so the comparison above can fail
-    assert result.naive_call_counts == [6, 6, 6]
+    assert result.naive_calls_per_iteration == [6, 6, 6]
 
 
 def test_static_graph_rebuilds_one_iteration_later():
@@ -121,12 +121,14 @@ def test_gradient_as_bucket_view_keeps_one_copy_of_the_gradients():
         np.testing.assert_allclose(r["grads"], reference, atol=1e-7)
 
 
-def test_no_sync_launches_nothing_then_all_reduces_the_accumulated_sum():
+def test_no_sync_launches_nothing_then_all_reduces_the_mean_over_micro_batches():
     world_size, batch_size, seed = 3, 4, 1
     result = bucket_options.accumulate(micro_batches=3, layers=SMALL, world_size=world_size,
                                        batch_size=batch_size, seed=seed)
     assert result.launches == [0, 0, 1]
-    reference = sum(one_process_grad(SMALL, seed, world_size, batch_size, m) for m in range(3))
+    # One process, mean loss over all 3 x 3 x 4 samples: the mean of the micro-batch means.
+    reference = sum(one_process_grad(SMALL, seed, world_size, batch_size, m)
+                    for m in range(3)) / 3
     np.testing.assert_allclose(result.grads, [reference] * world_size, atol=1e-5)
     last_only = one_process_grad(SMALL, seed, world_size, batch_size, 2)
     assert np.abs(last_only - reference).max() > 1e-3

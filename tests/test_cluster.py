@@ -245,3 +245,17 @@ def test_a_failed_ranks_log_can_be_read_after_the_failure():
         ddplab.run(rank_fns.raise_on, 2, rank=1)
     logs = ddplab.logs()
     assert len(logs) >= 2 and "ValueError: boom on rank 1" in logs[1]
+
+
+def test_the_caller_never_loads_the_rank_side():
+    """The caller speaks to ranks in ddplab.messages' types; it must not import ddplab.rank
+    (or dynamo, which that module preloads for the ranks) to do so."""
+    code = textwrap.dedent("""
+        import sys
+        import ddplab, rank_fns
+        assert ddplab.run(rank_fns.identify, 2)[1]["rank"] == 1
+        print(sorted(m for m in ("ddplab.rank", "torch._dynamo") if m in sys.modules))
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, cwd=str(__import__("conftest").HERE), check=True).stdout
+    assert out.strip().splitlines()[-1] == "[]"

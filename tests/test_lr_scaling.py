@@ -13,19 +13,19 @@ import torch  # noqa: E402
 
 from conftest import ddplab_cli, ddplab_json  # noqa: E402
 from ddplab import widgets  # noqa: E402
-from ddplab.experiments import lr_scaling, lr_sweeps, noise_scale  # noqa: E402
+from ddplab.experiments import critical_batch, lr_scaling, lr_sweeps, noise_scale, regression  # noqa: E402
 from ddplab.plots import lr_scaling as plots  # noqa: E402
 
 
 def one_process(global_batch, lrs, optimizer="sgd", seed=0, steps=None):
     """Plain torch, no DDP: train on whole global batches of the stream with the rates ``lrs``.
     Returns the per-step losses and the models' parameters before each step."""
-    model = lr_scaling.make_model()
+    model = regression.make_model()
     make = torch.optim.SGD if optimizer == "sgd" else torch.optim.Adam
     opt = make(model.parameters(), lr=lrs[0])
     losses, params = [], []
     for t in range(steps or len(lrs)):
-        X, y = lr_scaling.global_batch(seed, t, global_batch)
+        X, y = regression.global_batch(seed, t, global_batch)
         params.append(torch.cat([p.detach().flatten() for p in model.parameters()]).clone())
         loss = ((model(X) - y) ** 2).mean()
         opt.zero_grad()
@@ -65,15 +65,15 @@ def test_a_global_batch_split_over_ranks_trains_like_one_process(world_size, opt
 
 
 def test_the_expected_loss_is_exact_for_the_task():
-    X, y = lr_scaling.global_batch(77, 0, 400_000)
+    X, y = regression.global_batch(77, 0, 400_000)
     values = []
     for shift in (0.0, 0.3):
-        model = lr_scaling.make_model()
+        model = regression.make_model()
         with torch.no_grad():
-            model.weight.add_(torch.linspace(-shift, shift, lr_scaling.FEATURES))
+            model.weight.add_(torch.linspace(-shift, shift, regression.FEATURES))
             model.bias.add_(shift)
             monte_carlo = float(((model(X) - y) ** 2).mean())
-        assert lr_scaling.population_loss(model) == pytest.approx(monte_carlo, rel=0.01)
+        assert regression.population_loss(model) == pytest.approx(monte_carlo, rel=0.01)
         values.append(monte_carlo)
     assert abs(values[0] - values[1]) > 0.05  # the check tells the two models apart
 
@@ -114,7 +114,7 @@ def test_divergence_stops_every_rank_at_the_same_step():
     too_large = lr_scaling.run(world_size=3, batch_size=4, lr=3.0, rule="none", steps=50)
     assert too_large.diverged and 0 < too_large.diverged_at < 50
     assert len(too_large.losses) == too_large.diverged_at + 1
-    assert too_large.losses[-1] > lr_scaling.DIVERGES_ABOVE * lr_scaling.start_loss()
+    assert too_large.losses[-1] > lr_scaling.DIVERGES_ABOVE * regression.start_loss()
     assert np.isfinite(too_large.losses[:-1]).all()
     fine = lr_scaling.run(world_size=3, batch_size=4, lr=0.05, rule="none", steps=50)
     assert not fine.diverged and len(fine.losses) == 50
@@ -125,11 +125,11 @@ def test_divergence_stops_every_rank_at_the_same_step():
 
 def per_sample_statistics(params, n=300_000, seed=5):
     """Monte Carlo |G|^2 and tr(Sigma) of one sample's gradient at ``params`` (plain torch)."""
-    model = lr_scaling.make_model()
+    model = regression.make_model()
     with torch.no_grad():
         model.weight.copy_(params[:-1].reshape(1, -1))
         model.bias.copy_(params[-1:])
-        X, y = lr_scaling.global_batch(seed, 0, n)
+        X, y = regression.global_batch(seed, 0, n)
         r = (model(X) - y).squeeze(1).double()
         g = torch.cat([2 * r[:, None] * X.double(), 2 * r[:, None]], dim=1)
     mean = g.mean(0)
@@ -141,11 +141,11 @@ def test_the_hook_records_each_ranks_gradient_and_ddps_average():
     result = noise_scale.run(world_size=W, batch_size=b, lr=lr, steps=steps, seed=2)
     _, params = one_process(W * b, [lr] * steps, seed=2)
     for t in range(steps):
-        model = lr_scaling.make_model()
+        model = regression.make_model()
         with torch.no_grad():
             model.weight.copy_(params[t][:-1].reshape(1, -1))
             model.bias.copy_(params[t][-1:])
-        X, y = lr_scaling.global_batch(2, t, W * b)
+        X, y = regression.global_batch(2, t, W * b)
         grads = []
         for r in range(W):
             model.zero_grad()
@@ -160,7 +160,7 @@ def test_the_hook_records_each_ranks_gradient_and_ddps_average():
 
 def test_the_true_values_are_those_of_per_sample_gradients():
     for shift in (0.0, 0.4):
-        model = lr_scaling.make_model()
+        model = regression.make_model()
         with torch.no_grad():
             model.weight.add_(shift)
         params = torch.cat([p.detach().flatten() for p in model.parameters()])
@@ -182,7 +182,7 @@ def test_ddps_estimates_average_to_the_true_values():
             for s in range(60)]
     g2 = np.mean([r.g2[0] for r in runs])
     trace = np.mean([r.trace[0] for r in runs])
-    true_g2, true_trace = per_sample_statistics(torch.zeros(lr_scaling.FEATURES + 1))
+    true_g2, true_trace = per_sample_statistics(torch.zeros(regression.FEATURES + 1))
     assert g2 == pytest.approx(true_g2, rel=0.25)
     assert trace == pytest.approx(true_trace, rel=0.15)
     assert runs[0].exact_g2[0] == pytest.approx(true_g2, rel=0.02)
@@ -195,7 +195,7 @@ def test_ddps_estimates_average_to_the_true_values():
 
 def test_compare_runs_every_world_size_and_reports_progress():
     calls = []
-    result = lr_sweeps.compare(world_size=6, batch_size=2, lr=0.1, rule="sqrt", steps=5,
+    result = lr_sweeps.compare(largest_world_size=6, batch_size=2, lr=0.1, rule="sqrt", steps=5,
                                seeds=(0, 1), progress=lambda *a: calls.append(a))
     assert result.world_sizes == [1, 2, 4, 6]
     assert [c[:2] for c in calls] == [(i, 8) for i in range(9)]
@@ -216,22 +216,22 @@ def test_divergence_finds_the_first_diverging_rate():
 
 def test_steps_to_target_finds_the_best_rate_of_a_brute_force_search():
     lrs, seeds, target = (0.05, 0.2, 0.6, 4.0), (0, 1, 2), 0.6
-    result = lr_sweeps.critical_batch(world_size=2, batch_sizes=(1, 8), lrs=lrs, seeds=seeds,
+    result = critical_batch.run(world_size=2, batch_sizes=(1, 8), lrs=lrs, seeds=seeds,
                                       target=target, max_steps=150)
     for i, G in enumerate(result.global_batch_sizes):
         medians = []
         for lr in lrs:
             counts = []
             for seed in seeds:
-                model = lr_scaling.make_model()
+                model = regression.make_model()
                 opt = torch.optim.SGD(model.parameters(), lr=lr)
                 count = math.inf
                 for t in range(150):
-                    X, y = lr_scaling.global_batch(seed, t, G)
+                    X, y = regression.global_batch(seed, t, G)
                     opt.zero_grad()
                     ((model(X) - y) ** 2).mean().backward()
                     opt.step()
-                    loss = lr_scaling.population_loss(model)
+                    loss = regression.population_loss(model)
                     if loss <= target:
                         count = t + 1
                         break
@@ -246,7 +246,7 @@ def test_steps_to_target_finds_the_best_rate_of_a_brute_force_search():
 
 def test_the_fit_recovers_a_known_tradeoff():
     B = [2, 4, 8, 16, 64]
-    fake = lr_sweeps.CriticalBatch(2, B, [0.1], [0], 0.5, 100,
+    fake = critical_batch.CriticalBatch(2, B, [0.1], [0], 0.5, 100,
                                    np.array([[[5 * (1 + 30 / b)]] for b in B]))
     s_min, b_crit = fake.fit()
     assert s_min == pytest.approx(5) and b_crit == pytest.approx(30)
@@ -255,7 +255,7 @@ def test_the_fit_recovers_a_known_tradeoff():
 def test_sweep_results_draw():
     same = lr_sweeps.same_global_batch(global_batch_size=8, world_sizes=(1, 2), steps=4)
     assert same.max_diff < 1e-5
-    comparison = lr_sweeps.compare(world_size=2, steps=4)
+    comparison = lr_sweeps.compare(largest_world_size=2, steps=4)
     div = lr_sweeps.divergence(world_sizes=(1, 2), lrs=(0.1, 3.0), steps=20)
     for fig in (plots.same_batch({"SGD": same}), plots.curves(comparison),
                 plots.divergence(div, 0.15)):
@@ -289,11 +289,11 @@ def test_bad_input_is_a_clear_error_before_any_rank_runs(kwargs, match):
 @pytest.mark.parametrize("call, match", [
     (lambda: noise_scale.run(world_size=1), "world_size must be an int >= 2"),
     (lambda: noise_scale.run(lr=0), "lr must be a positive number"),
-    (lambda: lr_sweeps.compare(world_size=0), "world_size must be a positive int"),
+    (lambda: lr_sweeps.compare(largest_world_size=0), "largest_world_size must be a positive int"),
     (lambda: lr_sweeps.same_global_batch(global_batch_size=10, world_sizes=(4,)),
      "does not split evenly"),
     (lambda: lr_sweeps.divergence(lrs=(0.1, -1.0)), "lr must be a positive number"),
-    (lambda: lr_sweeps.critical_batch(batch_sizes=(0,)), "batch_size must be a positive int"),
+    (lambda: critical_batch.run(batch_sizes=(0,)), "batch_size must be a positive int"),
 ])
 def test_bad_sweep_input_is_a_clear_error(call, match):
     with pytest.raises(ValueError, match=match):
@@ -306,7 +306,7 @@ def test_bad_sweep_input_is_a_clear_error(call, match):
 def test_a_sweep_panel_shows_progress_and_reruns_on_change():
     # From 2 steps: after 1 step the per-sample panel has no point on its log axis, an error
     # the panel shows in its status line.
-    panel = widgets.explore_sweep(lr_sweeps.compare, plots.curves, world_size=(1, 8),
+    panel = widgets.explore_sweep(lr_sweeps.compare, plots.curves, largest_world_size=(1, 8),
                                   steps=(2, 10))
     (bar, label), controls = panel.children[0].children, panel.children[1]
     world_size, steps = controls.children[0].children

@@ -62,18 +62,18 @@ def test_hand_counted_padding_and_drop_last():
     assert (padded.samples_per_rank, padded.steps_per_epoch) == (3, 2)  # ceil(10/4) = 3
     assert padded.global_batch_sizes == [[8, 4]] and padded.samples_per_epoch(0) == 12
     assert padded.indices[0] == [[[0, 4], [8]], [[1, 5], [9]], [[2, 6], [0]], [[3, 7], [1]]]
-    assert padded.counts(0).tolist() == [2, 2, 1, 1, 1, 1, 1, 1, 1, 1]
+    assert padded.times_drawn(0).tolist() == [2, 2, 1, 1, 1, 1, 1, 1, 1, 1]
     dropped = sharding.run(dataset_size=10, world_size=4, batch_size=2, epochs=1,
                            shuffle=False, drop_last=True)
     assert (dropped.samples_per_rank, dropped.steps_per_epoch) == (2, 1)  # floor(10/4) = 2
     assert dropped.global_batch_sizes == [[8]]
-    assert dropped.counts(0).tolist() == [1] * 8 + [0, 0]
+    assert dropped.times_drawn(0).tolist() == [1] * 8 + [0, 0]
 
 
 def test_the_forum_sizes_2_nodes_x_4_gpus_with_256_per_rank():
     kept = sharding.run(dataset_size=10_000, world_size=8, batch_size=256, epochs=1)
     assert kept.global_batch_sizes == [[2048] * 4 + [10_000 - 4 * 2048]]
-    assert kept.steps_per_epoch == 5 and kept.counts(0).tolist() == [1] * 10_000
+    assert kept.steps_per_epoch == 5 and kept.times_drawn(0).tolist() == [1] * 10_000
     divided = sharding.run(dataset_size=10_000, world_size=8, batch_size=32, epochs=1)
     one = sharding.run(dataset_size=10_000, world_size=1, batch_size=256, epochs=1)
     assert divided.steps_per_epoch == one.steps_per_epoch == 40
@@ -103,7 +103,7 @@ def test_without_a_sampler_every_rank_draws_the_whole_dataset_in_the_same_order(
     assert expected[0] != expected[1]
     for e in range(2):
         assert result.indices[e] == [expected[e]] * 3
-        assert result.counts(e).tolist() == [3] * 10
+        assert result.times_drawn(e).tolist() == [3] * 10
 
 
 def test_validation_counts_padding_twice_and_the_unpadded_shard_is_exact():

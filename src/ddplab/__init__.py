@@ -8,7 +8,7 @@
 
 from ddplab.cluster import MAX_WORLD_SIZE, Cluster, RankError, logs, prestart, run
 
-prestart()  # the forkserver imports torch while the caller does; see ddplab.cluster.prestart
+prestart()  # the forkserver imports torch while the caller does; see ddplab.forkserver.prestart
 
 __all__ = ["Cluster", "MAX_WORLD_SIZE", "RankError", "logs", "run"]
 __version__ = "0.1.0"

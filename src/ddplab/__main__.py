@@ -14,27 +14,27 @@ import json
 import os
 import sys
 
-import numpy as np
-
-from ddplab.cluster import BACKENDS, DEFAULT_TIMEOUT, is_reporting_process, under_torchrun
-from ddplab.experiments import averaging, buckets, check, lr_scaling, noise_scale, overlap, sharding
+from ddplab.backend import BACKENDS
+from ddplab.cluster import DEFAULT_TIMEOUT
+from ddplab.experiments import (
+    averaging,
+    batchnorm,
+    buckets,
+    check,
+    lr_scaling,
+    noise_scale,
+    overlap,
+    rank0_collective,
+    sharding,
+    uneven,
+)
+from ddplab.results import to_json
+from ddplab.torchrun import is_reporting_process, under_torchrun
 
 EXPERIMENTS = {"check": check, "averaging": averaging, "sharding": sharding,
                "lr-scaling": lr_scaling, "noise-scale": noise_scale, "buckets": buckets,
-               "overlap": overlap}
-
-
-def to_json(value):
-    """Numpy arrays and scalars as JSON lists and numbers."""
-    if isinstance(value, dict):
-        return {str(k): to_json(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [to_json(v) for v in value]
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    if isinstance(value, np.generic):
-        return value.item()
-    return value
+               "overlap": overlap, "uneven": uneven, "rank0-collective": rank0_collective,
+               "batchnorm": batchnorm}
 
 
 def parser() -> argparse.ArgumentParser:
@@ -58,6 +58,12 @@ def parser() -> argparse.ArgumentParser:
     return top
 
 
+def describe(module, result) -> str:
+    """The result's own summary; ``check`` returns plain per-rank reports, summed up by its
+    module."""
+    return result.describe() if hasattr(result, "describe") else module.describe(result)
+
+
 def main(argv=None) -> int:
     cli = parser()
     args = cli.parse_args(argv)
@@ -71,7 +77,7 @@ def main(argv=None) -> int:
         cli.error(str(exc))
     data = result.to_json() if hasattr(result, "to_json") else result
     if is_reporting_process():
-        print(json.dumps(to_json(data), indent=1) if args.json else module.describe(result))
+        print(json.dumps(to_json(data), indent=1) if args.json else describe(module, result))
     return 0 if data.get("ok", True) else 1
 
 

@@ -12,14 +12,23 @@ import gc
 gc.disable()
 try:
     import ddplab.experiments.averaging  # noqa: F401
+    import ddplab.experiments.batchnorm  # noqa: F401
     import ddplab.experiments.bucket_options  # noqa: F401
+    import ddplab.experiments.bucket_rule  # noqa: F401
     import ddplab.experiments.buckets  # noqa: F401
     import ddplab.experiments.check  # noqa: F401
+    import ddplab.experiments.checkpoints  # noqa: F401
+    import ddplab.experiments.critical_batch  # noqa: F401
+    import ddplab.experiments.logged_loss  # noqa: F401
     import ddplab.experiments.lr_scaling  # noqa: F401
     import ddplab.experiments.lr_sweeps  # noqa: F401
     import ddplab.experiments.noise_scale  # noqa: F401
     import ddplab.experiments.overlap  # noqa: F401
+    import ddplab.experiments.rank0_collective  # noqa: F401
     import ddplab.experiments.sharding  # noqa: F401
+    import ddplab.experiments.start_state  # noqa: F401
+    import ddplab.experiments.uneven  # noqa: F401
+    import ddplab.experiments.unused_parameters  # noqa: F401
     import ddplab.experiments.validation  # noqa: F401
     import ddplab.rank  # noqa: F401  (torch, torch.distributed, DDP, dynamo)
 finally:

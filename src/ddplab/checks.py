@@ -22,6 +22,21 @@ def positive_int(name: str, value) -> int:
     return value
 
 
+def int_at_least(name: str, value, low: int, why: str = "") -> int:
+    """An int >= ``low``; ``why`` (in parentheses) says where the bound comes from."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        because = f" ({why})" if why else ""
+        raise ValueError(f"{name} must be an int >= {low}{because}, got {value!r}")
+    return value
+
+
+def a_bool(name: str, value) -> bool:
+    """True or False, nothing truthy in their place."""
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be True or False, got {value!r}")
+    return value
+
+
 def int_in_range(name: str, value, low: int, high: int) -> int:
     """An int with ``low <= value <= high``."""
     an_int(name, value)

@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import os
-import pickle
 import signal
 import socket
 import sys
@@ -30,6 +29,8 @@ import torch
 import torch._dynamo  # noqa: F401
 import torch.distributed as dist
 import torch.nn.parallel  # noqa: F401
+
+from ddplab import messages
 
 LOOPBACK_IFNAME = "lo0" if sys.platform == "darwin" else "lo"
 
@@ -65,8 +66,8 @@ def device_for(backend: str, local_rank: int) -> torch.device:
     return torch.device("cpu")
 
 
-def worker_main(conn, slot: int, store_port: int, log_path: str) -> None:
-    """Serve rank ``slot`` of the local pool until told to stop or the parent goes away."""
+def worker_main(conn, rank: int, store_port: int, log_path: str) -> None:
+    """Serve rank ``rank`` of the local pool until told to stop or the parent goes away."""
     _send_output_to(log_path)
     # Jupyter's interrupt signals the kernel's whole process group: the kernel decides, not us.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -74,41 +75,41 @@ def worker_main(conn, slot: int, store_port: int, log_path: str) -> None:
     # Every socket gloo or NCCL opens for this group listens on loopback only.
     os.environ["GLOO_SOCKET_IFNAME"] = LOOPBACK_IFNAME
     os.environ["NCCL_SOCKET_IFNAME"] = LOOPBACK_IFNAME
-    torch.set_num_threads(1)  # W ranks share a few cores; more threads per rank only contend.
+    torch.set_num_threads(1)  # ranks share a few cores; more threads per rank only contend.
     store = dist.TCPStore("127.0.0.1", store_port, is_master=False,
                           timeout=datetime.timedelta(seconds=60))
-    conn.send_bytes(pickle.dumps(("ready", os.getpid())))
+    messages.send(conn, messages.Ready(os.getpid()))
     group = None  # (generation, world_size, backend) of the group this process is in
     while True:
         try:
-            message = conn.recv_bytes()
+            message = messages.receive(conn)
         except (EOFError, OSError):
             break
-        try:
-            kind, *args = pickle.loads(message)
         except BaseException as exc:  # e.g. the rank function's module cannot be imported here
-            conn.send_bytes(_error_reply(slot, exc, "could not load the call"))
+            messages.send(conn, _error_reply(rank, exc, "could not load the call"))
             continue
-        if kind == "stop":
+        if isinstance(message, messages.Stop):
             break
-        if kind == "leave":
+        if isinstance(message, messages.Leave):
             group = _leave(group)
             continue
-        generation, world_size, backend, timeout, fn, params = args
-        print(f"--- {getattr(fn, '__qualname__', fn)} on rank {slot} of {world_size}", flush=True)
+        call = message
+        print(f"--- {getattr(call.fn, '__qualname__', call.fn)} on rank {rank} of "
+              f"{call.world_size}", flush=True)
         try:
-            if group != (generation, world_size, backend):
+            if group != (call.generation, call.world_size, call.backend):
                 group = _leave(group)
-                store.set_timeout(datetime.timedelta(seconds=timeout))
-                ctx = _join(store, generation, slot, world_size, backend, timeout)
-                group = (generation, world_size, backend)
-            reply = pickle.dumps(("result", plain(fn(ctx, **params))))
+                store.set_timeout(datetime.timedelta(seconds=call.timeout))
+                ctx = _join(store, call.generation, rank, call.world_size, call.backend,
+                            call.timeout)
+                group = (call.generation, call.world_size, call.backend)
+            reply = messages.Result(plain(call.fn(ctx, **call.params)))
         except BaseException as exc:
-            reply = _error_reply(slot, exc, "raised")
+            reply = _error_reply(rank, exc, "raised")
         finally:
             sys.stdout.flush()
             sys.stderr.flush()
-        conn.send_bytes(reply)
+        messages.send(conn, reply)
     _leave(group)
 
 
@@ -128,10 +129,10 @@ def _leave(group):
     return None
 
 
-def _error_reply(slot: int, exc: BaseException, what: str) -> bytes:
-    summary = f"rank {slot} {what} {type(exc).__name__}: {exc}"
+def _error_reply(rank: int, exc: BaseException, what: str) -> messages.Error:
     print(traceback.format_exc(), file=sys.stderr, flush=True)
-    return pickle.dumps(("error", summary, traceback.format_exc()))
+    return messages.Error(f"rank {rank} {what} {type(exc).__name__}: {exc}",
+                          traceback.format_exc())
 
 
 def _send_output_to(log_path: str) -> None:

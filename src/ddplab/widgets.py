@@ -106,3 +106,18 @@ def explore_sweep(run, plot, **controls) -> ipywidgets.Widget:
         parameters=[p for p in signature.parameters.values() if p.name != "progress"])
     panel = explore(run_reporting, plot, **controls)
     return ipywidgets.VBox([ipywidgets.HBox([bar, label]), panel])
+
+
+def choose(label: str = "pitfall", **panels) -> ipywidgets.Widget:
+    """A dropdown over ready panels (each made by :func:`explore`, so each has already computed
+    and drawn its defaults); choosing one shows it and hides the rest."""
+    names = list(panels)
+    dropdown = ipywidgets.Dropdown(options=[(name.replace("_", " "), name) for name in names],
+                                   description=label, style={"description_width": "initial"})
+    box = ipywidgets.VBox([panels[names[0]]])
+
+    def show(_change=None):
+        box.children = [panels[dropdown.value]]
+
+    dropdown.observe(show, names="value")
+    return ipywidgets.VBox([dropdown, box])

@@ -21,7 +21,9 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import ddplab
-from ddplab.checks import positive_int
+from ddplab.checks import one_of, positive_int
+from ddplab.experiments.mlp import flat_grad
+from ddplab.results import Result
 
 REDUCTIONS = ("mean", "sum")
 # How each rank may rescale its loss so that DDP's average comes out as the one-process loss:
@@ -50,11 +52,6 @@ def make_data(seed: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 def param_names(model: torch.nn.Module) -> list[str]:
     return [name for name, _ in model.named_parameters()]
-
-
-def flat_grad(model: torch.nn.Module) -> torch.Tensor:
-    """Every parameter's gradient, flattened, in ``named_parameters`` order."""
-    return torch.cat([p.grad.flatten() for p in model.parameters()])
 
 
 def naive_average(model: torch.nn.Module, world_size: int) -> None:
@@ -86,12 +83,13 @@ def rank_loss(model, X, y, reduction, correction, world_size):
 # ---------------------------------------------------------------- on every rank
 
 
-def gradients(ctx, counts: list[int], reduction: str, correction: str | None, seed: int) -> dict:
+def gradients(ctx, batch_sizes: list[int], reduction: str, correction: str | None,
+              seed: int) -> dict:
     """This rank's local, naive-averaged and DDP gradient, and its slice of the data."""
-    start = sum(counts[: ctx.rank])
-    X_all, y_all = make_data(seed, sum(counts))
-    X = X_all[start:start + counts[ctx.rank]].to(ctx.device)
-    y = y_all[start:start + counts[ctx.rank]].to(ctx.device)
+    start = sum(batch_sizes[: ctx.rank])
+    X_all, y_all = make_data(seed, sum(batch_sizes))
+    X = X_all[start:start + batch_sizes[ctx.rank]].to(ctx.device)
+    y = y_all[start:start + batch_sizes[ctx.rank]].to(ctx.device)
     W = ctx.world_size
 
     local = make_model(seed).to(ctx.device)
@@ -142,11 +140,11 @@ def node_gradients(ctx, gpus_per_node: int, batch_size: int, seed: int) -> dict:
 
 
 @dataclasses.dataclass
-class Averaging:
+class Averaging(Result):
     """Gradients of one data-parallel step, per rank, and the one-process reference."""
 
     world_size: int
-    counts: list[int]  # samples per rank
+    batch_sizes: list[int]  # samples per rank
     reduction: str
     correction: str | None
     seed: int
@@ -156,15 +154,16 @@ class Averaging:
     naive_grads: np.ndarray  # (world_size, n): after naive_average
     ddp_grads: np.ndarray  # (world_size, n): after DDP's backward
     reference_grad: np.ndarray  # (n,): one process, all ranks' samples concatenated
+    json_extras = ("batch_size", "global_batch_size")
 
     @property
     def batch_size(self) -> int | None:
         """Samples per rank, when every rank has the same number."""
-        return self.counts[0] if len(set(self.counts)) == 1 else None
+        return self.batch_sizes[0] if len(set(self.batch_sizes)) == 1 else None
 
     @property
     def global_batch_size(self) -> int:
-        return sum(self.counts)
+        return sum(self.batch_sizes)
 
     @property
     def max_diff(self) -> float:
@@ -181,40 +180,46 @@ class Averaging:
     def naive_vs_ddp(self) -> float:
         return float(np.abs(self.naive_grads - self.ddp_grads).max())
 
-    def to_json(self) -> dict:
-        return {"world_size": self.world_size, "batch_size": self.batch_size,
-                "counts": self.counts, "global_batch_size": self.global_batch_size,
-                "reduction": self.reduction, "correction": self.correction, "seed": self.seed,
-                "param_names": self.param_names, "param_shapes": self.param_shapes,
-                "local_grads": self.local_grads, "naive_grads": self.naive_grads,
-                "ddp_grads": self.ddp_grads, "reference_grad": self.reference_grad,
+    def to_json(self) -> dict:  # "counts": the field's earlier name, kept for scripts
+        return {**super().to_json(), "counts": self.batch_sizes,
                 "max_abs_diff_ddp_vs_reference": self.max_diff}
 
+    def describe(self) -> str:
+        names = ", ".join(f"{n}{list(s)}" for n, s in zip(self.param_names, self.param_shapes))
+        return "\n".join([
+            f"world size {self.world_size}, {self.batch_sizes[0]} samples per rank, "
+            f"loss reduction {self.reduction!r}; parameters: {names}",
+            f"largest |DDP - naive all-reduce/world size|: {self.naive_vs_ddp:.2e}",
+            f"largest |DDP - one process on the concatenated batch|: {self.max_diff:.2e}",
+            f"one process's gradient is {self.reference_over_ddp:.4f} times DDP's"])
 
-def reference_gradient(counts, reduction: str, seed: int) -> np.ndarray:
+
+def reference_gradient(batch_sizes, reduction: str, seed: int) -> np.ndarray:
     """One process, no DDP: the gradient of the loss over every rank's samples at once."""
     model = make_model(seed)
-    X, y = make_data(seed, sum(counts))
+    X, y = make_data(seed, sum(batch_sizes))
     F.mse_loss(model(X), y, reduction=reduction).backward()
     return flat_grad(model).numpy()
 
 
 def run(world_size: int = 4, batch_size: int = 8, reduction: str = "mean", seed: int = 0,
-        counts: list[int] | None = None, correction: str | None = None,
+        batch_sizes: list[int] | None = None, correction: str | None = None,
         backend: str = "auto", timeout: float = 60.0) -> Averaging:
-    """One data-parallel step on ``world_size`` ranks; ``counts`` overrides equal batches."""
-    counts = _check(world_size, batch_size, reduction, correction, counts)
-    results = ddplab.run(gradients, world_size, backend=backend, timeout=timeout, counts=counts,
+    """One data-parallel step on ``world_size`` ranks; ``batch_sizes`` overrides equal batches."""
+    batch_sizes = _check(world_size, batch_size, reduction, correction, batch_sizes)
+    results = ddplab.run(gradients, world_size, backend=backend, timeout=timeout,
+                         batch_sizes=batch_sizes,
                          reduction=reduction, correction=correction, seed=seed)
     model = make_model(seed)
     return Averaging(
-        world_size=len(results), counts=counts, reduction=reduction, correction=correction,
+        world_size=len(results), batch_sizes=batch_sizes, reduction=reduction,
+        correction=correction,
         seed=seed, param_names=param_names(model),
         param_shapes=[tuple(p.shape) for p in model.parameters()],
         local_grads=np.stack([r["local"] for r in results]),
         naive_grads=np.stack([r["naive"] for r in results]),
         ddp_grads=np.stack([r["ddp"] for r in results]),
-        reference_grad=reference_gradient(counts, reduction, seed))
+        reference_grad=reference_gradient(batch_sizes, reduction, seed))
 
 
 @dataclasses.dataclass
@@ -266,21 +271,20 @@ def node_average(nodes: int = 2, gpus_per_node: int = 4, batch_size: int = 8, se
 
 
 
-def _check(world_size, batch_size, reduction, correction, counts) -> list[int]:
+def _check(world_size, batch_size, reduction, correction, batch_sizes) -> list[int]:
     positive_int("batch_size", batch_size)
-    if reduction not in REDUCTIONS:
-        raise ValueError(f"reduction must be 'mean' or 'sum', got {reduction!r}")
-    if correction not in CORRECTIONS:
-        raise ValueError(f"correction must be one of {CORRECTIONS}, got {correction!r}")
-    if counts is None:
+    one_of("reduction", reduction, REDUCTIONS)
+    one_of("correction", correction, CORRECTIONS)
+    if batch_sizes is None:
         positive_int("world_size", world_size)
         return [batch_size] * world_size
-    counts = list(counts)
-    if len(counts) != world_size:
-        raise ValueError(f"counts must have one entry per rank ({world_size}), got {counts}")
-    for count in counts:
-        positive_int("each of counts", count)
-    return counts
+    batch_sizes = list(batch_sizes)
+    if len(batch_sizes) != world_size:
+        raise ValueError(f"batch_sizes must have one entry per rank ({world_size}), "
+                         f"got {batch_sizes}")
+    for count in batch_sizes:
+        positive_int("each of batch_sizes", count)
+    return batch_sizes
 
 
 # ---------------------------------------------------------------- CLI
@@ -290,13 +294,3 @@ def add_arguments(parser) -> None:
     parser.add_argument("--batch-size", type=int, default=8, help="samples per rank")
     parser.add_argument("--reduction", choices=REDUCTIONS, default="mean")
     parser.add_argument("--seed", type=int, default=0)
-
-
-def describe(result: Averaging) -> str:
-    names = ", ".join(f"{n}{list(s)}" for n, s in zip(result.param_names, result.param_shapes))
-    return "\n".join([
-        f"world size {result.world_size}, {result.counts[0]} samples per rank, "
-        f"loss reduction {result.reduction!r}; parameters: {names}",
-        f"largest |DDP - naive all-reduce/world size|: {result.naive_vs_ddp:.2e}",
-        f"largest |DDP - one process on the concatenated batch|: {result.max_diff:.2e}",
-        f"one process's gradient is {result.reference_over_ddp:.4f} times DDP's"])

@@ -25,6 +25,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 import ddplab
 from ddplab.checks import positive_int
 from ddplab.experiments import hooks, mlp
+from ddplab.results import Result
 
 
 def keep_buffers(state, bucket):
@@ -73,7 +74,7 @@ def measure_views(ctx, layers, gradient_as_bucket_view: bool, set_to_none: bool,
 
 
 @dataclasses.dataclass
-class Views:
+class Views(Result):
     """One row per (gradient_as_bucket_view, set_to_none), measured after the last step."""
 
     layers: tuple
@@ -82,6 +83,20 @@ class Views:
     param_count: int
     param_bytes: int
     rows: list[dict]
+
+    def describe(self) -> str:
+        """One line per setting: bucket bytes, gradient bytes kept apart from the buckets,
+        gradients that are bucket views, and gradients accumulated straight into a bucket."""
+        lines = [f"parameters: {self.param_count} tensors, {self.param_bytes:,} bytes",
+                 "as_bucket_view set_to_none  buckets B  other grads B  views  in place"]
+        lines += [f"{r['gradient_as_bucket_view']!s:<14} {r['set_to_none']!s:<11} "
+                  f"{r['bucket_bytes']:>10,} {r['separate_grad_bytes']:>14,} "
+                  f"{r['views']:>6} {r['accumulated_in_place']:>9}" for r in self.rows]
+        return "\n".join(lines)
+
+    def row(self, gradient_as_bucket_view: bool, set_to_none: bool) -> dict:
+        return next(r for r in self.rows if r["gradient_as_bucket_view"] == gradient_as_bucket_view
+                    and r["set_to_none"] == set_to_none)
 
 
 def views(layers=mlp.DEFAULT_LAYERS, world_size: int = 2, iterations: int = 3,
@@ -106,8 +121,15 @@ def views(layers=mlp.DEFAULT_LAYERS, world_size: int = 2, iterations: int = 3,
 
 
 def accumulate_ranks(ctx, layers, micro_batches: int, batch_size: int, seed: int) -> dict:
-    """``micro_batches`` backwards, all but the last under ``no_sync``; DDP's gradient next to
-    the local sum over micro-batches averaged over ranks with one plain all-reduce."""
+    """``micro_batches`` forwards and backwards, all but the last inside ``no_sync``, each loss
+    divided by ``micro_batches``; DDP's gradient next to the local sum over micro-batches
+    averaged over ranks with one plain all-reduce.
+
+    The forward goes inside ``no_sync`` too: DDP decides in forward whether the next backward
+    all-reduces (``DistributedDataParallel.no_sync``: "The forward pass should be included
+    inside the context manager, or else gradients will still be synchronized"). Gradients
+    add up over micro-batches, so each mean loss is divided by their number: the result is
+    the mean over all ``micro_batches x batch_size x world_size`` samples."""
     model = mlp.make_model(layers, seed).to(ctx.device)
     ddp = DDP(model)
     log = hooks.BucketLog(model, ctx.world_size)
@@ -120,8 +142,8 @@ def accumulate_ranks(ctx, layers, micro_batches: int, batch_size: int, seed: int
         log.iteration = m
         last = m == micro_batches - 1
         with contextlib.nullcontext() if last else ddp.no_sync():
-            F.mse_loss(ddp(X), y).backward()
-        F.mse_loss(local(X), y).backward()  # accumulates into local's .grad
+            (F.mse_loss(ddp(X), y) / micro_batches).backward()
+        (F.mse_loss(local(X), y) / micro_batches).backward()  # accumulates into local's .grad
     expected = mlp.flat_grad(local)
     dist.all_reduce(expected)
     expected /= ctx.world_size
@@ -132,7 +154,7 @@ def accumulate_ranks(ctx, layers, micro_batches: int, batch_size: int, seed: int
 
 
 @dataclasses.dataclass
-class Accumulation:
+class Accumulation(Result):
     """Bucket all-reduces launched by each backward, and DDP's gradient after the last."""
 
     micro_batches: int
@@ -144,7 +166,8 @@ class Accumulation:
 
 def accumulate(micro_batches: int = 3, layers=mlp.DEFAULT_LAYERS, world_size: int = 2,
                batch_size: int = 32, seed: int = 0) -> Accumulation:
-    """Gradient accumulation with ``no_sync`` over ``micro_batches`` backwards."""
+    """Gradient accumulation with ``no_sync`` over ``micro_batches`` forwards and backwards:
+    one optimizer step's global batch is ``batch_size x micro_batches x world_size``."""
     layers = mlp.check_layers(layers)
     for name, value in (("micro_batches", micro_batches), ("batch_size", batch_size)):
         positive_int(name, value)

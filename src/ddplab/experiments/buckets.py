@@ -30,6 +30,7 @@ from ddplab.experiments.hooks import (
     watch_ready_order,
 )
 from ddplab.experiments.mlp import DEFAULT_LAYERS, check_layers, flat_grad, make_batch, make_model
+from ddplab.results import Result
 
 # ---------------------------------------------------------------- on every rank
 
@@ -78,7 +79,7 @@ def _sizes(text) -> list[int] | None:
 
 
 @dataclasses.dataclass
-class Buckets:
+class Buckets(Result):
     """What DDP all-reduced on each iteration, bucket by bucket, next to naive data parallel."""
 
     layers: tuple
@@ -103,11 +104,11 @@ class Buckets:
         return [4 * n for n in self.param_numels]  # float32
 
     @property
-    def bucket_counts(self) -> list[int]:
+    def buckets_per_iteration(self) -> list[int]:
         return [len(layout) for layout in self.layouts]
 
     @property
-    def naive_call_counts(self) -> list[int]:
+    def naive_calls_per_iteration(self) -> list[int]:
         return [len(calls) for calls in self.naive_calls]
 
     def params(self, iteration: int) -> list[list[str]]:
@@ -133,6 +134,30 @@ class Buckets:
             "logged_rebuilt_bucket_sizes": self.logged_rebuilt_sizes,
             "max_abs_diff_hook_vs_ddp": self.max_diff_hook,
             "max_abs_diff_naive_vs_ddp": self.max_diff_naive}
+
+    def describe(self) -> str:
+        first, cap = bucket_limits(self.bucket_cap_mb)
+        lines = [f"MLP {','.join(map(str, self.layers))}: {len(self.param_names)} parameters, "
+                 f"{sum(self.param_bytes):,} bytes, world size {self.world_size}",
+                 f"bucket limits: first {first:,} bytes, then {cap:,} bytes"]
+        for i, layout in enumerate(self.layouts):
+            lines.append(f"iteration {i}: {len(layout)} bucket(s); naive: "
+                         f"{len(self.naive_calls[i])} all-reduce calls")
+            lines += [f"  bucket {b['index']}: {b['bytes']:>9,} B  {' '.join(b['params'])}"
+                      for b in layout]
+        lines.append(f"largest |hooked DDP - DDP without hook| gradient: {self.max_diff_hook:.1e}")
+        return "\n".join(lines)
+
+    def describe_naive(self, iteration: int) -> str:
+        """Rank 0's naive all-reduce calls on ``iteration``: parameter, bytes, duration."""
+        return "\n".join(f"{c['param']:>8}: {c['bytes']:>9,} B, "
+                         f"{1e3 * (c['end'] - c['start']):5.2f} ms"
+                         for c in self.naive_calls[iteration])
+
+    def describe_limits(self) -> str:
+        """DDP's bucket limits for this run's ``bucket_cap_mb``, and its buckets per iteration."""
+        first, cap = bucket_limits(self.bucket_cap_mb)
+        return f"first limit {first:>11,} B, then {cap:>11,} B: {self.buckets_per_iteration}"
 
 
 def run(layers=DEFAULT_LAYERS, bucket_cap_mb: float | None = None, iterations: int = 3,
@@ -187,17 +212,3 @@ def add_arguments(parser) -> None:
     parser.add_argument("--gradient-as-bucket-view", action="store_true")
     parser.add_argument("--batch-size", type=int, default=32, help="samples per rank")
     parser.add_argument("--seed", type=int, default=0)
-
-
-def describe(result: Buckets) -> str:
-    first, cap = bucket_limits(result.bucket_cap_mb)
-    lines = [f"MLP {','.join(map(str, result.layers))}: {len(result.param_names)} parameters, "
-             f"{sum(result.param_bytes):,} bytes, world size {result.world_size}",
-             f"bucket limits: first {first:,} bytes, then {cap:,} bytes"]
-    for i, layout in enumerate(result.layouts):
-        lines.append(f"iteration {i}: {len(layout)} bucket(s); naive: "
-                     f"{len(result.naive_calls[i])} all-reduce calls")
-        lines += [f"  bucket {b['index']}: {b['bytes']:>9,} B  {' '.join(b['params'])}"
-                  for b in layout]
-    lines.append(f"largest |hooked DDP - DDP without hook| gradient: {result.max_diff_hook:.1e}")
-    return "\n".join(lines)

@@ -23,62 +23,15 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import ddplab
-from ddplab.checks import positive_int
+from ddplab.checks import int_at_least, one_of, positive_int, positive_number
+from ddplab.experiments import regression
+from ddplab.experiments.regression import global_batch, make_model, population_loss, start_loss
+from ddplab.results import Result
 
 RULES = ("none", "linear", "sqrt")
 OPTIMIZERS = ("sgd", "adam")
 GRADIENTS = ("mean", "sum")  # "sum": each rank's loss times world size, as if DDP summed
-FEATURES = 16
-NOISE = 0.5  # standard deviation of the label noise
-TEACHER_SEED = 1234
 DIVERGES_ABOVE = 100.0  # a run has diverged once its loss is this many times the start loss
-
-
-# ---------------------------------------------------------------- the task
-
-
-def feature_scales() -> torch.Tensor:
-    """Standard deviations of the 16 features, 1 down to 0.25: curvatures 2 down to 0.125."""
-    return torch.logspace(0.0, math.log10(0.25), FEATURES)
-
-
-def teacher() -> tuple[torch.Tensor, float]:
-    """The weights and bias that generate the labels (the same for every run)."""
-    w = torch.randn(FEATURES, generator=torch.Generator().manual_seed(TEACHER_SEED))
-    return w, 0.5
-
-
-def global_batch(seed: int, step: int, size: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Batch ``step`` of the stream ``seed``: ``size`` fresh samples, identical on every rank."""
-    g = torch.Generator().manual_seed(seed * 1_000_003 + step)
-    X = torch.randn(size, FEATURES, generator=g) * feature_scales()
-    w, b = teacher()
-    y = X @ w + b + NOISE * torch.randn(size, generator=g)
-    return X, y.unsqueeze(1)
-
-
-def make_model() -> torch.nn.Linear:
-    """A linear model started at zero (no random initialisation to seed)."""
-    model = torch.nn.Linear(FEATURES, 1)
-    torch.nn.init.zeros_(model.weight)
-    torch.nn.init.zeros_(model.bias)
-    return model
-
-
-def population_loss(model: torch.nn.Linear) -> float:
-    """The model's expected loss over the whole stream, exactly (the
-    features are independent normals): the sum over features of
-    scale^2 (w - w*)^2, plus (b - b*)^2, plus NOISE^2."""
-    w, b = teacher()
-    with torch.no_grad():
-        dw = model.weight.detach().cpu().flatten() - w
-        db = float(model.bias.detach().cpu()) - b
-        weights = float((feature_scales() ** 2 * dw ** 2).sum())
-        return weights + db ** 2 + NOISE ** 2
-
-
-def start_loss() -> float:
-    return population_loss(make_model())
 
 
 # ---------------------------------------------------------------- rules and schedule
@@ -152,7 +105,7 @@ def train(ctx, batch_size: int, lr: float, rule: str, optimizer: str,
 
 
 @dataclasses.dataclass
-class Training:
+class Training(Result):
     """One DDP training run: per-step losses and learning rates."""
 
     world_size: int
@@ -205,6 +158,18 @@ class Training:
                 "population_losses": self.population_losses,
                 "diverged": self.diverged, "diverged_at": self.diverged_at}
 
+    def describe(self) -> str:
+        end = (f"diverged at step {self.diverged_at}" if self.diverged
+               else f"loss {self.losses[0]:.3f} -> {self.losses[-1]:.3f} "
+                    f"(expected loss {self.population_losses[-1]:.3f}, "
+                    f"noise floor {regression.NOISE**2:g})")
+        return "\n".join([
+            f"world size {self.world_size} x batch size {self.batch_size} = global batch "
+            f"{self.global_batch_size}; {self.optimizer}, rule {self.rule!r}: lr "
+            f"{self.lr:g} x {self.factor:.3g} = {self.peak_lr:.4g} after "
+            f"{self.warmup_steps} warmup steps",
+            f"{len(self.losses)} of {self.steps} steps: {end}"])
+
 
 def run(world_size: int = 4, batch_size: int = 4, lr: float = 0.15, rule: str = "linear",
         optimizer: str = "sgd", warmup_steps: int = 0, steps: int = 60, seed: int = 0,
@@ -249,17 +214,11 @@ def check(batch_size=1, lr=0.1, rule="none", optimizer="sgd", warmup_steps=0, st
     """Reject bad input in the caller, before any rank is asked to run."""
     positive_int("batch_size", batch_size)
     positive_int("steps", steps)
-    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0 \
-            or not math.isfinite(lr):
-        raise ValueError(f"lr must be a positive number, got {lr!r}")
-    if rule not in RULES:
-        raise ValueError(f"rule must be one of {RULES}, got {rule!r}")
-    if optimizer not in OPTIMIZERS:
-        raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {optimizer!r}")
-    if gradients not in GRADIENTS:
-        raise ValueError(f"gradients must be one of {GRADIENTS}, got {gradients!r}")
-    if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 0:
-        raise ValueError(f"warmup_steps must be an int >= 0, got {warmup_steps!r}")
+    positive_number("lr", lr)
+    one_of("rule", rule, RULES)
+    one_of("optimizer", optimizer, OPTIMIZERS)
+    one_of("gradients", gradients, GRADIENTS)
+    int_at_least("warmup_steps", warmup_steps, 0)
 
 
 # ---------------------------------------------------------------- CLI
@@ -276,15 +235,3 @@ def add_arguments(parser) -> None:
                         help="steps of gradual warmup from lr to the scaled lr")
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--seed", type=int, default=0)
-
-
-def describe(result: Training) -> str:
-    end = (f"diverged at step {result.diverged_at}" if result.diverged
-           else f"loss {result.losses[0]:.3f} -> {result.losses[-1]:.3f} "
-                f"(expected loss {result.population_losses[-1]:.3f}, noise floor {NOISE**2:g})")
-    return "\n".join([
-        f"world size {result.world_size} x batch size {result.batch_size} = global batch "
-        f"{result.global_batch_size}; {result.optimizer}, rule {result.rule!r}: lr "
-        f"{result.lr:g} x {result.factor:.3g} = {result.peak_lr:.4g} after "
-        f"{result.warmup_steps} warmup steps",
-        f"{len(result.losses)} of {result.steps} steps: {end}"])

@@ -23,9 +23,12 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import ddplab
+from ddplab.checks import int_at_least
 from ddplab.experiments import lr_scaling as task
+from ddplab.experiments import regression
+from ddplab.results import Result
 
-TARGET = task.NOISE ** 2 + 0.2  # steps are counted to this expected loss
+TARGET = regression.NOISE ** 2 + 0.2  # steps are counted to this expected loss
 
 
 # ---------------------------------------------------------------- McCandlish et al., app. A.1
@@ -49,14 +52,14 @@ def exact(model) -> tuple[float, float]:
     NOISE). With d = w - w*, e = b - b*, q = d'Dd and r = d'D^2 d, the gradient of one sample's
     squared error has mean G = 2 (Dd, e) and E|g|^2 = 4 ((tr D + 1)(q + e^2 + NOISE^2) + 2r)
     (Isserlis' theorem), so |G|^2 = 4 (r + e^2) and tr(Sigma) = E|g|^2 - |G|^2."""
-    w, b = task.teacher()
-    D = task.feature_scales() ** 2
+    w, b = regression.teacher()
+    D = regression.feature_scales() ** 2
     with torch.no_grad():
         d = model.weight.detach().cpu().flatten().double() - w.double()
         e = float(model.bias.detach().cpu()) - b
     q, r, trD = float((D * d * d).sum()), float((D * D * d * d).sum()), float(D.sum())
     g2 = 4 * (r + e * e)
-    return g2, 4 * ((trD + 1) * (q + e * e + task.NOISE ** 2) + 2 * r) - g2
+    return g2, 4 * ((trD + 1) * (q + e * e + regression.NOISE ** 2) + 2 * r) - g2
 
 
 # No annotations on a hook: DDP compares them with the expected types as
@@ -89,15 +92,15 @@ def measure(ctx, batch_size: int, lr: float, steps: int, seed: int) -> dict:
     """Train with DDP; record, every step, both squared gradient norms and the expected loss."""
     W = ctx.world_size
     rows = slice(ctx.rank * batch_size, (ctx.rank + 1) * batch_size)
-    model = task.make_model().to(ctx.device)
+    model = regression.make_model().to(ctx.device)
     ddp = DDP(model)
     state = {"world_size": W, "small_sq": 0.0, "big_sq": 0.0}
     ddp.register_comm_hook(state, record_norms)
     opt = torch.optim.SGD(ddp.parameters(), lr=lr)
     small, big, population, truth = [], [], [], []
     for t in range(steps):
-        X, y = task.global_batch(seed, t, W * batch_size)
-        population.append(task.population_loss(model))  # the model the gradient is taken at
+        X, y = regression.global_batch(seed, t, W * batch_size)
+        population.append(regression.population_loss(model))  # the model the gradient is taken at
         truth.append(exact(model))
         state["small_sq"] = state["big_sq"] = 0.0  # summed over buckets within one step
         opt.zero_grad()
@@ -113,7 +116,7 @@ def measure(ctx, batch_size: int, lr: float, steps: int, seed: int) -> dict:
 
 
 @dataclasses.dataclass
-class NoiseScale:
+class NoiseScale(Result):
     """Per-step squared gradient norms from DDP, and the noise scale estimated from them."""
 
     world_size: int
@@ -176,15 +179,22 @@ class NoiseScale:
                 "small_sq": self.small_sq, "big_sq": self.big_sq,
                 "population_losses": self.population_losses}
 
+    def describe(self) -> str:
+        w = self.window
+        return "\n".join([
+            f"world size {self.world_size}: small batch {self.b_small} (one rank), big batch "
+            f"{self.b_big} (DDP's average); steps {w.start}..{w.stop - 1} of {self.steps}",
+            f"|G|^2 ~ {self.g2[w].mean():.4g}, tr(Sigma) ~ {self.trace[w].mean():.4g}, "
+            f"B_simple = tr(Sigma) / |G|^2 ~ {self.b_simple:.1f} (exact over the same steps: "
+            f"{self.b_simple_exact:.1f})"])
+
 
 def run(world_size: int = 8, batch_size: int = 4, lr: float = 0.2, steps: int = 40,
         seed: int = 0, target: float | None = TARGET, backend: str = "auto",
         timeout: float = 60.0) -> NoiseScale:
     """Train ``steps`` DDP steps and estimate B_simple over them (up to ``target``)."""
     task.check(batch_size=batch_size, lr=lr, steps=steps)
-    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 2:
-        raise ValueError(f"world_size must be an int >= 2 (a small and a big batch), "
-                         f"got {world_size!r}")
+    int_at_least("world_size", world_size, 2, "a small and a big batch")
     results = ddplab.run(measure, world_size, backend=backend, timeout=timeout,
                          batch_size=batch_size, lr=lr, steps=steps, seed=seed)
     return NoiseScale(
@@ -215,13 +225,3 @@ def add_arguments(parser) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--target", type=float, default=TARGET,
                         help="average over the steps until the expected loss reaches this")
-
-
-def describe(result: NoiseScale) -> str:
-    w = result.window
-    return "\n".join([
-        f"world size {result.world_size}: small batch {result.b_small} (one rank), big batch "
-        f"{result.b_big} (DDP's average); steps {w.start}..{w.stop - 1} of {result.steps}",
-        f"|G|^2 ~ {result.g2[w].mean():.4g}, tr(Sigma) ~ {result.trace[w].mean():.4g}, "
-        f"B_simple = tr(Sigma) / |G|^2 ~ {result.b_simple:.1f} (exact over the same steps: "
-        f"{result.b_simple_exact:.1f})"])

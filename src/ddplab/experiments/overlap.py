@@ -24,8 +24,9 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import ddplab
-from ddplab.checks import positive_int
+from ddplab.checks import int_at_least, one_of, positive_int
 from ddplab.experiments import bucket_rule, hooks, mlp
+from ddplab.results import Result
 
 MODES = ("ddp", "naive", "local")
 
@@ -84,7 +85,7 @@ def _comm(log, mode) -> list[dict]:
 
 
 @dataclasses.dataclass
-class Timeline:
+class Timeline(Result):
     """Measured training steps on every rank; times in ms from the shown step's start."""
 
     layers: tuple
@@ -153,6 +154,33 @@ class Timeline:
                 "median_waiting_ms": self.median("waiting"),
                 "shown_iteration": [self.events(r) for r in range(self.world_size)]}
 
+    def describe(self) -> str:
+        setting = self.mode + ("" if self.mode != "ddp" else
+                                 f", bucket_cap_mb={self.bucket_cap_mb}")
+        lines = [f"MLP {','.join(map(str, self.layers))}, world size {self.world_size}, "
+                 f"{setting}",
+                 f"median step {self.median('step'):.1f} ms: forward "
+                 f"{self.median('forward'):.1f}, backward {self.median('backward'):.1f}, of "
+                 f"which waiting for all-reduces {self.median('waiting'):.1f}",
+                 "all-reduces of rank 0 in the median step (ms from the step's start):"]
+        lines += [f"  {c['label']:<10} {c['bytes']:>10,} bytes  "
+                  f"{c['start']:7.2f} -> {c['end']:7.2f}"
+                  for c in self.all_reduces]
+        return "\n".join(lines)
+
+    def describe_overlap(self) -> str:
+        """All-reduces per step, and how many started while backward was still computing."""
+        during, calls = self.started_during_backward, len(self.all_reduces)
+        return (f"{calls:2d} all-reduce{'s' if calls != 1 else ' '} per step, "
+                f"{min(during)} to {max(during)} of them started during backward")
+
+    def describe_phases(self) -> str:
+        """Median ms of the step and its phases (see ``median``)."""
+        step, forward, backward, waiting = (self.median(p) for p in
+                                            ("step", "forward", "backward", "waiting"))
+        return (f"step {step:6.1f}, forward {forward:5.1f}, backward {backward:6.1f}, "
+                f"waiting {waiting:5.1f}")
+
 
 def _last_gradient(it: dict) -> float:
     return max((t for _, t in it["ready"]), default=it["backward_end"])
@@ -178,11 +206,8 @@ def run(world_size: int = 2, width: int = 1024, depth: int = 2,
     for name, value in (("width", width), ("depth", depth), ("iterations", iterations),
                         ("batch_size", batch_size)):
         positive_int(name, value)
-    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 2:
-        raise ValueError(f"warmup must be an int >= 2 (DDP rebuilds its buckets after "
-                         f"iteration 0), got {warmup!r}")
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    int_at_least("warmup", warmup, 2, "DDP rebuilds its buckets after iteration 0")
+    one_of("mode", mode, MODES)
     bucket_rule.check_cap(bucket_cap_mb)
     layers = mlp.check_layers((64, *[width] * depth, 10) if layers is None else layers)
     ranks = ddplab.run(steps, world_size, backend=backend, timeout=timeout, layers=layers,
@@ -204,17 +229,3 @@ def add_arguments(parser) -> None:
     parser.add_argument("--mode", choices=MODES, default="ddp")
     parser.add_argument("--iterations", type=int, default=5, help="timed steps after warmup")
     parser.add_argument("--batch-size", type=int, default=32, help="samples per rank")
-
-
-def describe(result: Timeline) -> str:
-    setting = result.mode + ("" if result.mode != "ddp" else
-                             f", bucket_cap_mb={result.bucket_cap_mb}")
-    lines = [f"MLP {','.join(map(str, result.layers))}, world size {result.world_size}, "
-             f"{setting}",
-             f"median step {result.median('step'):.1f} ms: forward "
-             f"{result.median('forward'):.1f}, backward {result.median('backward'):.1f}, of "
-             f"which waiting for all-reduces {result.median('waiting'):.1f}",
-             "all-reduces of rank 0 in the median step (ms from the step's start):"]
-    lines += [f"  {c['label']:<10} {c['bytes']:>10,} bytes  {c['start']:7.2f} -> {c['end']:7.2f}"
-              for c in result.all_reduces]
-    return "\n".join(lines)

@@ -30,7 +30,8 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader, DistributedSampler
 
 import ddplab
-from ddplab.checks import positive_int
+from ddplab.checks import a_bool, an_int, positive_int
+from ddplab.results import Result
 
 # Results travel through pipes and, from the CLI, as JSON: cap the number of indices drawn.
 MAX_DRAWS = 1_000_000
@@ -95,7 +96,7 @@ def draws(ctx, dataset_size: int, batch_size: int, epochs: int,
 
 
 @dataclasses.dataclass
-class Sharding:
+class Sharding(Result):
     """What every rank drew: ``indices[e][r][s]`` is rank r's batch at step s of epoch e."""
 
     dataset_size: int
@@ -122,9 +123,13 @@ class Sharding:
         """Every index drawn in ``epoch`` by all ranks, in rank order."""
         return [i for rank in self.indices[epoch] for batch in rank for i in batch]
 
-    def counts(self, epoch: int) -> np.ndarray:
+    def times_drawn(self, epoch: int) -> np.ndarray:
         """How many times each dataset index was drawn in ``epoch``, over all ranks."""
         return np.bincount(self.drawn(epoch), minlength=self.dataset_size)
+
+    def drawn_again(self, epoch: int) -> np.ndarray:
+        """Whether each dataset index was drawn more than once in ``epoch`` (padding)."""
+        return self.times_drawn(epoch) > 1
 
     def samples_per_epoch(self, epoch: int = 0) -> int:
         return len(self.drawn(epoch))
@@ -147,6 +152,21 @@ class Sharding:
         return {**{f.name: getattr(self, f.name) for f in dataclasses.fields(self)},
                 "global_batch_size": self.global_batch_size,
                 "samples_per_epoch": [self.samples_per_epoch(e) for e in range(self.epochs)]}
+
+    def describe(self) -> str:
+        lines = [f"{self.dataset_size} samples, world size {self.world_size}, "
+                 f"batch_size {self.batch_size} per rank",
+                 f"per rank and epoch: {self.samples_per_rank} samples, "
+                 f"{self.steps_per_epoch} steps"]
+        for e in range(self.epochs):
+            times = self.times_drawn(e)
+            lines.append(f"epoch {e}: {self.samples_per_epoch(e)} drawn, "
+                         f"{int((times > 1).sum())} more than once, "
+                         f"{int((times == 0).sum())} never; "
+                         f"per step {self.global_batch_sizes[e]}")
+            for r, batches in enumerate(self.indices[e]):
+                lines.append(f"  rank {r}: " + " ".join(map(str, batches)))
+        return "\n".join(lines)
 
 
 def expected_samples_per_rank(dataset_size: int, world_size: int, drop_last: bool) -> int:
@@ -204,11 +224,9 @@ def _check(dataset_size, world_size, batch_size, epochs, seed, loader_drop_last,
     for name, value in (("dataset_size", dataset_size), ("world_size", world_size),
                         ("batch_size", batch_size), ("epochs", epochs)):
         positive_int(name, value)
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise ValueError(f"seed must be an int, got {seed!r}")
+    an_int("seed", seed)
     for name, value in (*flags.items(), ("loader_drop_last", loader_drop_last)):
-        if not isinstance(value, bool):
-            raise ValueError(f"{name} must be True or False, got {value!r}")
+        a_bool(name, value)
 
 
 # ---------------------------------------------------------------- CLI
@@ -230,19 +248,3 @@ def add_arguments(parser) -> None:
     parser.add_argument("--no-sampler", dest="sampler", action="store_false",
                         help="a plain DataLoader on every rank, no DistributedSampler")
     parser.add_argument("--seed", type=int, default=0, help="the sampler's seed")
-
-
-def describe(result: Sharding) -> str:
-    lines = [f"{result.dataset_size} samples, world size {result.world_size}, "
-             f"batch_size {result.batch_size} per rank",
-             f"per rank and epoch: {result.samples_per_rank} samples, "
-             f"{result.steps_per_epoch} steps"]
-    for e in range(result.epochs):
-        counts = result.counts(e)
-        lines.append(f"epoch {e}: {result.samples_per_epoch(e)} drawn, "
-                     f"{int((counts > 1).sum())} more than once, "
-                     f"{int((counts == 0).sum())} never; "
-                     f"per step {result.global_batch_sizes[e]}")
-        for r, batches in enumerate(result.indices[e]):
-            lines.append(f"  rank {r}: " + " ".join(map(str, batches)))
-    return "\n".join(lines)

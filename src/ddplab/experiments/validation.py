@@ -19,7 +19,8 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader, DistributedSampler
 
 import ddplab
-from ddplab.checks import positive_int
+from ddplab.checks import an_int, positive_int
+from ddplab.results import Result
 
 METHODS = ("padded", "drop_last", "exact")
 
@@ -75,7 +76,7 @@ def validation_counts(ctx, dataset_size: int, batch_size: int,
 
 
 @dataclasses.dataclass
-class Evaluation:
+class Evaluation(Result):
     """One validation pass, three ways, against the one-process accuracy."""
 
     dataset_size: int
@@ -99,6 +100,13 @@ class Evaluation:
         drawn = [i for rank in self.ids[method] for i in rank]
         return np.bincount(drawn, minlength=self.dataset_size)
 
+    def describe(self) -> str:
+        """Correct / counted = accuracy, per method, and the one process's."""
+        lines = [f"{m:9s}: {self.correct[m]}/{self.count[m]} = {self.accuracy(m):.5f}"
+                 for m in METHODS]
+        return "\n".join(lines + [f"one process: {self.reference_correct}/"
+                                   f"{self.dataset_size} = {self.reference:.5f}"])
+
 
 def run(dataset_size: int = 10, world_size: int = 4, batch_size: int = 2, seed: int = 0,
         backend: str = "auto", timeout: float = 60.0) -> Evaluation:
@@ -106,8 +114,7 @@ def run(dataset_size: int = 10, world_size: int = 4, batch_size: int = 2, seed: 
     for name, value in (("dataset_size", dataset_size), ("world_size", world_size),
                         ("batch_size", batch_size)):
         positive_int(name, value)
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise ValueError(f"seed must be an int, got {seed!r}")
+    an_int("seed", seed)
     if dataset_size < world_size:
         raise ValueError(f"dataset_size {dataset_size} < world_size {world_size}: the "
                          "sampler's drop_last would leave every rank without samples")

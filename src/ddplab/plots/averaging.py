@@ -5,12 +5,12 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import numpy as np
 
-from ddplab.plots.style import rank_color
+from ddplab.plots.style import WIDE, figure, rank_color
 
 
 def gradients(result, ax=None, legend: bool = True):
     """Every gradient element: each rank's local gradient, DDP's, and the one-process reference."""
-    fig, ax = _figure(ax, (9, 3.4))
+    fig, ax = figure(ax, (WIDE, 3.4))
     n = result.reference_grad.size
     x = np.arange(n)
     W = result.world_size
@@ -26,7 +26,7 @@ def gradients(result, ax=None, legend: bool = True):
     _parameter_axis(ax, result.param_names, result.param_shapes)
     ax.axhline(0, color="0.6", lw=0.6)
     sizes = (f"{result.batch_size} per rank" if result.batch_size
-             else "samples per rank " + ",".join(map(str, result.counts)))
+             else "samples per rank " + ",".join(map(str, result.batch_sizes)))
     ax.set_title(f"world size {W}, {sizes}, {result.reduction} loss: "
                  f"max |DDP - one process| = {result.max_diff:.1e}", fontsize=10, pad=14)
     if legend:
@@ -36,7 +36,7 @@ def gradients(result, ax=None, legend: bool = True):
 
 def gradients_grid(results):
     """Small multiples of :func:`gradients`, one panel per result, sharing the y axis."""
-    fig, axes = plt.subplots(len(results), 1, figsize=(9, 2.6 * len(results)), sharex=True,
+    fig, axes = plt.subplots(len(results), 1, figsize=(WIDE, 2.6 * len(results)), sharex=True,
                              sharey=True, constrained_layout=True)
     for i, (ax, result) in enumerate(zip(np.atleast_1d(axes), results)):
         gradients(result, ax=ax, legend=(i == 0))
@@ -45,7 +45,7 @@ def gradients_grid(results):
 
 def node_layout(result):
     """The ranks laid out as nodes x GPUs, and DDP's gradient against per-node averages."""
-    fig = plt.figure(figsize=(9, 5.2), constrained_layout=True)
+    fig = plt.figure(figsize=(WIDE, 5.2), constrained_layout=True)
     top, bottom = fig.subfigures(2, 1, height_ratios=[1, 1.6])
     ax = top.subplots()
     g = result.gpus_per_node
@@ -79,7 +79,7 @@ def node_layout(result):
 
 def bias(results, labels):
     """DDP's gradient minus the one-process reference, for several runs side by side."""
-    fig, ax = plt.subplots(figsize=(9, 3), constrained_layout=True)
+    fig, ax = plt.subplots(figsize=(WIDE, 3), constrained_layout=True)
     x = np.arange(results[0].reference_grad.size)
     width = 0.8 / len(results)
     for i, (result, label) in enumerate(zip(results, labels)):
@@ -90,13 +90,6 @@ def bias(results, labels):
     ax.set_ylabel("DDP - one process")
     ax.legend(fontsize=8)
     return fig
-
-
-def _figure(ax, size):
-    if ax is not None:
-        return ax.figure, ax
-    fig, ax = plt.subplots(figsize=size, constrained_layout=True)
-    return fig, ax
 
 
 def _parameter_axis(ax, names, shapes):

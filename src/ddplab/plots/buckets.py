@@ -8,6 +8,8 @@ from matplotlib.patches import Patch, Rectangle
 
 BUCKET_COLORS = [c for i, c in enumerate(plt.get_cmap("tab10").colors) if i != 7]  # no grey
 GREY = "0.82"
+WIDTH = 8.5  # inches: a timeline needs a little more than the text column (PAGE_WIDTH)
+ROW = 0.95  # inches per rank in a timeline
 
 
 def bucket_color(index: int):
@@ -72,7 +74,7 @@ def layouts(result, title: str | None = None, ax=None):
     groups = _groups(result)
     labels = [f"iteration {a}" if a == b else f"iterations {a}-{b}" for a, b, _ in groups]
     if ax is None:
-        _, ax = plt.subplots(figsize=(8.5, 0.55 + 0.85 * len(groups)),
+        _, ax = plt.subplots(figsize=(WIDTH, 0.55 + 0.85 * len(groups)),
                              constrained_layout=True)
     diagram(ax, [g[2] for g in groups], dict(zip(result.param_names, result.param_bytes)),
             labels)
@@ -83,7 +85,7 @@ def layouts(result, title: str | None = None, ax=None):
 def layouts_grid(results, titles):
     """Small multiples of :func:`layouts`, one panel per setting."""
     heights = [0.55 + 0.85 * len(_groups(r)) for r in results]
-    fig, axes = plt.subplots(len(results), 1, figsize=(8.5, sum(heights)),
+    fig, axes = plt.subplots(len(results), 1, figsize=(WIDTH, sum(heights)),
                              gridspec_kw={"height_ratios": heights}, constrained_layout=True)
     for ax, result, title in zip(np.atleast_1d(axes), results, titles):
         layouts(result, title, ax=ax)
@@ -103,7 +105,7 @@ def timeline(result, ax=None, legend: bool = True):
     """Each rank's forward and backward (coloured by the bucket a gradient goes to) above its
     all-reduces, for the step of median time; ms from the step's start on rank 0."""
     if ax is None:
-        fig, ax = plt.subplots(figsize=(8.5, 0.8 + 0.95 * result.world_size),
+        fig, ax = plt.subplots(figsize=(WIDTH, 0.8 + ROW * result.world_size),
                                constrained_layout=True)
     owner = {}  # parameter -> colour index of its all-reduce
     for k, call in enumerate(result.all_reduces):
@@ -160,8 +162,8 @@ def _cap(bucket_cap_mb) -> str:
 
 def overview(result):
     """The buckets of the shown step above its timeline: what the lab redraws."""
-    fig = plt.figure(figsize=(8.5, 2.6 + 0.95 * result.world_size), constrained_layout=True)
-    top, bottom = fig.subfigures(2, 1, height_ratios=[1.3, 1.0 + 0.95 * result.world_size])
+    fig = plt.figure(figsize=(WIDTH, 2.6 + ROW * result.world_size), constrained_layout=True)
+    top, bottom = fig.subfigures(2, 1, height_ratios=[1.3, 1.0 + ROW * result.world_size])
     ax = top.subplots()
     sizes = dict(zip(result.param_names, result.param_bytes))
     rows = [[c["params"] for c in result.all_reduces]] if result.all_reduces else [
@@ -174,7 +176,7 @@ def overview(result):
 def timelines(results):
     """Small multiples of :func:`timeline` on a shared time axis."""
     fig, axes = plt.subplots(len(results), 1, sharex=True, constrained_layout=True,
-                             figsize=(8.5, sum(0.8 + 0.95 * r.world_size for r in results)))
+                             figsize=(WIDTH, sum(0.8 + ROW * r.world_size for r in results)))
     for i, (ax, result) in enumerate(zip(np.atleast_1d(axes), results)):
         timeline(result, ax=ax, legend=(i == len(results) - 1))
         if i < len(results) - 1:
@@ -185,7 +187,7 @@ def timelines(results):
 def step_times(results, labels):
     """Median step time split into forward, backward computing, backward waiting for
     all-reduces (``Timeline.median("waiting")``) and the rest (optimizer step, rank skew)."""
-    fig, ax = plt.subplots(figsize=(8.5, 0.9 + 0.45 * len(results)), constrained_layout=True)
+    fig, ax = plt.subplots(figsize=(WIDTH, 0.9 + 0.45 * len(results)), constrained_layout=True)
     for i, result in enumerate(results):
         step = result.median("step")
         forward, backward = result.median("forward"), result.median("backward")

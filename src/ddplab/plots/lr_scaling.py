@@ -7,13 +7,15 @@ import numpy as np
 from matplotlib.ticker import FixedLocator, NullLocator, ScalarFormatter
 
 from ddplab.experiments import lr_scaling as task
+from ddplab.experiments import regression
 
 WORLD_COLORS = {1: "#1b9e77", 2: "#7570b3", 4: "#d95f02", 8: "#e7298a"}
+LOG_FLOOR = 1e-9  # a difference of exactly 0 drawn at the bottom of the log axis
 LOSS_LIMITS = (0.2, 4.0)  # the expected loss starts near 2; the noise floor is 0.25
 
 
-def world_color(k: int):
-    return WORLD_COLORS.get(k, plt.get_cmap("viridis")(min(k, 64) / 64))
+def world_color(world_size: int):
+    return WORLD_COLORS.get(world_size, plt.get_cmap("viridis")(min(world_size, 64) / 64))
 
 
 def same_batch(panels: dict):
@@ -27,11 +29,11 @@ def same_batch(panels: dict):
         top, bottom = axes[0, col], axes[1, col]
         steps = np.arange(len(result.reference))
         top.plot(steps, result.reference, color="0.15", lw=4, alpha=0.25, label="one process")
-        for k, run in result.runs.items():
-            top.plot(steps, run.losses, lw=1.1, color=world_color(k),
-                     label=f"{k} x {run.batch_size}")
-            diff = np.abs(run.losses - result.reference)
-            bottom.plot(steps, np.maximum(diff, 1e-9), ".", ms=3, color=world_color(k))
+        for world_size, run in result.runs.items():
+            top.plot(steps, run.losses, lw=1.1, color=world_color(world_size),
+                     label=f"{world_size} x {run.batch_size}")
+            bottom.plot(steps, np.maximum(result.loss_diff(world_size), LOG_FLOOR), ".", ms=3,
+                        color=world_color(world_size))
         top.set_title(f"{title}: global batch {result.global_batch_size}", fontsize=10)
         top.set_ylabel("loss of the global batch")
         top.legend(fontsize=8, ncol=2, title="ranks x batch size", title_fontsize=8)
@@ -57,27 +59,28 @@ def _loss_axes(ax, floor: bool = True):
     ax.yaxis.set_major_formatter(ScalarFormatter())
     ax.yaxis.set_minor_locator(NullLocator())
     if floor:
-        ax.axhline(task.NOISE ** 2, color="0.5", lw=0.8, ls=":")
+        ax.axhline(regression.NOISE ** 2, color="0.5", lw=0.8, ls=":")
 
 
-def _curve(ax, x, y, k, diverged: bool, label=None):
+def _curve(ax, x, y, world_size, diverged: bool, label=None):
     """One expected-loss curve; a diverged one ends in a cross at the top edge."""
     y = np.minimum(y, LOSS_LIMITS[1] * 0.97)
-    ax.plot(x, y, lw=1.3, color=world_color(k), label=label)
+    ax.plot(x, y, lw=1.3, color=world_color(world_size), label=label)
     if diverged and len(x):
-        ax.plot(x[-1], y[-1], "x", ms=9, mew=2.2, color=world_color(k))
+        ax.plot(x[-1], y[-1], "x", ms=9, mew=2.2, color=world_color(world_size))
 
 
 def _loss_panels(comparison, by_step, by_sample, target: float | None):
     """The expected loss (mean over seeds) per step and per sample seen, every world size."""
-    for k in comparison.world_sizes:
-        first = comparison.runs[k][0]
-        y = comparison.losses(k)
+    for world_size in comparison.world_sizes:
+        first = comparison.runs[world_size][0]
+        y = comparison.losses(world_size)
         steps = np.arange(len(y))
-        diverged = comparison.diverged(k) > 0
-        _curve(by_step, steps, y, k, diverged, label=f"{k} rank{'s' if k > 1 else ''}")
+        diverged = comparison.diverged(world_size) > 0
+        label = f"{world_size} rank{'s' if world_size > 1 else ''}"
+        _curve(by_step, steps, y, world_size, diverged, label=label)
         # Samples seen before each step; the start (0 samples) has no place on a log axis.
-        _curve(by_sample, steps[1:] * first.global_batch_size, y[1:], k, diverged)
+        _curve(by_sample, steps[1:] * first.global_batch_size, y[1:], world_size, diverged)
     for ax, label in ((by_step, "step"), (by_sample, "samples seen (all ranks)")):
         _loss_axes(ax)
         if target is not None:
@@ -92,9 +95,9 @@ def curves(comparison, target: float | None = None):
     """One rule at several world sizes (the lab): the learning rate of every step, and the
     expected loss per step and per sample seen; a cross marks a divergence."""
     fig, axes = plt.subplots(1, 3, figsize=(11, 3.1), constrained_layout=True)
-    for k in comparison.world_sizes:
-        run = comparison.runs[k][0]
-        axes[0].plot(np.arange(run.steps), run.lrs, lw=1.3, color=world_color(k))
+    for world_size in comparison.world_sizes:
+        run = comparison.runs[world_size][0]
+        axes[0].plot(np.arange(run.steps), run.lrs, lw=1.3, color=world_color(world_size))
     axes[0].set_yscale("log")
     _plain_ticks(axes[0].yaxis, [r[0].peak_lr for r in comparison.runs.values()])
     axes[0].set_ylabel("learning rate")
@@ -128,10 +131,10 @@ def schedules(comparisons: dict):
     fig, axes = plt.subplots(1, len(comparisons), figsize=(3.75 * len(comparisons), 2.6),
                              constrained_layout=True, squeeze=False, sharey=True)
     for ax, (title, comparison) in zip(axes[0], comparisons.items()):
-        for k in comparison.world_sizes:
-            run = comparison.runs[k][0]
-            ax.plot(np.arange(run.steps), run.lrs, lw=1.3, color=world_color(k),
-                    label=f"{k} rank{'s' if k > 1 else ''}")
+        for world_size in comparison.world_sizes:
+            run = comparison.runs[world_size][0]
+            ax.plot(np.arange(run.steps), run.lrs, lw=1.3, color=world_color(world_size),
+                    label=f"{world_size} rank{'s' if world_size > 1 else ''}")
         ax.set_yscale("log")
         _plain_ticks(ax.yaxis, [r[0].peak_lr for r in comparison.runs.values()])
         ax.set_title(title, fontsize=9, loc="left")
@@ -145,20 +148,20 @@ def divergence(result, base_lr: float):
     """Which rates diverged at each world size, and the rates each rule asks for."""
     fig, ax = plt.subplots(figsize=(7, 3.8), constrained_layout=True)
     ks = result.world_sizes
-    for k in ks:
-        tried = result.lrs[:len(result.diverged[k])]
-        ok = [lr for lr, d in zip(tried, result.diverged[k]) if not d]
-        bad = [lr for lr, d in zip(tried, result.diverged[k]) if d]
-        ax.plot([k] * len(ok), ok, "o", ms=6, color="#1b9e77", mfc="none")
-        ax.plot([k] * len(bad), bad, "X", ms=9, color="crimson")
+    for world_size in ks:
+        tried = result.lrs[:len(result.diverged[world_size])]
+        ok = [lr for lr, d in zip(tried, result.diverged[world_size]) if not d]
+        bad = [lr for lr, d in zip(tried, result.diverged[world_size]) if d]
+        ax.plot([world_size] * len(ok), ok, "o", ms=6, color="#1b9e77", mfc="none")
+        ax.plot([world_size] * len(bad), bad, "X", ms=9, color="crimson")
     ax.plot([], [], "o", color="#1b9e77", mfc="none", label=f"trains ({result.steps} steps)")
     ax.plot([], [], "X", color="crimson", label="diverges")
     grid = np.array(ks, float)
     for rule, style in (("linear", "-"), ("sqrt", "--"), ("none", ":")):
-        ax.plot(grid, [base_lr * task.rule_factor(rule, k) for k in ks], style, color="0.25",
+        ax.plot(grid, [base_lr * task.rule_factor(rule, w) for w in ks], style, color="0.25",
                 lw=1.2, label=f"rule {rule!r} from lr {base_lr:g}")
     ax.set_xscale("log", base=2)
-    ax.set_xticks(ks, [f"{k}\n(global {k * result.batch_size})" for k in ks])
+    ax.set_xticks(ks, [f"{w}\n(global {w * result.batch_size})" for w in ks])
     ax.set_yscale("log")
     ax.set_xlabel(f"world size, {result.batch_size} samples per rank")
     ax.set_ylabel("learning rate")
@@ -172,10 +175,10 @@ def summed(averaged, as_if_summed, linear):
     ``averaged``: a ``Comparison`` at the unscaled rate.
     """
     fig, ax = plt.subplots(figsize=(7, 3.4), constrained_layout=True)
-    for k in averaged.world_sizes:
-        y = averaged.losses(k)
-        _curve(ax, np.arange(len(y)), y, k, averaged.diverged(k) > 0,
-               label=f"averaged (DDP), {k} ranks, lr {averaged.runs[k][0].lr:g}")
+    for world_size in averaged.world_sizes:
+        y = averaged.losses(world_size)
+        _curve(ax, np.arange(len(y)), y, world_size, averaged.diverged(world_size) > 0,
+               label=f"averaged (DDP), {world_size} ranks, lr {averaged.runs[world_size][0].lr:g}")
     y = np.minimum(linear.population_losses, LOSS_LIMITS[1] * 0.97)
     ax.plot(np.arange(len(y)), y, color="0.2", lw=5, alpha=0.25,
             label=f"averaged, {linear.world_size} ranks, lr {linear.peak_lr:g} (linear rule)")

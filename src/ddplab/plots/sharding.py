@@ -8,9 +8,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.patches import Rectangle
 
+from ddplab.plots.style import PAGE_WIDTH as WIDTH
 from ddplab.plots.style import rank_color
 
-WIDTH = 7.5  # inches: the book's text column, so that labels stay readable
 GAP = 0.5  # blank columns between two steps of one rank
 TWICE = "crimson"  # outline of a sample drawn more than once in its epoch
 
@@ -46,7 +46,7 @@ def _font(cell: float, row: float, dataset_size: int) -> float | None:
 
 
 def _epoch_panel(ax, result, epoch, span, cell, font):
-    twice = result.counts(epoch) > 1
+    twice = result.drawn_again(epoch)
     B = result.batch_size
     for r, batches in enumerate(result.indices[epoch]):
         x = 0.0
