@@ -1,7 +1,7 @@
 """Precomputed sliders for a static page: every grid point is a real run, made at build time.
 
     from ddplab import static_panel
-    static_panel.explore(averaging.run, plots.gradients, describe=averaging.describe,
+    static_panel.explore(averaging.run, plots.gradients, describe=averaging.Averaging.describe,
                          world_size=[1, 2, 4, 8], reduction=["mean", "sum"])
 
 The same experiment and plot function as :func:`ddplab.widgets.explore`, but each control is
