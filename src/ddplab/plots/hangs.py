@@ -56,8 +56,8 @@ def _outcome(result) -> str:
 def batchnorm(result, ax=None):
     """Each sample's output: DDP on W ranks against one process on the whole batch."""
     fig, ax = figure(ax, (PAGE_WIDTH, 2.8))
-    share = result.batch_size // result.world_size
-    x = np.arange(result.batch_size)
+    share = result.global_batch_size // result.world_size
+    x = np.arange(result.global_batch_size)
     ax.plot(x, result.reference_output, "D", ms=8, mfc="none", mec="crimson", mew=1.5,
             label="one process, whole batch")
     for rank in range(result.world_size):
