@@ -25,6 +25,7 @@ two-nodes: setup  ## one experiment as two torchrun nodes on this machine, check
 
 bench: setup  ## latency of the warm pool against a fresh interpreter and cold spawn
 	$(PY) benchmarks/pool_latency.py
+	$(PY) benchmarks/time_cost.py
 
 clean:
 	rm -rf .venv _build .pytest_cache

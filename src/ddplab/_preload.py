@@ -11,6 +11,8 @@ import gc
 
 gc.disable()
 try:
+    import ddplab.experiments.accumulation  # noqa: F401
+    import ddplab.experiments.allreduce  # noqa: F401
     import ddplab.experiments.averaging  # noqa: F401
     import ddplab.experiments.batchnorm  # noqa: F401
     import ddplab.experiments.bucket_options  # noqa: F401
@@ -18,6 +20,7 @@ try:
     import ddplab.experiments.buckets  # noqa: F401
     import ddplab.experiments.check  # noqa: F401
     import ddplab.experiments.checkpoints  # noqa: F401
+    import ddplab.experiments.compression  # noqa: F401
     import ddplab.experiments.critical_batch  # noqa: F401
     import ddplab.experiments.logged_loss  # noqa: F401
     import ddplab.experiments.lr_scaling  # noqa: F401
@@ -27,6 +30,7 @@ try:
     import ddplab.experiments.rank0_collective  # noqa: F401
     import ddplab.experiments.sharding  # noqa: F401
     import ddplab.experiments.start_state  # noqa: F401
+    import ddplab.experiments.step_time  # noqa: F401
     import ddplab.experiments.uneven  # noqa: F401
     import ddplab.experiments.unused_parameters  # noqa: F401
     import ddplab.experiments.validation  # noqa: F401

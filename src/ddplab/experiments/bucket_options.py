@@ -15,16 +15,14 @@ accumulated sum (``DistributedDataParallel.no_sync``).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 
-import torch.distributed as dist
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import ddplab
 from ddplab.checks import positive_int
-from ddplab.experiments import hooks, mlp
+from ddplab.experiments import accumulation, hooks, mlp
 from ddplab.results import Result
 
 
@@ -120,60 +118,10 @@ def views(layers=mlp.DEFAULT_LAYERS, world_size: int = 2, iterations: int = 3,
                  param_bytes=sum(4 * p.numel() for p in model.parameters()), rows=rows)
 
 
-def accumulate_ranks(ctx, layers, micro_batches: int, batch_size: int, seed: int) -> dict:
-    """``micro_batches`` forwards and backwards, all but the last inside ``no_sync``, each loss
-    divided by ``micro_batches``; DDP's gradient next to the local sum over micro-batches
-    averaged over ranks with one plain all-reduce.
-
-    The forward goes inside ``no_sync`` too: DDP decides in forward whether the next backward
-    all-reduces (``DistributedDataParallel.no_sync``: "The forward pass should be included
-    inside the context manager, or else gradients will still be synchronized"). Gradients
-    add up over micro-batches, so each mean loss is divided by their number: the result is
-    the mean over all ``micro_batches x batch_size x world_size`` samples."""
-    model = mlp.make_model(layers, seed).to(ctx.device)
-    ddp = DDP(model)
-    log = hooks.BucketLog(model, ctx.world_size)
-    ddp.register_comm_hook(log, hooks.record_and_allreduce)
-    local = mlp.make_model(layers, seed).to(ctx.device)
-    rows = slice(ctx.rank * batch_size, (ctx.rank + 1) * batch_size)
-    for m in range(micro_batches):
-        X, y = (t[rows].to(ctx.device)
-                for t in mlp.make_batch(layers, batch_size, ctx.world_size, seed, m))
-        log.iteration = m
-        last = m == micro_batches - 1
-        with contextlib.nullcontext() if last else ddp.no_sync():
-            (F.mse_loss(ddp(X), y) / micro_batches).backward()
-        (F.mse_loss(local(X), y) / micro_batches).backward()  # accumulates into local's .grad
-    expected = mlp.flat_grad(local)
-    dist.all_reduce(expected)
-    expected /= ctx.world_size
-    return {"launches": [sum(b["iteration"] == m for b in log.buckets)
-                         for m in range(micro_batches)],
-            "grad": mlp.flat_grad(model),
-            "max_diff": (mlp.flat_grad(model) - expected).abs().max().item()}
-
-
-@dataclasses.dataclass
-class Accumulation(Result):
-    """Bucket all-reduces launched by each backward, and DDP's gradient after the last."""
-
-    micro_batches: int
-    world_size: int
-    launches: list[int]  # per backward (rank 0)
-    max_diff: float  # largest |DDP - averaged local sum| over ranks
-    grads: list  # per rank
-
-
 def accumulate(micro_batches: int = 3, layers=mlp.DEFAULT_LAYERS, world_size: int = 2,
-               batch_size: int = 32, seed: int = 0) -> Accumulation:
-    """Gradient accumulation with ``no_sync`` over ``micro_batches`` forwards and backwards:
-    one optimizer step's global batch is ``batch_size x micro_batches x world_size``."""
-    layers = mlp.check_layers(layers)
-    for name, value in (("micro_batches", micro_batches), ("batch_size", batch_size)):
-        positive_int(name, value)
-    ranks = ddplab.run(accumulate_ranks, world_size, layers=layers, micro_batches=micro_batches,
-                       batch_size=batch_size, seed=seed)
-    return Accumulation(micro_batches=micro_batches, world_size=world_size,
-                        launches=ranks[0]["launches"],
-                        max_diff=max(r["max_diff"] for r in ranks),
-                        grads=[r["grad"] for r in ranks])
+               batch_size: int = 32, seed: int = 0) -> accumulation.Accumulation:
+    """Gradient accumulation with ``no_sync`` over ``micro_batches`` forwards and backwards,
+    each loss divided by ``micro_batches``, as DDP's first synchronised iteration (no warm-up
+    step): one optimizer step's global batch is ``batch_size x micro_batches x world_size``.
+    ``accumulation`` (chapter "The time cost") is where no_sync accumulation lives."""
+    return accumulation.run(world_size, batch_size, micro_batches, seed, layers, warmup=False)

@@ -1,0 +1,246 @@
+"""A model of the time of one data-parallel training step: arithmetic only, no torch, no runs.
+
+Everything this module returns is a **model's** figure, never a measurement. The chapter "The
+time cost" first calibrates it on what it measured (:func:`fit_latency_bandwidth`,
+:func:`link_from_fit`) and checks its step times against measured ones, and only then lets it
+predict clusters (``cluster_prediction``), from the published figures below.
+
+The all-reduce is NCCL's ring model (NVIDIA/nccl, src/graph/tuning.cc, ``ncclTopoTuneModel``):
+an all-reduce over ``n`` ranks takes ``2(n-1)`` steps, each paying a latency ``alpha``, of which
+``2(nodes-1)`` cross the network; each rank moves ``2(n-1)/n`` times the message over the
+slowest link of the ring, at that link's bus bandwidth (nccl-tests, doc/PERFORMANCE.md):
+
+    T(S) = 2(n - nodes) alpha_intra + 2(nodes - 1) alpha_net + 2(n-1)/n * S / B
+
+A node's GPUs share its network links, so across nodes ``B`` is the node's network bandwidth
+(NCCL spreads its rings over the node's NICs: ``busBw = nChannels * speedInter``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+GB = 1e9
+MiB = 2 ** 20
+
+
+@dataclasses.dataclass(frozen=True)
+class Link:
+    """One kind of link: ``alpha_s`` per ring step, ``bandwidth`` in bytes/s per direction."""
+
+    name: str
+    alpha_s: float
+    bandwidth: float
+    source: str
+
+
+# NCCL's per-step latencies of its ring (Simple protocol), in NVIDIA/nccl src/graph/tuning.cc
+# (hwLat, commit 01afd20): NVLink 3.4 us, PCI 5.7 us, network 9.6 us.
+_NCCL_LATENCY = "latency: NCCL's ring model, src/graph/tuning.cc (hwLat, Ring/Simple)"
+
+INTRA_NODE = {link.name: link for link in (
+    Link("NVLink 4 (H100)", 3.4e-6, 450 * GB,
+         "450 GB/s per direction per GPU (NVIDIA H100 datasheet: 900 GB/s bidirectional; "
+         "stas00/ml-engineering network/README.md, NVLink table); " + _NCCL_LATENCY),
+    Link("NVLink 3 (A100)", 3.4e-6, 235 * GB,
+         "235 GB/s all-reduce busbw measured with nccl-tests on 8 A100 (stas00/ml-engineering "
+         "network/README.md; 80% of the 300 GB/s spec, NCCL's own cap for sm80 in "
+         "tuning.cc); " + _NCCL_LATENCY),
+    Link("PCIe 5 x16", 5.7e-6, 63 * GB,
+         "63 GB/s per direction (stas00/ml-engineering network/README.md, PCIe table); "
+         + _NCCL_LATENCY),
+    Link("PCIe 4 x16", 5.7e-6, 31 * GB,
+         "31 GB/s per direction (stas00/ml-engineering network/README.md, PCIe table); "
+         + _NCCL_LATENCY),
+)}
+
+INTER_NODE = {link.name: link for link in (
+    Link("InfiniBand NDR, 8 x 400 Gb/s per node", 9.6e-6, 400 * GB,
+         "8 x 400 Gb/s = 400 GB/s per node (stas00/ml-engineering network/README.md: NVIDIA "
+         "Quantum-2 on H100 nodes); measured 376.7 GB/s all-reduce busbw on 4 nodes of 8 B200 "
+         "(network/benchmarks/README.md); " + _NCCL_LATENCY),
+    Link("InfiniBand NDR, 1 x 400 Gb/s per node", 9.6e-6, 50 * GB,
+         "400 Gb/s = 50 GB/s, one NIC per node (InfiniBand NDR signalling rate, "
+         "stas00/ml-engineering network/README.md); " + _NCCL_LATENCY),
+    Link("Ethernet, 100 Gb/s per node", 9.6e-6, 12.5 * GB,
+         "100 Gb/s = 12.5 GB/s (100GbE); latency: NCCL's network figure, optimistic for "
+         "TCP"),
+    Link("Ethernet, 25 Gb/s per node", 9.6e-6, 3.125 * GB,
+         "25 Gb/s = 3.125 GB/s (25GbE); latency: NCCL's network figure, optimistic for TCP"),
+)}
+
+
+@dataclasses.dataclass(frozen=True)
+class Accelerator:
+    """What one rank computes with: ``flops`` per second (dense), ``memory_bandwidth`` bytes/s."""
+
+    name: str
+    flops: float
+    memory_bandwidth: float
+    source: str
+
+
+ACCELERATORS = {a.name: a for a in (
+    Accelerator("H100 SXM", 989e12, 3.35e12,
+                "989 TFLOP/s dense BF16, 3.35 TB/s HBM3 (NVIDIA H100 datasheet)"),
+    Accelerator("A100 SXM 80GB", 312e12, 2.04e12,
+                "312 TFLOP/s dense BF16, 2.04 TB/s HBM2e (NVIDIA A100 datasheet)"),
+)}
+
+# FLOPs of one forward and backward per parameter and per sample (or token): 2 forward, 4
+# backward (Kaplan et al. 2020, "Scaling laws for neural language models", section 2.1: C = 6N).
+FLOPS_PER_PARAM = 6
+# An assumption, not a measurement: large runs report 40-50% of peak (PaLM: 46.2% model FLOPs
+# utilisation, Chowdhery et al. 2022, table 3).
+UTILISATION = 0.4
+# Backward costs twice the forward (the 4 of the 6 above), so it is 2/3 of the computation.
+BACKWARD_SHARE = 2 / 3
+
+
+def seconds_per_sample(params: float, accelerator: Accelerator, tokens_per_sample: int = 1,
+                       utilisation: float = UTILISATION) -> float:
+    """Forward and backward of one sample: 6 FLOPs per parameter and token, at
+    ``utilisation`` of the accelerator's peak."""
+    return FLOPS_PER_PARAM * params * tokens_per_sample / (accelerator.flops * utilisation)
+
+
+# ---------------------------------------------------------------- the all-reduce
+
+
+def ring_allreduce_seconds(nbytes: float, ranks: int, alpha_s: float, bandwidth: float) -> float:
+    """``2(n-1) alpha + 2(n-1)/n * S / B``: NCCL's ring over one kind of link."""
+    if ranks == 1:
+        return 0.0
+    return 2 * (ranks - 1) * alpha_s + 2 * (ranks - 1) / ranks * nbytes / bandwidth
+
+
+def allreduce_seconds(nbytes: float, gpus_per_node: int, nodes: int, intra: Link,
+                      inter: Link | None = None) -> float:
+    """The ring over ``nodes`` x ``gpus_per_node`` ranks: ``2(nodes-1)`` of its steps cross
+    the network, the rest stay in a node; bytes move at the slowest link's bandwidth."""
+    ranks = gpus_per_node * nodes
+    if ranks == 1:
+        return 0.0
+    if nodes > 1 and inter is None:
+        raise ValueError("more than one node needs an inter-node link")
+    net_steps = 2 * (nodes - 1)
+    links = ([intra] if gpus_per_node > 1 else []) + ([inter] if nodes > 1 else [])
+    bandwidth = min(link.bandwidth for link in links)
+    latency = (2 * (ranks - 1) - net_steps) * intra.alpha_s
+    if nodes > 1:
+        latency += net_steps * inter.alpha_s
+    return latency + 2 * (ranks - 1) / ranks * nbytes / bandwidth
+
+
+def fit_latency_bandwidth(sizes, seconds) -> tuple[float, float]:
+    """``(alpha, B)`` of ``T(S) = alpha + S / B`` by least squares on *relative* residuals,
+    ``sum(((alpha + S/B) - T) / T)^2``: every size counts alike, where plain least squares
+    would let the largest messages alone set alpha. Solved as the 2 x 2 normal equations."""
+    rows = [(1 / t, s / t) for s, t in zip(sizes, seconds)]  # (alpha, 1/B) -> 1
+    a11 = sum(u * u for u, _ in rows)
+    a12 = sum(u * v for u, v in rows)
+    a22 = sum(v * v for _, v in rows)
+    b1 = sum(u for u, _ in rows)
+    b2 = sum(v for _, v in rows)
+    det = a11 * a22 - a12 * a12
+    alpha = (b1 * a22 - b2 * a12) / det
+    inverse_bandwidth = (a11 * b2 - a12 * b1) / det
+    return alpha, 1 / inverse_bandwidth
+
+
+def link_from_fit(alpha_s: float, bandwidth: float, ranks: int, name: str) -> Link:
+    """The ring constants behind a fit ``T(S) = alpha + S/B`` measured at ``ranks`` ranks:
+    ``alpha / (2(n-1))`` per step and the bus bandwidth ``B * 2(n-1)/n``."""
+    if ranks < 2:
+        raise ValueError("a fit of the all-reduce needs at least 2 ranks")
+    steps = 2 * (ranks - 1)
+    return Link(name, alpha_s / steps, bandwidth * steps / ranks,
+                f"fitted here at {ranks} ranks: alpha {alpha_s * 1e6:.0f} us, "
+                f"B {bandwidth / GB:.2f} GB/s")
+
+
+# ---------------------------------------------------------------- buckets and overlap
+
+
+def exposed_seconds(bucket_seconds: float, buckets: int, backward_s: float,
+                    overlap: bool = True) -> float:
+    """Communication left after backward's last gradient, for ``buckets`` all-reduces of
+    ``bucket_seconds`` each, run one after the other.
+
+    With ``overlap``, backward fills bucket ``i`` (of ``n``) at ``i/n`` of its time, and a
+    bucket's all-reduce starts once it is full and the previous one is done; so the last one
+    ends at ``max(backward + T_b, backward/n + n T_b)``. Without overlap (a CPU whose cores
+    also run backward), every all-reduce is paid after it.
+    """
+    if not overlap:
+        return buckets * bucket_seconds
+    end = max(backward_s + bucket_seconds, backward_s / buckets + buckets * bucket_seconds)
+    return end - backward_s
+
+
+def exposed_tradeoff(buckets, nbytes: float, bandwidth: float, overhead_s: float):
+    """The bucket trade-off (Stanford CS336, assignment 2): ``S/(n_b w) + n_b o``. The last
+    bucket (``S/n_b`` bytes) cannot start before backward ends; each of ``n_b`` calls costs a
+    fixed ``o``."""
+    return nbytes / (buckets * bandwidth) + buckets * overhead_s
+
+
+def best_bucket_count(nbytes: float, bandwidth: float, overhead_s: float) -> float:
+    """Where ``d/dn_b [S/(n_b w) + n_b o] = -S/(n_b^2 w) + o = 0``: ``sqrt(S / (w o))``."""
+    return math.sqrt(nbytes / (bandwidth * overhead_s))
+
+
+# ---------------------------------------------------------------- a step
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    """The model's time of one optimizer step, in seconds, and what follows from it."""
+
+    ranks: int
+    samples: int  # global batch: batch_size x accumulation x ranks
+    compute_s: float  # forward and backward of every micro-batch
+    copy_s: float  # DDP copies the gradients into its buckets and back
+    comm_s: float  # every bucket's all-reduce, end to end
+    exposed_s: float  # the part of comm_s that backward did not hide
+    optimizer_s: float
+    buckets: int
+
+    @property
+    def step_s(self) -> float:
+        return self.compute_s + self.copy_s + self.exposed_s + self.optimizer_s
+
+    @property
+    def samples_per_s(self) -> float:
+        return self.samples / self.step_s
+
+    @property
+    def efficiency(self) -> float:
+        """Samples per second against ``ranks`` times one rank that communicates nothing."""
+        alone = self.compute_s + self.optimizer_s
+        return alone / self.step_s
+
+
+def step_time(params: float, batch_size: int, seconds_per_sample: float, gpus_per_node: int = 1,
+              nodes: int = 1, intra: Link | None = None, inter: Link | None = None,
+              bucket_mb: float = 25.0, accumulation: int = 1, overlap: bool = True,
+              optimizer_s: float = 0.0, memory_bandwidth: float | None = None,
+              bytes_per_param: int = 4) -> Step:
+    """One optimizer step of DDP: ``accumulation`` micro-batches of ``batch_size`` samples per
+    rank, the all-reduce once, in buckets of ``bucket_mb`` MiB overlapped with the last
+    backward (``overlap``), plus DDP's copies of the gradients at ``memory_bandwidth``."""
+    ranks = gpus_per_node * nodes
+    nbytes = params * bytes_per_param
+    compute = accumulation * batch_size * seconds_per_sample
+    buckets = max(1, math.ceil(nbytes / (bucket_mb * MiB)))
+    if ranks == 1:
+        bucket_s = 0.0
+    else:
+        bucket_s = allreduce_seconds(nbytes / buckets, gpus_per_node, nodes, intra, inter)
+    backward = BACKWARD_SHARE * batch_size * seconds_per_sample  # the last micro-batch's
+    exposed = exposed_seconds(bucket_s, buckets, backward, overlap) if ranks > 1 else 0.0
+    copy = 2 * nbytes / memory_bandwidth if memory_bandwidth else 0.0
+    return Step(ranks=ranks, samples=batch_size * accumulation * ranks, compute_s=compute,
+                copy_s=copy, comm_s=buckets * bucket_s, exposed_s=exposed,
+                optimizer_s=optimizer_s, buckets=buckets)

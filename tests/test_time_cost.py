@@ -1,0 +1,199 @@
+"""The time-cost chapter's experiments against references this test computes itself: no_sync
+accumulation against one process, hook bytes against tensor sizes, bucket counts against DDP's
+recorded buckets, the bandwidth figures against their definitions. Timing is only checked for
+its structure (phases add up), never for speed.
+
+The small MLP 8 -> 64 -> 32 -> 4 has 2788 float32 parameters (11152 bytes): 0.weight 64 x 8,
+0.bias 64, 2.weight 32 x 64, 2.bias 32, 4.weight 4 x 32, 4.bias 4. PowerSGD at rank 1 sends a
+matrix n x m as P (n) and Q (m) when (n + m) * 2 < n * m, else whole, and 1-D tensors whole:
+(64 + 8) + 64 + (32 + 64) + 32 + (4 + 32) + 4 = 304 floats = 1216 bytes.
+"""
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from conftest import ddplab_json
+from ddplab.experiments import (
+    accumulation,
+    allreduce,
+    bucket_size,
+    buckets,
+    compression,
+    cost_model,
+    mlp,
+    scaling,
+    step_time,
+)
+
+SMALL = (8, 64, 32, 4)
+SMALL_BYTES = 11152
+
+
+def one_process_grad(layers, world_size, batch_size, micro_batches, seed):
+    """Plain torch, no DDP: the mean loss over every sample of every rank and micro-batch."""
+    model = mlp.make_model(layers, seed)
+    parts = [mlp.make_batch(layers, batch_size, world_size, seed, m) for m in range(micro_batches)]
+    X = torch.cat([p[0] for p in parts])
+    y = torch.cat([p[1] for p in parts])
+    F.mse_loss(model(X), y).backward()
+    return torch.cat([p.grad.flatten() for p in model.parameters()]).numpy()
+
+
+# ---------------------------------------------------------------- accumulation
+
+
+@pytest.mark.parametrize("world_size, micro_batches", [(2, 3), (3, 2)])
+def test_no_sync_accumulation_is_one_process_on_the_global_batch(world_size, micro_batches):
+    result = accumulation.run(world_size=world_size, batch_size=4, micro_batches=micro_batches,
+                              seed=5, layers=SMALL)
+    reference = one_process_grad(SMALL, world_size, 4, micro_batches, seed=5)
+    assert result.global_batch_size == world_size * 4 * micro_batches
+    np.testing.assert_allclose(result.grads, [reference] * world_size, atol=1e-6)
+    last = one_process_grad(SMALL, world_size, 4, 1, seed=5)  # one micro-batch only
+    assert np.abs(last - reference).max() > 1e-3  # so the comparison above can fail
+    # The small model is one bucket: one all-reduce with no_sync, one per micro-batch without.
+    assert result.launches == [0] * (micro_batches - 1) + [1]
+    assert result.launches_without_no_sync == [1] * micro_batches
+
+
+def test_the_two_mistakes_show_by_their_effect():
+    reference = one_process_grad(SMALL, 2, 4, 3, seed=1)
+    undivided = accumulation.run(2, 4, 3, seed=1, layers=SMALL, mistake="loss not divided")
+    np.testing.assert_allclose(undivided.accumulated_grad, 3 * reference, rtol=1e-5, atol=1e-6)
+    assert undivided.allreduces == 1
+    outside = accumulation.run(2, 4, 3, seed=1, layers=SMALL, mistake="forward outside no_sync")
+    np.testing.assert_allclose(outside.accumulated_grad, reference, atol=1e-6)
+    assert outside.launches == [1, 1, 1]  # all-reduced anyway
+
+
+def test_without_warmup_the_step_is_ddps_first_and_all_reduces_one_bucket():
+    result = accumulation.run(2, 4, 2, layers=(64, 1024, 1024, 10), warmup=False)
+    assert result.launches == [0, 1]
+    warm = accumulation.run(2, 4, 2, layers=(64, 1024, 1024, 10))
+    assert warm.launches == [0, 2]  # rebuilt: 1 MiB first bucket, then the rest
+
+
+# ---------------------------------------------------------------- compression
+
+
+def test_hook_bytes_are_the_tensor_sizes():
+    sent = {hook: compression.run(2, hook, layers=SMALL, batch_size=4).bytes_sent
+            for hook in compression.HOOKS}
+    assert sent == {"none": SMALL_BYTES, "fp16": SMALL_BYTES // 2, "bf16": SMALL_BYTES // 2,
+                    "powersgd": 1216}
+
+
+def test_errors_of_the_averaged_gradient():
+    results = {hook: compression.run(2, hook, layers=SMALL, batch_size=4)
+               for hook in compression.HOOKS}
+    assert results["none"].grad_rel_error < 1e-6
+    assert 0 < results["fp16"].grad_rel_error < 1e-2
+    assert 0 < results["bf16"].grad_rel_error < 1e-1
+    assert results["powersgd"].grad_rel_error > results["fp16"].grad_rel_error
+    if not torch.cuda.is_available():  # DDP allows bf16_compress_hook only with CUDA + NCCL
+        assert "NCCL" in results["bf16"].refused and results["fp16"].refused is None
+
+
+# ---------------------------------------------------------------- step time and buckets
+
+
+def test_phases_add_up_to_the_step_on_every_rank():
+    alone, ddp = step_time.paired(world_size=2, batch_size=4, layers=SMALL, iterations=2)
+    for result in (alone, ddp):
+        assert len(result.ranks) == 2 and all(len(r) == 2 for r in result.ranks)
+        for it in (it for r in result.ranks for it in r):
+            assert all(it[p] >= 0 for p in step_time.PHASES)
+            assert sum(it[p] for p in step_time.PHASES) == pytest.approx(it["step"])
+    assert not alone.communicate and ddp.communicate
+    assert ddp.samples_per_s == pytest.approx(2 * 4 / ddp.median("step"))
+
+
+@pytest.mark.parametrize("cap_mb", [None, 1000, 0.01, 600 / 2 ** 20])
+def test_bucket_count_follows_what_ddp_recorded(cap_mb):
+    layers = (16, 64, 64, 64, 8)
+    recorded = buckets.run(layers=layers, bucket_cap_mb=cap_mb, iterations=2)
+    assert bucket_size.bucket_count(layers, cap_mb) == recorded.bucket_counts[1]
+
+
+def test_scaling_reuses_matching_runs():
+    runs = step_time.breakdown(world_sizes=(1, 2), batch_size=4, layers=SMALL, iterations=2)
+    result = scaling.run((1, 2), batch_size=4, global_batch_size=8, layers=SMALL, iterations=2,
+                         runs=runs)
+    assert result.weak[2] is runs[3] and result.alone is runs[0]
+    assert result.strong[1].batch_size == 8 and len(runs) == 6  # one new pair, at 1 x 8
+    assert result.efficiency("weak", 1) == pytest.approx(
+        runs[1].samples_per_s / runs[0].samples_per_s)
+
+
+# ---------------------------------------------------------------- the all-reduce
+
+
+def test_bandwidths_follow_their_definitions():
+    result = allreduce.run(world_size=2, sizes=(4096, 65536), repeats=2, copy_bytes=2 ** 20)
+    assert result.sizes_bytes == [4096, 65536] and len(result.seconds) == 2
+    np.testing.assert_allclose(result.algbw, np.array([4096, 65536]) / result.seconds)
+    np.testing.assert_allclose(result.busbw, np.array(result.algbw) * 2 * (2 - 1) / 2)
+    assert result.copy_bandwidth_bytes_per_s == pytest.approx(2 ** 20 / result.copy_seconds)
+    three = allreduce.run(world_size=3, sizes=(4096,), repeats=1, copy_bytes=2 ** 20)
+    assert three.busbw[0] == pytest.approx(three.algbw[0] * 4 / 3)
+
+
+def test_sizes_parse_as_bytes():
+    assert allreduce.check_sizes("4K,64KiB,1M,12") == (4096, 65536, 2 ** 20, 12)
+    for bad, match in (("4K,x", "comma-separated"), ("6", "multiple of 4"), ((), "at least")):
+        with pytest.raises(ValueError, match=match):
+            allreduce.check_sizes(bad)
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: accumulation.run(micro_batches=0), "micro_batches must be"),
+    (lambda: accumulation.run(mistake="typo"), "mistake must be one of"),
+    (lambda: compression.run(hook="int8"), "hook must be one of"),
+    (lambda: compression.run(iterations=2), "iterations must be"),
+    (lambda: step_time.run(warmup=1), "warmup must be"),
+    (lambda: step_time.run(bucket_cap_mb=0), "bucket_cap_mb must be"),
+    (lambda: scaling.run((1, 3), global_batch_size=64), "does not split evenly"),
+    (lambda: allreduce.run(repeats=0), "repeats must be"),
+])
+def test_bad_input_is_a_clear_error(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
+# ---------------------------------------------------------------- the CLI
+
+
+def test_cli_allreduce_and_step_time_print_the_named_fields():
+    data = ddplab_json("allreduce", "--world-size", "2", "--sizes", "4K,64K", "--repeats", "2")
+    assert data["world_size"] == 2 and data["sizes_bytes"] == [4096, 65536]
+    for key in ("seconds", "algbw", "busbw"):
+        assert len(data[key]) == 2
+    fit = cost_model.fit_latency_bandwidth(data["sizes_bytes"], data["seconds"])
+    assert (data["alpha_s"], data["bandwidth_bytes_per_s"]) == pytest.approx(fit)
+    data = ddplab_json("step-time", "--world-size", "2", "--batch-size", "4", "--layers",
+                       "8,64,32,4", "--iterations", "2")
+    assert all(data[f"{p}_ms"] >= 0 for p in (*step_time.PHASES, "step"))
+    assert data["world_size"] == 2 and data["batch_size"] == 4
+
+
+def test_cli_accumulate_and_compress_print_the_named_fields():
+    data = ddplab_json("accumulate", "--world-size", "2", "--batch-size", "4",
+                       "--micro-batches", "3", "--seed", "5", "--layers", "8,64,32,4")
+    assert data["param_names"][:2] == ["0.weight", "0.bias"]
+    np.testing.assert_allclose(data["accumulated_grad"], one_process_grad(SMALL, 2, 4, 3, 5),
+                               atol=1e-6)
+    np.testing.assert_allclose(data["reference_grad"], data["accumulated_grad"], atol=1e-6)
+    assert data["allreduces"] == 1 and data["allreduces_without_no_sync"] == 3
+    data = ddplab_json("compress", "--world-size", "2", "--hook", "powersgd", "--seed", "0",
+                       "--layers", "8,64,32,4")
+    assert data["bytes_sent"] == 1216 and data["bytes_uncompressed"] == SMALL_BYTES
+    assert 0 < data["grad_rel_error"] < 2
+
+
+def test_torchrun_accumulates_the_same_gradient():
+    data = ddplab_json("accumulate", "--batch-size", "4", "--micro-batches", "3", "--seed", "5",
+                       "--layers", "8,64,32,4", torchrun=2)
+    np.testing.assert_allclose(data["accumulated_grad"], one_process_grad(SMALL, 2, 4, 3, 5),
+                               atol=1e-6)

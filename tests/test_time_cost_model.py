@@ -1,0 +1,169 @@
+"""The cost model's arithmetic against cases worked out by hand, and against brute force.
+
+No process group here: ``cost_model`` is arithmetic. The hand cases:
+
+- a ring of 4 ranks, 1 MB, alpha 10 us, 1 GB/s: 2*3*10 us + 2*3/4 * 1 ms = 60 us + 1.5 ms;
+- 2 nodes x 4 GPUs: 14 ring steps, 2 of them over the network, the rest over NVLink;
+- 4 buckets of 1 s behind a backward of 8 s: the last bucket is full at 8 s, the queue is empty
+  by then (buckets done at 3, 5, 7), so 1 s is exposed; of 3 s behind 4 s: done at 4, 7, 10,
+  13, so 9 s are exposed.
+"""
+
+import math
+
+import numpy as np
+import pytest
+
+from ddplab.experiments import calibration, cluster_prediction, cost_model
+
+NVLINK = cost_model.INTRA_NODE["NVLink 4 (H100)"]
+IB = cost_model.INTER_NODE["InfiniBand NDR, 8 x 400 Gb/s per node"]
+ETH = cost_model.INTER_NODE["Ethernet, 100 Gb/s per node"]
+
+
+def test_ring_allreduce_by_hand():
+    assert cost_model.ring_allreduce_seconds(1e6, 4, 10e-6, 1e9) == pytest.approx(1.56e-3)
+    assert cost_model.ring_allreduce_seconds(1e6, 2, 10e-6, 1e9) == pytest.approx(20e-6 + 1e-3)
+    assert cost_model.ring_allreduce_seconds(1e9, 1, 1.0, 1.0) == 0.0
+
+
+def test_a_ring_over_nodes_pays_network_steps_and_the_slowest_link():
+    S = 1e9
+    t = cost_model.allreduce_seconds(S, gpus_per_node=4, nodes=2, intra=NVLINK, inter=ETH)
+    expected = 12 * NVLINK.alpha_s + 2 * ETH.alpha_s + 2 * 7 / 8 * S / ETH.bandwidth
+    assert t == pytest.approx(expected)
+    # One GPU per node: every step crosses the network; one node: none does.
+    t = cost_model.allreduce_seconds(S, 1, 4, NVLINK, IB)
+    assert t == pytest.approx(6 * IB.alpha_s + 1.5 * S / IB.bandwidth)
+    t = cost_model.allreduce_seconds(S, 8, 1, NVLINK, None)
+    assert t == pytest.approx(14 * NVLINK.alpha_s + 1.75 * S / NVLINK.bandwidth)
+    with pytest.raises(ValueError, match="inter-node link"):
+        cost_model.allreduce_seconds(S, 8, 2, NVLINK, None)
+
+
+def test_the_fit_recovers_exact_constants_and_matches_numpy():
+    sizes = [4096 * 4 ** i for i in range(8)]
+    alpha, B = 150e-6, 1.2e9
+    fit = cost_model.fit_latency_bandwidth(sizes, [alpha + s / B for s in sizes])
+    assert fit == pytest.approx((alpha, B), rel=1e-9)
+    rng = np.random.default_rng(0)
+    seconds = [(alpha + s / B) * rng.uniform(0.7, 1.4) for s in sizes]
+    A = np.array([[1 / t, s / t] for s, t in zip(sizes, seconds)])
+    (a, inv_b), *_ = np.linalg.lstsq(A, np.ones(len(sizes)), rcond=None)
+    assert cost_model.fit_latency_bandwidth(sizes, seconds) == pytest.approx((a, 1 / inv_b))
+
+
+def test_a_link_from_a_fit_gives_back_the_fitted_line():
+    alpha, B, n = 200e-6, 0.9e9, 2
+    link = cost_model.link_from_fit(alpha, B, n, "here")
+    for S in (1e3, 1e6, 1e8):
+        ring = cost_model.ring_allreduce_seconds(S, n, link.alpha_s, link.bandwidth)
+        assert ring == pytest.approx(alpha + S / B)
+    four = cost_model.link_from_fit(alpha, B, 4, "here")
+    assert four.alpha_s == pytest.approx(alpha / 6)
+    assert four.bandwidth == pytest.approx(B * 6 / 4)
+    with pytest.raises(ValueError, match="at least 2 ranks"):
+        cost_model.link_from_fit(alpha, B, 1, "here")
+
+
+def simulated_exposed(bucket_s, buckets, backward_s):
+    """Bucket i (1..n) is full at i/n of backward; all-reduces run one at a time."""
+    done = 0.0
+    for i in range(1, buckets + 1):
+        done = max(done, i / buckets * backward_s) + bucket_s
+    return done - backward_s
+
+
+@pytest.mark.parametrize("bucket_s, buckets, backward_s, by_hand", [
+    (1.0, 4, 8.0, 1.0), (3.0, 4, 4.0, 9.0), (2.0, 1, 5.0, 2.0)])
+def test_exposed_communication_by_hand_and_by_simulation(bucket_s, buckets, backward_s,
+                                                        by_hand):
+    exposed = cost_model.exposed_seconds(bucket_s, buckets, backward_s)
+    assert exposed == pytest.approx(by_hand)
+    assert exposed == pytest.approx(simulated_exposed(bucket_s, buckets, backward_s))
+    assert cost_model.exposed_seconds(bucket_s, buckets, backward_s, overlap=False) == \
+        pytest.approx(buckets * bucket_s)
+
+
+def test_exposed_communication_against_simulation_on_a_grid():
+    for buckets in (1, 2, 3, 7, 50):
+        for bucket_s in (0.01, 0.3, 1.0, 4.0):
+            exposed = cost_model.exposed_seconds(bucket_s, buckets, 2.0)
+            assert exposed == pytest.approx(simulated_exposed(bucket_s, buckets, 2.0))
+
+
+def test_the_best_bucket_count_minimises_the_tradeoff():
+    S, w, o = 16.8e6, 1e9, 150e-6
+    best = cost_model.best_bucket_count(S, w, o)
+    assert best == pytest.approx(math.sqrt(S / (w * o)))
+    grid = np.linspace(1, 100, 100_000)
+    values = cost_model.exposed_tradeoff(grid, S, w, o)
+    assert grid[np.argmin(values)] == pytest.approx(best, rel=1e-3)
+    assert cost_model.exposed_tradeoff(best, S, w, o) == pytest.approx(2 * math.sqrt(S * o / w))
+
+
+def test_a_step_adds_its_parts():
+    link = cost_model.Link("x", 1e-4, 1e9, "test")
+    step = cost_model.step_time(params=1e6, batch_size=10, seconds_per_sample=1e-3,
+                                gpus_per_node=2, intra=link, bucket_mb=1.0, overlap=False,
+                                optimizer_s=2e-3, memory_bandwidth=4e9)
+    nbytes = 4e6
+    buckets = math.ceil(nbytes / 2 ** 20)  # 4
+    per_bucket = 2 * 1e-4 + nbytes / buckets / 1e9
+    assert step.buckets == buckets == 4
+    assert step.compute_s == pytest.approx(10e-3)
+    assert step.copy_s == pytest.approx(2 * nbytes / 4e9)
+    assert step.exposed_s == pytest.approx(buckets * per_bucket)
+    assert step.step_s == pytest.approx(10e-3 + 2e-3 + 2e-3 + buckets * per_bucket)
+    assert step.samples == 20
+    assert step.efficiency == pytest.approx(12e-3 / step.step_s)
+    # Accumulation: k times the computation, still one all-reduce.
+    acc = cost_model.step_time(1e6, 10, 1e-3, 2, intra=link, bucket_mb=1.0, accumulation=4,
+                               overlap=False)
+    assert acc.compute_s == pytest.approx(40e-3) and acc.comm_s == pytest.approx(step.comm_s)
+    assert acc.efficiency > cost_model.step_time(1e6, 10, 1e-3, 2, intra=link,
+                                                 bucket_mb=1.0, overlap=False).efficiency
+
+
+def test_compute_per_sample_is_six_flops_per_parameter_and_token():
+    chip = cost_model.ACCELERATORS["H100 SXM"]
+    t = cost_model.seconds_per_sample(1e9, chip, tokens_per_sample=2048, utilisation=0.5)
+    assert t == pytest.approx(6 * 1e9 * 2048 / (989e12 * 0.5))
+
+
+def test_cluster_predictions_fall_with_slower_networks_and_every_constant_has_a_source():
+    effs = [cluster_prediction.run(1300, nodes=4, inter=name).step.efficiency
+            for name in cost_model.INTER_NODE]
+    assert effs == sorted(effs, reverse=True)  # the table is ordered fastest first
+    p = cluster_prediction.run(1300, nodes=4)
+    assert set(p.curves) == set(cost_model.INTER_NODE) and 4 in p.curves[p.inter]
+    assert "MODEL" in p.describe()
+    for table in (cost_model.INTRA_NODE, cost_model.INTER_NODE, cost_model.ACCELERATORS):
+        assert all(len(item.source) > 20 for item in table.values())
+    curves = cluster_prediction.scaling_curves(1.3e9, global_batch_size=64, batch_size=4,
+                                               gpus=(8, 128))
+    weak, strong = curves.values()
+    assert set(weak) == {8, 128} and set(strong) == {8}  # 64 sequences cannot feed 128 GPUs
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(params_millions=0), "params_millions"), (dict(nodes=0), "nodes"),
+    (dict(inter="carrier pigeon"), "inter must be one of"),
+    (dict(accumulation=1.5), "accumulation"), (dict(bucket_mb=-1), "bucket_mb")])
+def test_bad_cluster_input_is_a_clear_error(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        cluster_prediction.run(**kwargs)
+
+
+def test_the_calibrated_prediction_is_the_model_with_the_measured_inputs():
+    check = calibration.Calibration(
+        params=1_000_000, batch_size=8, alpha_s=2e-4, bandwidth=1e9, copy_bandwidth=5e9,
+        seconds_per_sample={1: 1e-3, 2: 2e-3}, optimizer_s={1: 3e-3, 2: 4e-3},
+        measured_s={1: 0.02, 2: 0.06}, rounds=1)
+    at2 = check.predict(2)
+    assert at2.compute_s == pytest.approx(16e-3) and at2.optimizer_s == pytest.approx(4e-3)
+    assert at2.comm_s == pytest.approx(2e-4 + 4e6 / 1e9)  # the fit itself at 2 ranks
+    assert at2.copy_s == pytest.approx(8e6 / 5e9)
+    assert check.predict(8).compute_s == pytest.approx(8e-3)  # measured at 1 rank
+    assert check.ratio(2) == pytest.approx(0.06 / at2.step_s)
+    assert check.agrees == all(0.5 <= check.ratio(w) <= 2 for w in (1, 2))
