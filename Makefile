@@ -1,7 +1,7 @@
 # Every target sets up .venv first (scripts/setup.sh; a no-op once done).
 PY := .venv/bin/python
 
-.PHONY: setup run test book bench lab clean
+.PHONY: setup run test book check-browser two-nodes bench lab clean
 
 setup:
 	@sh scripts/setup.sh
@@ -16,6 +16,12 @@ test: setup  ## lint, the library's tests, then every lab under nbval
 book: setup  ## the book, every page executed by real runs; warnings are errors
 	.venv/bin/jupyter-book build . --builder html -W -n --keep-going
 	@echo "The book is in _build/html: open _build/html/index.html"
+
+check-browser: setup  ## the built book in Chromium: every page, its static panels, one lab in JupyterLab
+	$(PY) scripts/check_book_in_browser.py
+
+two-nodes: setup  ## one experiment as two torchrun nodes on this machine, checked against the local pool
+	$(PY) scripts/two_nodes.py
 
 bench: setup  ## latency of the warm pool against a fresh interpreter and cold spawn
 	$(PY) benchmarks/pool_latency.py

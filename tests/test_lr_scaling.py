@@ -304,11 +304,13 @@ def test_bad_sweep_input_is_a_clear_error(call, match):
 
 
 def test_a_sweep_panel_shows_progress_and_reruns_on_change():
+    # From 2 steps: after 1 step the per-sample panel has no point on its log axis, an error
+    # the panel shows in its status line.
     panel = widgets.explore_sweep(lr_sweeps.compare, plots.curves, largest_world_size=(1, 8),
-                                  steps=(1, 10))
+                                  steps=(2, 10))
     (bar, label), controls = panel.children[0].children, panel.children[1]
     world_size, steps = controls.children[0].children
-    assert (world_size.value, steps.value) == (8, 1)  # compare's 60 steps lie outside: 1
+    assert (world_size.value, steps.value) == (8, 2)  # compare's 60 steps lie outside: 2
     assert bar.value == bar.max == 4 and "done" in label.value
     world_size.value = 2
     assert bar.value == bar.max == 2

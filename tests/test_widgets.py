@@ -1,5 +1,7 @@
 """Slider panels: computed at the defaults without a click, re-run on change, errors shown."""
 
+import struct
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -28,6 +30,17 @@ def test_a_panel_runs_real_ddp_at_the_defaults_and_again_on_every_change():
     dropdown.value = "sum"
     assert [(r.world_size, r.reduction) for r in runs] == [(3, "mean"), (5, "mean"), (5, "sum")]
     assert "real DDP run and drawn in" in status.value
+
+
+def test_the_figure_is_one_image_whose_png_is_replaced_on_a_change():
+    panel = widgets.explore(averaging.run, plots.gradients, world_size=(1, 8))
+    (slider,), _, image = (panel.children[0].children, *panel.children[1:])
+    first = bytes(image.value)  # ipywidgets keeps the bytes as a memoryview
+    assert first.startswith(b"\x89PNG\r\n\x1a\n") and image.format == "png"
+    width, height = struct.unpack(">II", first[16:24])  # the IHDR chunk
+    assert (width, height) == (900, 340)  # gradients' 9 x 3.4 in at 100 dpi, not trimmed
+    slider.value = 5
+    assert bytes(image.value) != first and bytes(image.value).startswith(b"\x89PNG")
 
 
 def test_an_error_in_a_run_is_shown_in_the_panel_and_the_next_change_works():

@@ -15,11 +15,11 @@ run, not dozens queued behind each other.
 from __future__ import annotations
 
 import inspect
+import io
 import time
 
 import ipywidgets
 import matplotlib.pyplot as plt
-from IPython.display import display
 
 
 def explore(run, plot, **controls) -> ipywidgets.Widget:
@@ -27,31 +27,42 @@ def explore(run, plot, **controls) -> ipywidgets.Widget:
     defaults = {name: p.default for name, p in inspect.signature(run).parameters.items()
                 if p.default is not inspect.Parameter.empty}
     widgets = {name: _control(name, spec, defaults.get(name)) for name, spec in controls.items()}
-    output = ipywidgets.Output()
+    # One image whose PNG is replaced, rather than an output area cleared and refilled: the
+    # page swaps one picture in place. The status line splits the time between the run and
+    # the draw, which is what a slider move costs (ARCHITECTURE.md, "Slider latency").
+    image = ipywidgets.Image(format="png", layout=ipywidgets.Layout(max_width="100%"))
     status = ipywidgets.HTML()
 
     def update(_change=None):
         values = {name: w.value for name, w in widgets.items()}
         status.value = "<i>running...</i>"
         start = time.perf_counter()
-        with output:
-            output.clear_output(wait=True)
-            try:
-                result = run(**values)
-            except Exception as exc:  # shown in the panel: the next move must still work
-                status.value = f"<b>{type(exc).__name__}</b>: {exc}"
-                return
-            figure = plot(result)
-            display(figure)
-            plt.close(figure)
-        status.value = f"real DDP run and drawn in {1e3 * (time.perf_counter() - start):.0f} ms"
+        try:
+            result = run(**values)
+            ran = time.perf_counter()
+            image.value = _png(plot(result))
+        except Exception as exc:  # shown in the panel: the next move must still work
+            status.value = f"<b>{type(exc).__name__}</b>: {exc}"
+            return
+        end = time.perf_counter()
+        status.value = (f"real DDP run and drawn in {1e3 * (end - start):.0f} ms (run "
+                        f"{1e3 * (ran - start):.0f}, draw {1e3 * (end - ran):.0f})")
 
     for widget in widgets.values():
         widget.observe(update, names="value")
     update()
     return ipywidgets.VBox([ipywidgets.HBox(list(widgets.values()),
                                             layout=ipywidgets.Layout(flex_flow="row wrap")),
-                            status, output])
+                            status, image])
+
+
+def _png(figure) -> bytes:
+    buffer = io.BytesIO()
+    try:
+        figure.savefig(buffer, format="png")
+    finally:
+        plt.close(figure)
+    return buffer.getvalue()
 
 
 def _control(name: str, spec, default):

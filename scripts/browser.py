@@ -1,0 +1,119 @@
+"""What the browser scripts share: Chromium as CI runs it, and a lab in a real JupyterLab.
+
+Chromium is Debian's (`apt-get install chromium`), driven by Playwright from PyPI with
+``executable_path`` (never `playwright install`, which downloads a browser). JupyterLab listens
+on 127.0.0.1 only, serves a copy of the lab (it autosaves what it runs, and the repository's
+labs must stay clean), and is stopped at the end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu",
+                  "--disable-background-networking", "--disable-component-update",
+                  "--disable-sync", "--no-first-run"]
+
+
+def launch(playwright):
+    return playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def jupyterlab(lab: str):
+    """Yield the URL of ``lab`` (a copy of it) in a JupyterLab on 127.0.0.1."""
+    root = tempfile.mkdtemp(prefix="ddplab-lab-")
+    shutil.copy(lab, root)
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root", "--ip", "127.0.0.1",
+         f"--port={port}", "--IdentityProvider.token=", f"--ServerApp.root_dir={root}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        yield f"http://127.0.0.1:{port}/lab/tree/{os.path.basename(lab)}?reset"  # no old tabs
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def run_all(page, url: str) -> None:
+    """Open the lab, run every cell, and wait for the first panel's first figure."""
+    for _ in range(60):  # wait for the server
+        try:
+            page.goto(url)
+            break
+        except Exception:
+            time.sleep(1)
+    page.wait_for_selector(".jp-Notebook", timeout=60_000)
+    page.wait_for_selector("text=Python 3 (ipykernel) | Idle", timeout=60_000)
+    time.sleep(1)  # the command palette is not ready at once
+    page.keyboard.press("Control+Shift+c")
+    time.sleep(1)
+    page.keyboard.type("Run All Cells")
+    time.sleep(1)
+    page.keyboard.press("Enter")
+    page.locator("text=real DDP run and drawn in").first.wait_for(timeout=180_000)
+    page.locator(".widget-vbox img").first.wait_for(timeout=60_000)
+
+
+# In the page: time from the key press on a slider to its panel showing a new, decoded figure
+# (window.ddplabMove.ms once it is there): a new <img> (an output area refilled) or a new
+# src (an image widget's bytes replaced).
+_WATCH = """slider => {
+  const panel = slider.closest(".widget-vbox");
+  const old = panel.querySelector("img"), oldSrc = old && old.src;
+  const move = window.ddplabMove = {start: null, ms: null};
+  const watcher = new MutationObserver(() => {
+    const img = panel.querySelector("img");
+    if (move.start === null || !img || (img === old && img.src === oldSrc)) return;
+    watcher.disconnect();
+    img.decode().then(() => { move.ms = performance.now() - move.start; });
+  });
+  watcher.observe(panel, {childList: true, subtree: true, attributes: true});
+  slider.querySelector(".noUi-handle").addEventListener(
+    "keydown", () => { move.start = performance.now(); }, {once: true});
+}"""
+
+
+def move_and_time(page, slider_index: int, moves: int, after_each=None) -> list[float]:
+    """Press ArrowRight then ArrowLeft on the ``slider_index``-th slider, ``moves`` times in
+    all, and return the ms from each key press to the new figure on the page."""
+    slider = page.locator(".widget-slider").nth(slider_index)
+    handle = slider.locator(".noUi-handle")
+    handle.click()
+    page.wait_for_timeout(1000)  # a click can move the slider too: let that run finish
+    times = []
+    for i in range(moves):
+        page.evaluate(_WATCH, slider.element_handle())
+        handle.press("ArrowRight" if i % 2 == 0 else "ArrowLeft")
+        page.wait_for_function("window.ddplabMove.ms !== null", timeout=60_000)
+        times.append(page.evaluate("window.ddplabMove.ms"))
+        page.wait_for_timeout(300)  # the status line and the kernel settle
+        if after_each:
+            after_each()
+    return times
+
+
+def summary(times: list[float]) -> str:
+    return (f"median {statistics.median(times):.0f} ms over {len(times)} moves "
+            f"(min {min(times):.0f}, max {max(times):.0f})")

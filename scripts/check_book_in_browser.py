@@ -1,0 +1,227 @@
+"""Check the built book the way a reader sees it: every page in a real browser, then one lab.
+
+    python scripts/check_book_in_browser.py [--html _build/html] [--screenshots DIR] [--no-lab]
+
+Every page of the built book, served on 127.0.0.1: no console error, no request leaving the
+book's own files (such a request is blocked and reported), every image loaded, every internal
+link (and its #anchor) resolving, each Colab button opening a lab that exists in labs/, the
+page under 6 MB and each static panel under 1.5 MB. On a page with static panels, moving each
+control changes the figure and the text. Then one lab in a real JupyterLab: a slider move
+re-runs real DDP and the figure changes; the time from the move to the new figure is printed.
+A full-page screenshot of each page goes to DIR (default _build/screenshots). Prints
+"N passed, M failed" and exits non-zero on a failure. Needs Chromium and Playwright (see
+scripts/browser.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import http.server
+import os
+import re
+import sys
+import threading
+import time
+import urllib.parse
+from pathlib import Path
+
+from playwright.sync_api import sync_playwright
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import browser  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+MAX_PAGE_BYTES = 6_000_000
+MAX_PANEL_BYTES = 1_500_000
+COLAB = re.compile(r"^https://colab\.research\.google\.com/github/[^/]+/[^/]+/blob/[^/]+/(.+)$")
+
+
+class Checks:
+    def __init__(self):
+        self.passed, self.failed = 0, []
+
+    def check(self, ok: bool, what: str) -> bool:
+        if ok:
+            self.passed += 1
+        else:
+            self.failed.append(what)
+            print(f"  FAILED: {what}")
+        return ok
+
+
+def serve(directory: Path):
+    handler = functools.partial(_QuietHandler, directory=str(directory))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", browser.free_port()), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}/"
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+@functools.cache
+def anchors(path: Path) -> frozenset:
+    return frozenset(re.findall(r'\bid="([^"]+)"', path.read_text(errors="replace")))
+
+
+def check_page(page, checks: Checks, html: Path, base: str, rel: str, shots: Path) -> None:
+    errors, outside, fetched = [], [], set()
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+
+    def route(r):
+        url = r.request.url
+        if url.startswith((base, "data:", "blob:")):
+            if url.startswith(base):
+                fetched.add(urllib.parse.urlparse(url).path.lstrip("/"))
+            r.continue_()
+        else:
+            outside.append(url)
+            r.abort()
+
+    page.route("**/*", route)
+    page.goto(base + rel, wait_until="load")
+    page.wait_for_load_state("networkidle")
+    shown = urllib.parse.urlparse(page.url).path.lstrip("/")  # index.html redirects
+    # Images below the fold may load lazily: bring each into view and wait for it.
+    images = page.evaluate("""async () => {
+        const out = [];
+        for (const img of document.images) {
+            img.scrollIntoView();
+            try { await img.decode(); } catch (e) {}
+            out.push([img.currentSrc.slice(0, 80), img.naturalWidth]);
+        }
+        window.scrollTo(0, 0);
+        return out;
+    }""")
+    # The page's weight: every file of the book it loaded, as stored (the server does not
+    # compress), so the same page weighs the same in every run.
+    weight = sum((html / urllib.parse.unquote(f)).stat().st_size for f in fetched
+                 if (html / urllib.parse.unquote(f)).is_file())
+    checks.check(not errors, f"{rel}: console errors {errors}")
+    checks.check(not outside, f"{rel}: requests leaving the book: {outside}")
+    bad = [src for src, width in images if width == 0]
+    checks.check(not bad, f"{rel}: images not loaded: {bad}")
+    checks.check(weight <= MAX_PAGE_BYTES, f"{rel}: {weight:,} bytes > {MAX_PAGE_BYTES:,}")
+    # Internal links: the file exists, and so does the anchor.
+    here = (html / shown).parent
+    broken, colab = [], []
+    for href in page.eval_on_selector_all("a[href]", "as => as.map(a => a.getAttribute('href'))"):
+        if match := COLAB.match(href):
+            colab.append(match.group(1))
+            continue
+        parsed = urllib.parse.urlparse(href)
+        if parsed.scheme or parsed.netloc:
+            continue  # outside the book: not fetched, not checked
+        target = (here / urllib.parse.unquote(parsed.path)).resolve() if parsed.path \
+            else html / shown
+        if target.is_dir():
+            target = target / "index.html"
+        if not target.is_file() or parsed.fragment and target.suffix == ".html" \
+                and parsed.fragment not in anchors(target):
+            broken.append(href)
+    checks.check(not broken, f"{rel}: broken internal links: {sorted(set(broken))}")
+    for lab in colab:
+        checks.check(lab.startswith("labs/") and (ROOT / lab).is_file(),
+                     f"{rel}: Colab button opens {lab}, not a lab in labs/")
+    panels = check_panels(page, checks, rel)
+    page.screenshot(path=str(shots / (rel.replace("/", "_").removesuffix(".html") + ".png")),
+                    full_page=True)
+    print(f"{rel}{' -> ' + shown if shown != rel else ''}: {weight / 1e6:.2f} MB in "
+          f"{len(fetched)} files, {len(images)} images, {len(colab)} Colab button(s){panels}")
+
+
+def check_panels(page, checks: Checks, rel: str) -> str:
+    """Each control of each static panel changes the figure and the text."""
+    sizes = page.eval_on_selector_all(".ddplab-panel", "ps => ps.map(p => p.outerHTML.length)")
+    for i, size in enumerate(sizes):
+        checks.check(size <= MAX_PANEL_BYTES, f"{rel}: panel {i} is {size:,} bytes")
+        panel = page.locator(".ddplab-panel").nth(i)
+        for j in range(panel.locator("[data-control]").count()):
+            control = panel.locator("[data-control]").nth(j)
+            name = control.get_attribute("name")
+            before = (panel.locator("img").get_attribute("src"), panel.locator("pre").inner_text())
+            start = control.input_value()
+            # One step from the panel's starting point, then back: each control is judged
+            # from the same point (elsewhere a move may rightly change nothing drawn: 10
+            # samples on 8 ranks make one batch of 2 whether batch_size is 2 or 4).
+            if control.evaluate("c => c.tagName") == "SELECT":
+                count = control.locator("option").count()
+                control.select_option(str((int(start) + 1) % count))
+            else:
+                control.focus()
+                control.press("ArrowLeft" if control.get_attribute("max") == start
+                              else "ArrowRight")
+            after = (panel.locator("img").get_attribute("src"), panel.locator("pre").inner_text())
+            checks.check(after[0] != before[0], f"{rel}: panel {i}, {name}: figure unchanged")
+            checks.check(after[1] != before[1], f"{rel}: panel {i}, {name}: text unchanged")
+            if control.evaluate("c => c.tagName") == "SELECT":  # back
+                control.select_option(start)
+            else:
+                control.fill(start)  # a range input: sets it and fires its events
+            checks.check(panel.locator("img").get_attribute("src") == before[0],
+                         f"{rel}: panel {i}, {name}: the figure did not come back")
+    return "".join(f", panel {i}: {size / 1e6:.2f} MB" for i, size in enumerate(sizes))
+
+
+def check_lab(p, checks: Checks, lab: str, shots: Path) -> None:
+    start = time.perf_counter()
+    with browser.jupyterlab(lab) as url:
+        chromium = browser.launch(p)
+        page = chromium.new_page(viewport={"width": 1300, "height": 1000})
+        browser.run_all(page, url)
+        first = page.locator(".widget-vbox img").first.get_attribute("src")
+        times = browser.move_and_time(page, 0, 1)
+        after = page.locator(".widget-vbox img").first.get_attribute("src")
+        status = page.locator("text=real DDP run and drawn in").first.inner_text()
+        checks.check(after != first, f"{lab}: the figure did not change after a slider move")
+        checks.check(status.startswith("real DDP run"), f"{lab}: status {status!r}")
+        page.screenshot(path=str(shots / "lab.png"))
+        chromium.close()
+    print(f"{lab} in JupyterLab: slider move to new figure {times[0]:.0f} ms ({status}); "
+          f"{time.perf_counter() - start:.0f} s in all")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--html", default=str(ROOT / "_build" / "html"))
+    parser.add_argument("--screenshots", default=str(ROOT / "_build" / "screenshots"))
+    parser.add_argument("--lab", default="labs/01_averaging.ipynb")
+    parser.add_argument("--no-lab", action="store_true")
+    args = parser.parse_args()
+    html, shots = Path(args.html).resolve(), Path(args.screenshots)
+    shots.mkdir(parents=True, exist_ok=True)
+    pages = sorted(str(f.relative_to(html)) for f in html.rglob("*.html")
+                   if not f.relative_to(html).parts[0].startswith("_"))
+    if not pages:
+        sys.exit(f"no pages under {html}: build the book first")
+    checks = Checks()
+    server, base = serve(html)
+    try:
+        with sync_playwright() as p:
+            chromium = browser.launch(p)
+            for rel in pages:
+                page = chromium.new_page(viewport={"width": 1280, "height": 900})
+                try:
+                    check_page(page, checks, html, base, rel, shots)
+                except Exception as exc:  # one broken page must not hide the others
+                    checks.check(False, f"{rel}: {type(exc).__name__}: {exc}")
+                page.close()
+            chromium.close()
+            if not args.no_lab:
+                try:
+                    check_lab(p, checks, args.lab, shots)
+                except Exception as exc:
+                    checks.check(False, f"{args.lab}: {type(exc).__name__}: {exc}")
+    finally:
+        server.shutdown()
+    print(f"screenshots in {shots}")
+    print(f"{checks.passed} passed, {len(checks.failed)} failed")
+    sys.exit(1 if checks.failed else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,113 @@
+"""Two torchrun nodes on this machine: the multi-node path readers use, run end to end.
+
+    python scripts/two_nodes.py [--timeout 180]
+
+Starts two torchrun agents, as two nodes would (``--nnodes 2 --nproc-per-node 1``, c10d
+rendezvous on 127.0.0.1 at a free port), each running ``python -m ddplab averaging --json``, and
+checks that the JSON printed (by global rank 0, on whichever node it is) equals the local warm
+pool's at world size 2: the same gradients on every rank, the same reference. Exits non-zero on
+a difference, an error or the timeout; every process it started is ended either way. While it
+runs (about 10 s), torchrun's own stores listen on every interface (ARCHITECTURE.md, "The
+rendered book in a browser"): torch gives them no listening address.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from browser import free_port  # noqa: E402
+
+TORCHRUN = os.path.join(os.path.dirname(sys.executable), "torchrun")
+EXPERIMENT = ["averaging", "--batch-size", "8", "--reduction", "mean", "--json"]
+TOLERANCE = 1e-6  # both runs sum the same two gradients with gloo; float32 rounding at most
+
+
+def agents(port: int) -> list[subprocess.Popen]:
+    command = [TORCHRUN, "--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
+               "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", f"ddplab-{port}",
+               "--local-addr", "127.0.0.1", "-m", "ddplab", *EXPERIMENT]
+    # Each agent in a session of its own: on a timeout its whole tree is ended at once.
+    return [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             start_new_session=True) for _ in range(2)]
+
+
+def end(process: subprocess.Popen) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    process.wait()
+
+
+def differences(a, b, path="") -> list[str]:
+    """Where two JSON values differ: exactly for text and shapes, within TOLERANCE for numbers."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        if set(a) != set(b):
+            return [f"{path}: keys {sorted(set(a) ^ set(b))}"]
+        return sum((differences(a[k], b[k], f"{path}.{k}") for k in a), [])
+    if isinstance(a, list) and isinstance(b, list):
+        if len(a) != len(b):
+            return [f"{path}: lengths {len(a)} and {len(b)}"]
+        try:  # an array of numbers: one message with its largest difference
+            x, y = np.array(a, dtype=float), np.array(b, dtype=float)
+        except (ValueError, TypeError):  # text, or ragged (parameter shapes)
+            return sum((differences(u, v, f"{path}[{i}]") for i, (u, v) in
+                        enumerate(zip(a, b))), [])
+        if x.shape != y.shape:
+            return [f"{path}: shapes {x.shape} and {y.shape}"]
+        diff = float(np.abs(x - y).max()) if x.size else 0.0
+        return [] if diff <= TOLERANCE else [f"{path}: largest difference {diff:.2e}"]
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and \
+            not isinstance(a, bool) and not isinstance(b, bool):
+        return [] if abs(a - b) <= TOLERANCE else [f"{path}: {a} and {b}"]
+    return [] if a == b else [f"{path}: {a!r} and {b!r}"]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--timeout", type=float, default=180.0)
+    args = parser.parse_args()
+    start = time.perf_counter()
+    nodes = agents(free_port())
+    try:
+        outputs = []
+        for node in nodes:
+            left = max(args.timeout - (time.perf_counter() - start), 1.0)
+            outputs.append(node.communicate(timeout=left))
+    except subprocess.TimeoutExpired:
+        print(f"two nodes: no result within {args.timeout:g} s")
+        return 1
+    finally:
+        for node in nodes:
+            end(node)
+    two_nodes_s = time.perf_counter() - start
+    codes = [node.returncode for node in nodes]
+    printed = [out for out, _ in outputs if out.strip()]
+    if codes != [0, 0] or len(printed) != 1:
+        print(f"two nodes: exit codes {codes}, {len(printed)} printed a result")
+        for i, (out, err) in enumerate(outputs):
+            print(f"--- node {i} stdout\n{out[-2000:]}\n--- node {i} stderr\n{err[-3000:]}")
+        return 1
+    remote = json.loads(printed[0])
+    local = json.loads(subprocess.run(
+        [sys.executable, "-m", "ddplab", *EXPERIMENT, "--world-size", "2"], check=True,
+        capture_output=True, text=True, timeout=args.timeout).stdout)
+    found = differences(remote, local)
+    print(f"two torchrun nodes x 1 process: world size {remote['world_size']}, "
+          f"{len(remote['ddp_grads'])} ranks' gradients, in {two_nodes_s:.1f} s")
+    print(f"local pool, world size 2: {len(found)} field(s) differ "
+          f"(numbers within {TOLERANCE:g}): {found or 'none'}")
+    return 0 if not found and remote["world_size"] == 2 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
