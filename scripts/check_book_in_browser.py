@@ -106,6 +106,14 @@ def check_page(page, checks: Checks, html: Path, base: str, rel: str, shots: Pat
     bad = [src for src, width in images if width == 0]
     checks.check(not bad, f"{rel}: images not loaded: {bad}")
     checks.check(weight <= MAX_PAGE_BYTES, f"{rel}: {weight:,} bytes > {MAX_PAGE_BYTES:,}")
+    # Formulas: every math element of the page typeset by the book's own MathJax copy.
+    formulas = page.evaluate("""async () => {
+        const math = document.querySelectorAll('.math');
+        if (math.length && window.MathJax && MathJax.startup) await MathJax.startup.promise;
+        return [math.length, document.querySelectorAll('mjx-container').length];
+    }""")
+    checks.check(formulas[1] >= formulas[0],
+                 f"{rel}: {formulas[0]} formulas, {formulas[1]} typeset by MathJax")
     # Internal links: the file exists, and so does the anchor.
     here = (html / shown).parent
     broken, colab = [], []
@@ -131,7 +139,8 @@ def check_page(page, checks: Checks, html: Path, base: str, rel: str, shots: Pat
     page.screenshot(path=str(shots / (rel.replace("/", "_").removesuffix(".html") + ".png")),
                     full_page=True)
     print(f"{rel}{' -> ' + shown if shown != rel else ''}: {weight / 1e6:.2f} MB in "
-          f"{len(fetched)} files, {len(images)} images, {len(colab)} Colab button(s){panels}")
+          f"{len(fetched)} files, {len(images)} images, {formulas[0]} formulas, "
+          f"{len(colab)} Colab button(s){panels}")
 
 
 def check_panels(page, checks: Checks, rel: str) -> str:

@@ -1,4 +1,5 @@
-"""Sphinx glue for this book: a chapter's Colab button opens its lab notebook.
+"""Sphinx glue for this book: a chapter's Colab button opens its lab notebook, and formulas
+render with a MathJax copy shipped in the build, so that no page fetches anything.
 
 The theme points a page's Colab button at the page's own source, but Colab opens only .ipynb
 and the chapters are MyST Markdown. A chapter names its lab in its front matter
@@ -6,13 +7,49 @@ and the chapters are MyST Markdown. A chapter names its lab in its front matter
 without a lab gets no Colab button rather than a broken one.
 """
 
+import importlib.util
+import pathlib
 import re
+import shutil
+
+# What MathJax's tex-mml-chtml component needs beside itself: its CHTML fonts, and the
+# extensions, accessibility and menu parts it loads on demand (relative to the script's URL).
+MATHJAX_PARTS = ("tex-mml-chtml.js", "input", "output/chtml", "a11y", "sre", "ui", "adaptors")
 
 
 def setup(app):
     # After sphinx-book-theme's add_launch_buttons (default priority 500).
     app.connect("html-page-context", point_colab_at_lab, priority=600)
+    app.connect("config-inited", use_local_mathjax)
+    app.connect("build-finished", copy_mathjax)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
+
+
+def mathjax_source() -> pathlib.Path:
+    """MathJax 3's es5 build, as the package django-static-mathjax ships it (no Django needed:
+    it is the plain MathJax distribution under mathjax/static/mathjax)."""
+    spec = importlib.util.find_spec("mathjax")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("the book needs MathJax's files: pip install django-static-mathjax")
+    return pathlib.Path(list(spec.submodule_search_locations)[0]) / "static" / "mathjax" / "es5"
+
+
+def use_local_mathjax(app, config):
+    """Sphinx puts MathJax only on pages with math, from a CDN by default; a relative path is
+    served from the build's own _static folder instead."""
+    config.mathjax_path = "mathjax/tex-mml-chtml.js"
+
+
+def copy_mathjax(app, exception):
+    if exception is not None or app.builder.format != "html":
+        return
+    source, target = mathjax_source(), pathlib.Path(app.outdir) / "_static" / "mathjax"
+    for part in MATHJAX_PARTS:
+        if (source / part).is_dir():
+            shutil.copytree(source / part, target / part, dirs_exist_ok=True)
+        else:
+            target.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source / part, target / part)
 
 
 def point_colab_at_lab(app, pagename, templatename, context, doctree):
