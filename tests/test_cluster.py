@@ -259,3 +259,23 @@ def test_the_caller_never_loads_the_rank_side():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120, cwd=str(__import__("conftest").HERE), check=True).stdout
     assert out.strip().splitlines()[-1] == "[]"
+
+
+def test_a_killed_callers_log_folder_is_removed_by_the_next_pool(tmp_path):
+    """A caller killed with SIGKILL cannot remove its rank logs; the next pool does, and
+    leaves the folders of callers that are alive."""
+    import os
+    import tempfile
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # its pid now names no process (reused pids are left alone: then alive)
+    stale = tempfile.mkdtemp(prefix=f"ddplab-logs-{gone.pid}-")
+    mine = tempfile.mkdtemp(prefix=f"ddplab-logs-{os.getpid()}-")
+    try:
+        with ddplab.Cluster(world_size=1) as cluster:
+            cluster.run(rank_fns.identify)
+        assert not os.path.exists(stale) and os.path.isdir(mine)
+    finally:
+        for path in (stale, mine):
+            if os.path.isdir(path):
+                os.rmdir(path)

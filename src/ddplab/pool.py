@@ -20,11 +20,10 @@ import shutil
 import signal
 import socket
 import sys
-import tempfile
 import threading
 import time
 
-from ddplab import messages
+from ddplab import messages, rank_logs
 from ddplab.backend import resolve_backend
 from ddplab.errors import GUARD_HINT, RankError
 from ddplab.forkserver import process_context
@@ -89,7 +88,8 @@ class Pool:
                 return []
             ranks = [int(name[4:-4]) for name in os.listdir(self._logdir)
                      if name.startswith("rank") and name.endswith(".log")]
-            return [read(self._log_path(rank)) for rank in range(max(ranks, default=-1) + 1)]
+            return [rank_logs.read(self._log_path(rank))
+                    for rank in range(max(ranks, default=-1) + 1)]
 
     def close(self) -> None:
         with self._lock:
@@ -119,7 +119,7 @@ class Pool:
             sock.detach()
         finally:
             sock.close()
-        self._logdir = tempfile.mkdtemp(prefix="ddplab-logs-")
+        self._logdir = rank_logs.new_folder()
 
     def _grow(self, world_size: int, backend: str, timeout: float) -> None:
         if self._group is not None and self._group != (world_size, backend) \
@@ -194,7 +194,7 @@ class Pool:
         else:
             how = f"exited with code {code}"
         when = "while starting" if starting else "during the call"
-        tail = read(self._log_path(worker.rank))[-2000:]
+        tail = rank_logs.read(self._log_path(worker.rank))[-2000:]
         hint = f" {GUARD_HINT}" if starting and main_path() else ""
         log = f"\nIts log ends with:\n{tail}" if tail.strip() else ""
         return RankError(f"rank {worker.rank} (pid {worker.process.pid}) {how} {when}; the "
@@ -259,14 +259,6 @@ def main_file_hidden_if_missing():
         yield
     finally:
         main.__file__ = path
-
-
-def read(path: str) -> str:
-    try:
-        with open(path, errors="replace") as f:
-            return f.read()
-    except FileNotFoundError:
-        return ""
 
 
 _shared: Pool | None = None
