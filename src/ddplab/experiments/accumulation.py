@@ -277,7 +277,3 @@ def add_arguments(parser) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--layers", default=",".join(map(str, mlp.DEFAULT_LAYERS)))
     parser.add_argument("--mistake", choices=[m for m in MISTAKES if m], default=None)
-
-
-def describe(result: Accumulation) -> str:
-    return result.describe()

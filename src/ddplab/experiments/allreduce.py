@@ -185,7 +185,3 @@ def add_arguments(parser) -> None:
                                                     for s in SIZES),
                         help="message sizes in bytes, K = KiB, M = MiB (default 4K,...,64M)")
     parser.add_argument("--repeats", type=int, default=7, help="timed calls per size")
-
-
-def describe(result: AllReduce) -> str:
-    return result.describe()

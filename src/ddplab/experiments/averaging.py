@@ -270,7 +270,6 @@ def node_average(nodes: int = 2, gpus_per_node: int = 4, batch_size: int = 8, se
         reference_grad=reference_gradient([batch_size] * nodes * gpus_per_node, "mean", seed))
 
 
-
 def _check(world_size, batch_size, reduction, correction, batch_sizes) -> list[int]:
     positive_int("batch_size", batch_size)
     one_of("reduction", reduction, REDUCTIONS)

@@ -217,7 +217,3 @@ def add_arguments(parser) -> None:
     parser.add_argument("--sync", action="store_true",
                         help="SyncBatchNorm written out for gloo (statistics over all ranks)")
     parser.add_argument("--seed", type=int, default=0)
-
-
-def describe(result: BatchNorm) -> str:
-    return result.describe()

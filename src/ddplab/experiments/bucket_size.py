@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 
 from ddplab.experiments import bucket_rule, mlp, step_time
+from ddplab.progress import report as progress_report
 
 
 def bucket_count(layers, bucket_cap_mb) -> int:
@@ -57,8 +58,8 @@ def run(caps=(100, 8, 4, 2, 1, 0.001), world_size: int = 2, batch_size: int = 32
     layers = mlp.check_layers(layers)
     runs = []
     for i, cap in enumerate(caps):
-        step_time.tell(progress, i, len(caps), f"bucket_cap_mb {cap}")
+        progress_report(progress, i, len(caps), f"bucket_cap_mb {cap}")
         runs.append(step_time.run(world_size, batch_size, layers, bucket_cap_mb=cap,
                         iterations=iterations))
-    step_time.tell(progress, len(caps), len(caps), "done")
+    progress_report(progress, len(caps), len(caps), "done")
     return BucketSweep(list(caps), [bucket_count(layers, cap) for cap in caps], runs)

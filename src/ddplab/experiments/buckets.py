@@ -196,8 +196,7 @@ def run(layers=DEFAULT_LAYERS, bucket_cap_mb: float | None = None, iterations: i
         grads=np.stack([r["grad"] for r in results]))
 
 
-# ---------------------------------------------------------------- checks, CLI
-
+# ---------------------------------------------------------------- CLI
 
 
 def add_arguments(parser) -> None:

@@ -26,6 +26,7 @@ import dataclasses
 import statistics
 
 from ddplab.experiments import allreduce, cost_model, mlp, step_time
+from ddplab.progress import report as progress_report
 from ddplab.results import Result
 
 # How far measured and predicted step times may be apart, as a factor either way. The model
@@ -102,14 +103,14 @@ def run(world_sizes=(1, 2), batch_size: int = 32, layers=step_time.LAYERS, round
     total = rounds * (1 + len(world_sizes))
     for r in range(rounds):
         done = r * (1 + len(world_sizes))
-        step_time.tell(progress, done, total, f"round {r + 1}: all-reduce")
+        progress_report(progress, done, total, f"round {r + 1}: all-reduce")
         fits.append(allreduce.run(2, FIT_SIZES, repeats=5))
         for i, w in enumerate(world_sizes):
-            step_time.tell(progress, done + 1 + i, total, f"round {r + 1}: {w} rank(s)")
+            progress_report(progress, done + 1 + i, total, f"round {r + 1}: {w} rank(s)")
             without, ddp = step_time.paired(w, batch_size, layers, iterations=iterations)
             alone[w].append(without)
             measured[w].append(ddp.median("step"))
-    step_time.tell(progress, total, total, "done")
+    progress_report(progress, total, total, "done")
     median = statistics.median
     return Calibration(
         params=mlp.param_count(layers), batch_size=batch_size,
@@ -121,5 +122,3 @@ def run(world_sizes=(1, 2), batch_size: int = 32, layers=step_time.LAYERS, round
         optimizer_s={w: median(a.median("optimizer") for a in runs)
                      for w, runs in alone.items()},
         measured_s={w: median(m) for w, m in measured.items()}, rounds=rounds)
-
-

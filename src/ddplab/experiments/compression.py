@@ -221,7 +221,3 @@ def add_arguments(parser) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--rank", type=int, default=1, help="PowerSGD's matrix rank")
     parser.add_argument("--layers", default=None, help="MLP widths (default 16 x 512 x 512)")
-
-
-def describe(result: Compression) -> str:
-    return result.describe()

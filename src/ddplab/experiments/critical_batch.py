@@ -17,8 +17,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 import ddplab
 from ddplab.experiments import lr_scaling as task
 from ddplab.experiments import regression
-from ddplab.experiments.lr_sweeps import report_progress
 from ddplab.experiments.noise_scale import TARGET
+from ddplab.progress import report as progress_report
 from ddplab.results import Result
 
 
@@ -114,12 +114,12 @@ def run(world_size: int = 2, batch_sizes=(1, 2, 4, 8, 16, 32, 64, 128),
     task.check(steps=max_steps)
     steps = []
     for i, b in enumerate(batch_sizes):
-        report_progress(progress, i, len(batch_sizes), f"global batch {world_size * b}")
+        progress_report(progress, i, len(batch_sizes), f"global batch {world_size * b}")
         result = ddplab.run(steps_to_target, world_size, timeout=timeout, batch_size=b,
                             lrs=list(lrs), seeds=list(seeds), target=target,
                             max_steps=max_steps)[0]
         steps.append([np.inf if c is None else c for c in result])
-    report_progress(progress, len(batch_sizes), len(batch_sizes), "done")
+    progress_report(progress, len(batch_sizes), len(batch_sizes), "done")
     return CriticalBatch(
         world_size=world_size, global_batch_sizes=[world_size * b for b in batch_sizes],
         lrs=list(lrs), seeds=list(seeds), target=target, max_steps=max_steps,

@@ -11,6 +11,7 @@ import numpy as np
 
 from ddplab.checks import positive_int
 from ddplab.experiments import lr_scaling as task
+from ddplab.progress import report as progress_report
 from ddplab.results import Result
 
 
@@ -19,11 +20,6 @@ def _world_sizes(largest_world_size: int) -> list:
     positive_int("largest_world_size", largest_world_size)
     sizes = [2 ** i for i in range(largest_world_size.bit_length()) if 2 ** i < largest_world_size]
     return sizes + [largest_world_size]
-
-
-def report_progress(progress, done: int, total: int, label: str) -> None:
-    if progress is not None:
-        progress(done, total, label)
 
 
 # ---------------------------------------------------------------- the same global batch
@@ -63,11 +59,11 @@ def same_global_batch(global_batch_size: int = 32, world_sizes=(1, 2, 4, 8), lr:
                                  seed=seed)
     runs = {}
     for i, world_size in enumerate(world_sizes):
-        report_progress(progress, i, len(world_sizes), f"world size {world_size}")
+        progress_report(progress, i, len(world_sizes), f"world size {world_size}")
         runs[world_size] = task.run(world_size=world_size,
                                     batch_size=global_batch_size // world_size, lr=lr,
                                     rule="none", optimizer=optimizer, steps=steps, seed=seed)
-    report_progress(progress, len(world_sizes), len(world_sizes), "done")
+    progress_report(progress, len(world_sizes), len(world_sizes), "done")
     return SameBatch(runs, reference)
 
 
@@ -145,12 +141,12 @@ def compare(largest_world_size: int = 8, batch_size: int = 4, lr: float = 0.15,
     for i, world_size in enumerate(sizes):
         runs[world_size] = []
         for j, seed in enumerate(seeds):
-            report_progress(progress, i * len(seeds) + j, total,
+            progress_report(progress, i * len(seeds) + j, total,
                             f"world size {world_size}, seed {seed}")
             runs[world_size].append(task.run(world_size=world_size, batch_size=batch_size,
                                              lr=lr, rule=rule, optimizer=optimizer,
                                              warmup_steps=warmup_steps, steps=steps, seed=seed))
-    report_progress(progress, total, total, "done")
+    progress_report(progress, total, total, "done")
     return Comparison(runs)
 
 
@@ -199,12 +195,12 @@ def divergence(world_sizes=(1, 2, 4, 8), batch_size: int = 4,
     for i, world_size in enumerate(world_sizes):
         diverged[world_size] = []
         for j, lr in enumerate(lrs):
-            report_progress(progress, i * len(lrs) + j, total,
+            progress_report(progress, i * len(lrs) + j, total,
                             f"world size {world_size}, lr {lr:.3g}")
             r = task.run(world_size=world_size, batch_size=batch_size, lr=lr, rule="none",
                          optimizer=optimizer, steps=steps, seed=seed)
             diverged[world_size].append(r.diverged)
             if r.diverged:
                 break
-    report_progress(progress, total, total, "done")
+    progress_report(progress, total, total, "done")
     return Divergence(list(world_sizes), batch_size, optimizer, steps, lrs, diverged)

@@ -141,7 +141,3 @@ def add_arguments(parser) -> None:
     parser.add_argument("--steps", type=int, default=2, help="training steps before evaluating")
     parser.add_argument("--batch-size", type=int, default=8, help="samples per rank")
     parser.add_argument("--seed", type=int, default=0)
-
-
-def describe(result: Rank0Collective) -> str:
-    return result.describe()

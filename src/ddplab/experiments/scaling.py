@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 
 from ddplab.experiments import mlp, step_time
+from ddplab.progress import report as progress_report
 
 
 def _reuse_or_pair(runs: list, world_size: int, batch_size: int, layers,
@@ -72,10 +73,10 @@ def run(world_sizes=(1, 2, 4), batch_size: int = 32, global_batch_size: int = 64
             raise ValueError(f"global_batch_size {global_batch_size} does not split evenly "
                              f"over {w} ranks")
     get = lambda w, b: _reuse_or_pair(runs, w, b, layers, iterations)  # noqa: E731
-    step_time.tell(progress, 0, 2, "weak scaling")
+    progress_report(progress, 0, 2, "weak scaling")
     weak = {w: get(w, batch_size)[1] for w in world_sizes}
-    step_time.tell(progress, 1, 2, "strong scaling")
+    progress_report(progress, 1, 2, "strong scaling")
     strong = {w: get(w, global_batch_size // w)[1] for w in world_sizes}
-    step_time.tell(progress, 2, 2, "done")
+    progress_report(progress, 2, 2, "done")
     return Scaling(batch_size, global_batch_size, weak, strong, get(1, batch_size)[0],
                    get(1, global_batch_size)[0])

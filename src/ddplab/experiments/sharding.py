@@ -219,7 +219,6 @@ def run(dataset_size: int = 10, world_size: int = 4, batch_size: int = 2, epochs
         global_batch_sizes=results[0]["global_batch_sizes"])
 
 
-
 def _check(dataset_size, world_size, batch_size, epochs, seed, loader_drop_last, **flags):
     for name, value in (("dataset_size", dataset_size), ("world_size", world_size),
                         ("batch_size", batch_size), ("epochs", epochs)):

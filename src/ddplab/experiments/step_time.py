@@ -33,6 +33,7 @@ import ddplab
 from ddplab.checks import positive_int
 from ddplab.experiments import bucket_rule, mlp
 from ddplab.experiments.clock import now
+from ddplab.progress import report as progress_report
 from ddplab.results import Result
 
 LAYERS = (512,) * 17  # 16 Linear(512, 512): 4,202,496 parameters, 16.8 MB of float32 gradients
@@ -182,16 +183,10 @@ def breakdown(world_sizes=(1, 2, 4), batch_size: int = 32, layers=LAYERS, iterat
     """At each world size: the computation alone, then DDP (their steps alternate)."""
     runs = []
     for i, world_size in enumerate(world_sizes):
-        tell(progress, i, len(world_sizes), f"world size {world_size}")
+        progress_report(progress, i, len(world_sizes), f"world size {world_size}")
         runs += paired(world_size, batch_size, layers, iterations=iterations)
-    tell(progress, len(world_sizes), len(world_sizes), "done")
+    progress_report(progress, len(world_sizes), len(world_sizes), "done")
     return runs
-
-
-def tell(progress, done: int, total: int, label: str) -> None:
-    """Report a sweep's progress between its runs (``widgets.explore_sweep`` shows it)."""
-    if progress is not None:
-        progress(done, total, label)
 
 
 # ---------------------------------------------------------------- CLI
@@ -205,7 +200,3 @@ def add_arguments(parser) -> None:
     parser.add_argument("--iterations", type=int, default=7, help="timed steps after warmup")
     parser.add_argument("--no-communication", dest="communicate", action="store_false",
                         help="the same steps without DDP: the computation alone")
-
-
-def describe(result: StepTime) -> str:
-    return result.describe()

@@ -179,7 +179,3 @@ def add_arguments(parser) -> None:
                         help="with --fix join: Join(divide_by_initial_world_size=False)")
     parser.add_argument("--batch-size", type=int, default=4, help="samples per rank and batch")
     parser.add_argument("--seed", type=int, default=0)
-
-
-def describe(result: Uneven) -> str:
-    return result.describe()
