@@ -21,7 +21,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import html
-import inspect
 import io
 import itertools
 import json
@@ -31,6 +30,7 @@ from IPython.display import HTML
 from PIL import Image
 
 from ddplab.plots.style import PAGE_WIDTH
+from ddplab.widgets import defaults_of
 
 MAX_PANEL_BYTES = 1_500_000  # one panel's HTML, images included
 SVG_TRY_BYTES = 40_000  # see _image
@@ -66,8 +66,7 @@ def explore(run, plot, describe=None, **grid) -> HTML:
     the result's own ``describe()``, first line; a result without one shows none)."""
     if not grid:
         raise ValueError("explore needs at least one control: name=[value, ...]")
-    defaults = {name: p.default for name, p in inspect.signature(run).parameters.items()
-                if p.default is not inspect.Parameter.empty}
+    defaults = defaults_of(run)
     controls = {name: _options(name, spec) for name, spec in grid.items()}
     images, image_of, texts = [], [], []
     seen = {}  # identical figures (a control that changes nothing drawn) are stored once

@@ -24,8 +24,7 @@ import matplotlib.pyplot as plt
 
 def explore(run, plot, **controls) -> ipywidgets.Widget:
     """A panel of ``controls`` for ``run(**values)``; each change redraws ``plot(result)``."""
-    defaults = {name: p.default for name, p in inspect.signature(run).parameters.items()
-                if p.default is not inspect.Parameter.empty}
+    defaults = defaults_of(run)
     widgets = {name: _control(name, spec, defaults.get(name)) for name, spec in controls.items()}
     # One image whose PNG is replaced, rather than an output area cleared and refilled: the
     # page swaps one picture in place. The status line splits the time between the run and
@@ -54,6 +53,12 @@ def explore(run, plot, **controls) -> ipywidgets.Widget:
     return ipywidgets.VBox([ipywidgets.HBox(list(widgets.values()),
                                             layout=ipywidgets.Layout(flex_flow="row wrap")),
                             status, image])
+
+
+def defaults_of(run) -> dict:
+    """``run``'s parameters that have a default, with it: where a panel's controls start."""
+    return {name: p.default for name, p in inspect.signature(run).parameters.items()
+            if p.default is not inspect.Parameter.empty}
 
 
 def _png(figure) -> bytes:

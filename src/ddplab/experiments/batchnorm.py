@@ -24,6 +24,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 import ddplab
 from ddplab.checks import an_int, int_in_range, positive_int
+from ddplab.experiments.mlp import flat_grad
 from ddplab.results import Result
 
 FEATURES, HIDDEN = 4, 6
@@ -90,10 +91,6 @@ def make_data(global_batch_size: int, seed: int):
     g = torch.Generator().manual_seed(20_000 + seed)
     X = torch.randn(global_batch_size, FEATURES, generator=g)
     return X, X.sum(1, keepdim=True).sin() + 0.1 * torch.randn(global_batch_size, 1, generator=g)
-
-
-def flat_grad(model) -> torch.Tensor:
-    return torch.cat([p.grad.flatten() for p in model.parameters()])
 
 
 # ---------------------------------------------------------------- on every rank

@@ -42,7 +42,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import ddplab
-from ddplab.checks import one_of, positive_int
+from ddplab.checks import int_at_least, one_of, positive_int
 from ddplab.experiments import clock, mlp
 from ddplab.experiments.step_time import LAYERS  # the chapter's model
 from ddplab.results import Result
@@ -188,9 +188,7 @@ def run(world_size: int = 2, hook: str = "fp16", seed: int = 0, layers=None, ran
     one_of("hook", hook, HOOKS)
     for name, value in (("rank", rank), ("batch_size", batch_size)):
         positive_int(name, value)
-    if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 3:
-        raise ValueError(f"iterations must be an int >= 3 (PowerSGD compresses from its "
-                         f"third), got {iterations!r}")
+    int_at_least("iterations", iterations, 3, "PowerSGD compresses from its third")
     ranks = ddplab.run(compressed_steps, world_size, backend=backend, timeout=timeout,
                        layers=layers, hook=hook, rank=rank, iterations=iterations,
                        batch_size=batch_size, seed=seed)

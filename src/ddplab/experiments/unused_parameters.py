@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
-import time
 
 import numpy as np
 import torch
@@ -23,6 +22,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 import ddplab
 from ddplab.checks import an_int, int_in_range, positive_int
+from ddplab.experiments.clock import now
 from ddplab.experiments.mlp import make_model
 from ddplab.results import Result
 
@@ -77,10 +77,10 @@ def step_times(ctx, layers, steps: int, batch_size: int, seed: int) -> dict:
     times = {False: [], True: []}
     for i in range(steps + 2):  # the first two steps build and rebuild the buckets
         for flag, ddp in ddps.items():
-            start = time.perf_counter()
+            start = now(ctx.device)
             F.mse_loss(ddp(X), y).backward()
             if i >= 2:
-                times[flag].append(1e3 * (time.perf_counter() - start))
+                times[flag].append(1e3 * (now(ctx.device) - start))
     return {"without": times[False], "with": times[True]}
 
 
