@@ -35,8 +35,9 @@ MISTAKES = (None, "loss not divided", "forward outside no_sync")
 
 
 def accumulate(ddp, batches) -> None:
-    """Gradients of ``k = len(batches)`` micro-batches, all-reduced once: every loss divided by
-    ``k``, forward *and* backward of all but the last inside ``no_sync``."""
+    """Gradients of ``k = len(batches)`` micro-batches, all-reduced once:
+    every loss divided by ``k``, forward *and* backward of all but the last
+    inside ``no_sync``."""
     k = len(batches)
     for m, (X, y) in enumerate(batches):
         last = m == k - 1
@@ -46,10 +47,11 @@ def accumulate(ddp, batches) -> None:
 
 
 def accumulate_with_mistake(ddp, batches, mistake: str) -> None:
-    """:func:`accumulate` made wrong: ``"loss not divided"`` leaves out the ``/ k``;
-    ``"forward outside no_sync"`` enters ``no_sync`` only for backward, but DDP decides at
-    the end of *forward* whether the next backward all-reduces (``_DDPSink``,
-    ``reducer.prepare_for_backward``), so every micro-batch is all-reduced anyway."""
+    """:func:`accumulate` made wrong: ``"loss not divided"`` leaves out the
+    ``/ k``; ``"forward outside no_sync"`` enters ``no_sync`` only for
+    backward, but DDP decides at the end of *forward* whether the next
+    backward all-reduces (``_DDPSink``, ``reducer.prepare_for_backward``), so
+    every micro-batch is all-reduced anyway."""
     k = len(batches)
     for m, (X, y) in enumerate(batches):
         skip = contextlib.nullcontext() if m == k - 1 else ddp.no_sync()

@@ -33,22 +33,25 @@ FEATURES, HIDDEN = 4, 6
 class SyncBatchNormFunction(torch.autograd.Function):
     """Batch normalisation with statistics over every rank's samples.
 
-    Forward all-reduces each channel's sum, sum of squares and count (sums add across ranks;
-    torch all-gathers each rank's mean, inverse std and count instead and combines them,
-    ``batch_norm_gather_stats_with_counts``, because its fused kernel yields means). Backward
-    all-reduces ``sum_dy`` and ``sum_dy_xmu`` as torch's does (``SyncBatchNorm.backward`` in
-    ``torch/nn/modules/_functions.py``); the weight and bias gradients stay local sums, which
-    DDP then averages like any other gradient.
+    Forward all-reduces each channel's sum, sum of squares and count (sums
+    add across ranks; torch all-gathers each rank's mean, inverse std and
+    count instead and combines them, ``batch_norm_gather_stats_with_counts``,
+    because its fused kernel yields means). Backward all-reduces ``sum_dy``
+    and ``sum_dy_xmu`` as torch's does (``SyncBatchNorm.backward`` in
+    ``torch/nn/modules/_functions.py``); the weight and bias gradients stay
+    local sums, which DDP then averages like any other gradient.
     """
 
     @staticmethod
     def forward(ctx, x, weight, bias, eps):
-        stats = torch.cat([x.sum(0), (x * x).sum(0), x.new_full((1,), x.shape[0])])
+        samples = x.new_full((1,), x.shape[0])  # this rank's
+        stats = torch.cat([x.sum(0), (x * x).sum(0), samples])
         dist.all_reduce(stats)
         C = x.shape[1]
         total, total_sq, count = stats[:C], stats[C:2 * C], stats[2 * C]
         mean = total / count
-        var = total_sq / count - mean * mean  # biased, as BatchNorm normalises with
+        # biased, as BatchNorm normalises with
+        var = total_sq / count - mean * mean
         invstd = torch.rsqrt(var + eps)
         ctx.save_for_backward(x, weight, mean, invstd, count)
         return (x - mean) * invstd * weight + bias, mean, var, count
@@ -58,12 +61,14 @@ class SyncBatchNormFunction(torch.autograd.Function):
         x, weight, mean, invstd, count = ctx.saved_tensors
         xmu = x - mean
         sum_dy, sum_dy_xmu = grad_out.sum(0), (grad_out * xmu).sum(0)
-        grad_weight, grad_bias = sum_dy_xmu * invstd, sum_dy  # local: DDP averages them
+        # local: DDP averages them
+        grad_weight, grad_bias = sum_dy_xmu * invstd, sum_dy
         combined = torch.cat([sum_dy, sum_dy_xmu])
         dist.all_reduce(combined)
         C = x.shape[1]
         mean_dy, mean_dy_xmu = combined[:C] / count, combined[C:] / count
-        grad_x = (grad_out - mean_dy - xmu * invstd * invstd * mean_dy_xmu) * invstd * weight
+        centred = grad_out - mean_dy - xmu * invstd * invstd * mean_dy_xmu
+        grad_x = centred * invstd * weight
         return grad_x, grad_weight, grad_bias, None
 
 

@@ -42,7 +42,8 @@ def _params(model) -> torch.Tensor:
 
 
 def save_and_load(ctx, directory: str, seed: int) -> dict:
-    """One DDP step; rank 0 saves both state dicts; every rank loads both into plain models."""
+    """One DDP step; rank 0 saves both state dicts; every rank loads both
+    into plain models."""
     model = make_model(LAYERS, seed).to(ctx.device)
     ddp = DDP(model)
     X, y = (t[ctx.rank * 4:(ctx.rank + 1) * 4].to(ctx.device)
@@ -73,7 +74,8 @@ def save_and_load(ctx, directory: str, seed: int) -> dict:
     stripped_diff = (_params(stripped) - _params(model)).abs().max().item()
     return {"plain_keys": list(ddp.module.state_dict()), "ddp_keys": keys,
             "loaded_diff": loaded_diff, "prefix_error": prefix_error,
-            "stripped_diff": stripped_diff, "files": sorted(os.listdir(directory))}
+            "stripped_diff": stripped_diff,
+            "files": sorted(os.listdir(directory))}
 
 
 # ---------------------------------------------------------------- in the caller

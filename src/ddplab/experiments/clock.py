@@ -20,7 +20,8 @@ import torch
 
 
 def now(device) -> float:
-    """Seconds on the machine's monotonic clock, once ``device`` has done its queued work."""
+    """Seconds on the machine's monotonic clock, once ``device`` has done
+    its queued work."""
     if torch.device(device).type == "cuda":
         torch.cuda.current_stream(device).synchronize()
     return time.perf_counter()

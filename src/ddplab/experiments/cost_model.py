@@ -115,17 +115,19 @@ def ring_allreduce_seconds(nbytes: float, ranks: int, alpha_s: float, bandwidth:
     return 2 * (ranks - 1) * alpha_s + 2 * (ranks - 1) / ranks * nbytes / bandwidth
 
 
-def allreduce_seconds(nbytes: float, gpus_per_node: int, nodes: int, intra: Link,
-                      inter: Link | None = None) -> float:
-    """The ring over ``nodes`` x ``gpus_per_node`` ranks: ``2(nodes-1)`` of its steps cross
-    the network, the rest stay in a node; bytes move at the slowest link's bandwidth."""
+def allreduce_seconds(nbytes: float, gpus_per_node: int, nodes: int,
+                      intra: Link, inter: Link | None = None) -> float:
+    """The ring over ``nodes`` x ``gpus_per_node`` ranks: ``2(nodes-1)`` of
+    its steps cross the network, the rest stay in a node; bytes move at the
+    slowest link's bandwidth."""
     ranks = gpus_per_node * nodes
     if ranks == 1:
         return 0.0
     if nodes > 1 and inter is None:
         raise ValueError("more than one node needs an inter-node link")
     net_steps = 2 * (nodes - 1)
-    links = ([intra] if gpus_per_node > 1 else []) + ([inter] if nodes > 1 else [])
+    links = [intra] if gpus_per_node > 1 else []
+    links += [inter] if nodes > 1 else []
     bandwidth = min(link.bandwidth for link in links)
     latency = (2 * (ranks - 1) - net_steps) * intra.alpha_s
     if nodes > 1:
@@ -165,17 +167,19 @@ def link_from_fit(alpha_s: float, bandwidth: float, ranks: int, name: str) -> Li
 
 def exposed_seconds(bucket_seconds: float, buckets: int, backward_s: float,
                     overlap: bool = True) -> float:
-    """Communication left after backward's last gradient, for ``buckets`` all-reduces of
-    ``bucket_seconds`` each, run one after the other.
+    """Communication left after backward's last gradient, for ``buckets``
+    all-reduces of ``bucket_seconds`` each, run one after the other.
 
-    With ``overlap``, backward fills bucket ``i`` (of ``n``) at ``i/n`` of its time, and a
-    bucket's all-reduce starts once it is full and the previous one is done; so the last one
-    ends at ``max(backward + T_b, backward/n + n T_b)``. Without overlap (a CPU whose cores
-    also run backward), every all-reduce is paid after it.
+    With ``overlap``, backward fills bucket ``i`` (of ``n``) at ``i/n`` of
+    its time, and a bucket's all-reduce starts once it is full and the
+    previous one is done; so the last one ends at
+    ``max(backward + T_b, backward/n + n T_b)``. Without overlap (a CPU whose
+    cores also run backward), every all-reduce is paid after it.
     """
     if not overlap:
         return buckets * bucket_seconds
-    end = max(backward_s + bucket_seconds, backward_s / buckets + buckets * bucket_seconds)
+    end = max(backward_s + bucket_seconds,
+              backward_s / buckets + buckets * bucket_seconds)
     return end - backward_s
 
 

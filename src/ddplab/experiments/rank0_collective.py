@@ -48,7 +48,8 @@ def make_batch(n: int, seed: int, step: int):
 # ---------------------------------------------------------------- on every rank
 
 
-def train_then_evaluate(ctx, call_id: str, fix: str, steps: int, batch_size: int, seed: int,
+def train_then_evaluate(ctx, call_id: str, fix: str, steps: int,
+                        batch_size: int, seed: int,
                         check_in_seconds: float) -> dict:
     work, watch = hang_watch.work_groups(check_in_seconds)
     model = make_model(seed).to(ctx.device)
@@ -56,8 +57,8 @@ def train_then_evaluate(ctx, call_id: str, fix: str, steps: int, batch_size: int
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     rows = slice(ctx.rank * batch_size, (ctx.rank + 1) * batch_size)
     for step in range(steps):
-        X, y = (t[rows].to(ctx.device) for t in make_batch(ctx.world_size * batch_size, seed,
-                                                            step))
+        batch = make_batch(ctx.world_size * batch_size, seed, step)
+        X, y = (t[rows].to(ctx.device) for t in batch)
         optimizer.zero_grad()
         F.mse_loss(ddp(X), y).backward()
         optimizer.step()
@@ -65,7 +66,8 @@ def train_then_evaluate(ctx, call_id: str, fix: str, steps: int, batch_size: int
     val_loss = None
     if ctx.rank == 0:
         X_val, y_val = (t.to(ctx.device) for t in make_batch(64, seed, -1))
-        evaluated = ddp if fix == "none" else ddp.module  # the fix: a local forward
+        # the fix: ddp.module, a local forward
+        evaluated = ddp if fix == "none" else ddp.module
         evaluated.eval()
         with torch.no_grad():
             val_loss = F.mse_loss(evaluated(X_val), y_val).item()
@@ -73,7 +75,8 @@ def train_then_evaluate(ctx, call_id: str, fix: str, steps: int, batch_size: int
         hang_watch.note(call_id, ctx.rank, val_loss=val_loss)
     message = hang_watch.check_in(watch, check_in_seconds)
     hang_watch.note(call_id, ctx.rank, check_in=message)
-    if message is None:  # else rank 0 is stuck in a collective of ``work`` (see uneven.train)
+    # Else rank 0 is stuck in a collective of ``work`` (see uneven.train).
+    if message is None:
         hang_watch.close_groups(work, watch)
     return {"val_loss": val_loss}
 

@@ -44,29 +44,33 @@ LR = 0.1
 
 
 def batches_per_rank(world_size: int, batches: int, extra_batches: int, fix: str) -> list[int]:
-    counts = [batches] * (world_size - 1) + [batches + extra_batches]
-    return [min(counts)] * world_size if fix == "drop-last" else counts
+    per_rank = [batches] * (world_size - 1) + [batches + extra_batches]
+    return [min(per_rank)] * world_size if fix == "drop-last" else per_rank
 
 
 # ---------------------------------------------------------------- on every rank
 
 
-def train(ctx, call_id: str, counts: list[int], fix: str, divide_by_initial_world_size: bool,
-          batch_size: int, seed: int, check_in_seconds: float) -> dict:
-    """Train on this rank's ``counts[rank]`` batches; note each finished step in the log."""
+def train(ctx, call_id: str, batches_per_rank: list[int], fix: str,
+          divide_by_initial_world_size: bool, batch_size: int, seed: int,
+          check_in_seconds: float) -> dict:
+    """Train on this rank's ``batches_per_rank[rank]`` batches; note each
+    finished step in the log."""
     work, watch = hang_watch.work_groups(check_in_seconds)
     model = make_model(LAYERS, seed).to(ctx.device)
-    ddp = DDP(model, process_group=work)  # keep a reference until backward is done
+    # keep a reference until backward is done
+    ddp = DDP(model, process_group=work)
     optimizer = torch.optim.SGD(model.parameters(), lr=LR)
     rows = slice(ctx.rank * batch_size, (ctx.rank + 1) * batch_size)
-    scales = []  # per step: this rank's DDP gradient over its own local gradient
+    scales = []  # per step: this rank's DDP gradient over its local one
     join = Join([ddp], enable=fix == "join",
                 divide_by_initial_world_size=divide_by_initial_world_size)
     with join:
-        for step in range(counts[ctx.rank]):
-            X, y = (t[rows].to(ctx.device) for t in make_batch(LAYERS, batch_size,
-                                                                ctx.world_size, seed, step))
-            local = copy.deepcopy(model)  # the same step without DDP, to compare gradients
+        for step in range(batches_per_rank[ctx.rank]):
+            batch = make_batch(LAYERS, batch_size, ctx.world_size, seed, step)
+            X, y = (t[rows].to(ctx.device) for t in batch)
+            # the same step without DDP, to compare gradients
+            local = copy.deepcopy(model)
             F.mse_loss(local(X), y).backward()
             optimizer.zero_grad()
             F.mse_loss(ddp(X), y).backward()
@@ -75,10 +79,13 @@ def train(ctx, call_id: str, counts: list[int], fix: str, divide_by_initial_worl
             hang_watch.note(call_id, ctx.rank, step=step)
     message = hang_watch.check_in(watch, check_in_seconds)
     hang_watch.note(call_id, ctx.rank, check_in=message)
-    if message is None:  # else another rank is stuck in a collective of ``work``: destroying
-        hang_watch.close_groups(work, watch)  # it would end that wait with "Connection closed"
-    return {"steps": counts[ctx.rank], "grad": flat_grad(model), "scales": scales,
-            "params": torch.cat([p.detach().flatten() for p in model.parameters()])}
+    # Else another rank is stuck in a collective of ``work``: destroying
+    # it would end that wait with "Connection closed".
+    if message is None:
+        hang_watch.close_groups(work, watch)
+    params = torch.cat([p.detach().flatten() for p in model.parameters()])
+    return {"steps": batches_per_rank[ctx.rank], "grad": flat_grad(model),
+            "scales": scales, "params": params}
 
 
 def _scale(ddp_grad: torch.Tensor, local_grad: torch.Tensor) -> float:
@@ -145,9 +152,9 @@ def run(world_size: int = 2, extra_batches: int = 1, fix: str = "none", batches:
     positive_int("batches", batches)
     positive_int("batch_size", batch_size)
     an_int("seed", seed)
-    counts = batches_per_rank(world_size, batches, extra_batches, fix)
+    per_rank = batches_per_rank(world_size, batches, extra_batches, fix)
     watched = hang_watch.run_watched(
-        train, world_size, timeout, backend=backend, counts=counts, fix=fix,
+        train, world_size, timeout, backend=backend, batches_per_rank=per_rank, fix=fix,
         divide_by_initial_world_size=bool(divide_by_initial_world_size),
         batch_size=batch_size, seed=seed, check_in_seconds=max(0.5, timeout / 2))
     messages = [next((n["check_in"] for n in notes if "check_in" in n), None)
@@ -156,7 +163,7 @@ def run(world_size: int = 2, extra_batches: int = 1, fix: str = "none", batches:
     return Uneven(
         world_size=world_size, fix=fix,
         divide_by_initial_world_size=bool(divide_by_initial_world_size), timeout=timeout,
-        outcome=watched.outcome, seconds=watched.seconds, batches_per_rank=counts,
+        outcome=watched.outcome, seconds=watched.seconds, batches_per_rank=per_rank,
         steps_completed_per_rank=[sum("step" in n for n in notes) for notes in watched.notes],
         missing_ranks=hang_watch.missing_ranks(messages),
         check_in_messages=messages,
