@@ -87,14 +87,24 @@ def test_ddp_divides_by_the_world_size_not_the_gpus_per_node(nodes, gpus_per_nod
     ({"world_size": 3, "batch_sizes": [1, 2]}, "one entry per rank"),
     ({"correction": "bogus"}, "correction must be one of"),
     ({"world_size": 65}, "world_size must be"),
+    ({"naive": "no"}, "naive must be"),
 ])
 def test_bad_input_is_a_clear_error(kwargs, match):
     with pytest.raises(ValueError, match=match):
         averaging.run(**kwargs)
 
 
+def test_leaving_out_the_naive_loop_changes_no_other_gradient():
+    both = averaging.run(world_size=3, batch_size=5)
+    ddp_only = averaging.run(world_size=3, batch_size=5, naive=False)
+    assert ddp_only.naive_grads is None and both.naive_grads is not None
+    for field in ("local_grads", "ddp_grads", "reference_grad"):
+        np.testing.assert_array_equal(getattr(ddp_only, field), getattr(both, field))
+    with pytest.raises(ValueError, match="naive=False"):
+        ddp_only.naive_vs_ddp
+    assert "naive" not in ddp_only.describe() and "naive" in both.describe()
 
-def test_cli_json_has_the_documented_fields_in_parameter_order():
+
     data = ddplab_json("averaging", "--world-size", "3", "--batch-size", "4", "--reduction", "sum",
                        "--seed", "2")
     assert (data["world_size"], data["batch_size"], data["reduction"]) == (3, 4, "sum")

@@ -71,3 +71,16 @@ def test_a_dropdown_of_labelled_values_starts_at_the_default_value():
     assert dropdown.value is None and dropdown.label == "default"
     dropdown.value = 1.0
     assert seen == [None, 1.0]
+
+
+def test_a_fixed_value_reaches_every_run_and_shows_no_control():
+    seen = []
+
+    def run(world_size=2, naive=True):
+        seen.append(naive)
+        return averaging.run(world_size=world_size, naive=naive)
+
+    panel = widgets.explore(run, plots.gradients, world_size=(1, 4), naive=widgets.fixed(False))
+    (slider,) = panel.children[0].children
+    slider.value = 3
+    assert seen == [False, False]

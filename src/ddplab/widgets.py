@@ -5,7 +5,8 @@
 
 Controls are given like ``ipywidgets.interact`` abbreviations: ``(low, high)`` or ``(low, high,
 step)`` is an integer slider, a list is a dropdown (of values, or of ``(label, value)`` pairs),
-a bool a checkbox, and a widget is used as it is. Their starting values are the defaults of
+a bool a checkbox, and a widget is used as it is; ``fixed(value)`` passes a value to every
+run without a control (as in ``interact``). Their starting values are the defaults of
 ``run``'s signature, and the panel computes and draws once at those values straight away, so a
 lab runs top to bottom without a click (nbval, the book build) and shows a figure before anyone
 touches a control. Sliders report on release (``continuous_update=False``): one drag is one real
@@ -15,11 +16,12 @@ run, not dozens queued behind each other.
 from __future__ import annotations
 
 import inspect
-import io
 import time
 
 import ipywidgets
-import matplotlib.pyplot as plt
+from ipywidgets import fixed
+
+from ddplab.live_figure import LiveFigure
 
 
 def explore(run, plot, **controls) -> ipywidgets.Widget:
@@ -27,9 +29,11 @@ def explore(run, plot, **controls) -> ipywidgets.Widget:
     defaults = defaults_of(run)
     widgets = {name: _control(name, spec, defaults.get(name)) for name, spec in controls.items()}
     # One image whose PNG is replaced, rather than an output area cleared and refilled: the
-    # page swaps one picture in place. The status line splits the time between the run and
+    # page swaps one picture in place, and the figure behind it is kept and updated in place
+    # where the plot can (live_figure). The status line splits the time between the run and
     # the draw, which is what a slider move costs (ARCHITECTURE.md, "Slider latency").
     image = ipywidgets.Image(format="png", layout=ipywidgets.Layout(max_width="100%"))
+    figure = LiveFigure(plot)
     status = ipywidgets.HTML()
 
     def update(_change=None):
@@ -39,7 +43,7 @@ def explore(run, plot, **controls) -> ipywidgets.Widget:
         try:
             result = run(**values)
             ran = time.perf_counter()
-            image.value = _png(plot(result))
+            image.value = figure.png(result)
         except Exception as exc:  # shown in the panel: the next move must still work
             status.value = f"<b>{type(exc).__name__}</b>: {exc}"
             return
@@ -50,7 +54,8 @@ def explore(run, plot, **controls) -> ipywidgets.Widget:
     for widget in widgets.values():
         widget.observe(update, names="value")
     update()
-    return ipywidgets.VBox([ipywidgets.HBox(list(widgets.values()),
+    shown = [w for w in widgets.values() if not isinstance(w, fixed)]
+    return ipywidgets.VBox([ipywidgets.HBox(shown,
                                             layout=ipywidgets.Layout(flex_flow="row wrap")),
                             status, image])
 
@@ -61,17 +66,8 @@ def defaults_of(run) -> dict:
             if p.default is not inspect.Parameter.empty}
 
 
-def _png(figure) -> bytes:
-    buffer = io.BytesIO()
-    try:
-        figure.savefig(buffer, format="png")
-    finally:
-        plt.close(figure)
-    return buffer.getvalue()
-
-
 def _control(name: str, spec, default):
-    if isinstance(spec, ipywidgets.Widget):
+    if isinstance(spec, (ipywidgets.Widget, fixed)):
         return spec
     style = {"description_width": "initial"}
     if isinstance(spec, bool):
@@ -87,8 +83,8 @@ def _control(name: str, spec, default):
         index = values.index(default) if default in values else 0
         # By index: a value of None would mean "nothing selected" to ipywidgets.
         return ipywidgets.Dropdown(options=spec, index=index, description=name, style=style)
-    raise ValueError(f"control {name!r}: expected (low, high[, step]) of ints, a list, a bool "
-                     f"or an ipywidgets widget, got {spec!r}")
+    raise ValueError(f"control {name!r}: expected (low, high[, step]) of ints, a list, a bool, "
+                     f"fixed(value) or an ipywidgets widget, got {spec!r}")
 
 
 def explore_sweep(run, plot, **controls) -> ipywidgets.Widget:

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import ddplab
-from ddplab.checks import one_of, positive_int
+from ddplab.checks import a_bool, one_of, positive_int
 from ddplab.experiments.mlp import flat_grad
 from ddplab.results import Result
 
@@ -84,8 +84,8 @@ def rank_loss(model, X, y, reduction, correction, world_size):
 
 
 def gradients(ctx, batch_sizes: list[int], reduction: str, correction: str | None,
-              seed: int) -> dict:
-    """This rank's local, naive-averaged and DDP gradient, and its slice of the data."""
+              seed: int, naive: bool = True) -> dict:
+    """This rank's local, naive-averaged (if ``naive``) and DDP gradient."""
     start = sum(batch_sizes[: ctx.rank])
     X_all, y_all = make_data(seed, sum(batch_sizes))
     X = X_all[start:start + batch_sizes[ctx.rank]].to(ctx.device)
@@ -95,14 +95,17 @@ def gradients(ctx, batch_sizes: list[int], reduction: str, correction: str | Non
     local = make_model(seed).to(ctx.device)
     rank_loss(local, X, y, reduction, correction, W).backward()
 
-    naive = make_model(seed).to(ctx.device)
-    rank_loss(naive, X, y, reduction, correction, W).backward()
-    naive_average(naive, W)
+    naive_grad = None
+    if naive:
+        naive_model = make_model(seed).to(ctx.device)
+        rank_loss(naive_model, X, y, reduction, correction, W).backward()
+        naive_average(naive_model, W)
+        naive_grad = flat_grad(naive_model)
 
     model = make_model(seed).to(ctx.device)
     ddp = DDP(model)
     rank_loss(ddp, X, y, reduction, correction, W).backward()
-    return {"local": flat_grad(local), "naive": flat_grad(naive), "ddp": flat_grad(model),
+    return {"local": flat_grad(local), "naive": naive_grad, "ddp": flat_grad(model),
             "samples": len(X)}
 
 
@@ -151,7 +154,7 @@ class Averaging(Result):
     param_names: list[str]
     param_shapes: list[tuple[int, ...]]
     local_grads: np.ndarray  # (world_size, n): before synchronisation
-    naive_grads: np.ndarray  # (world_size, n): after naive_average
+    naive_grads: np.ndarray | None  # (world_size, n): after naive_average; None if not run
     ddp_grads: np.ndarray  # (world_size, n): after DDP's backward
     reference_grad: np.ndarray  # (n,): one process, all ranks' samples concatenated
     json_extras = ("batch_size", "global_batch_size")
@@ -178,6 +181,8 @@ class Averaging(Result):
 
     @property
     def naive_vs_ddp(self) -> float:
+        if self.naive_grads is None:
+            raise ValueError("this run left out naive data parallel (naive=False)")
         return float(np.abs(self.naive_grads - self.ddp_grads).max())
 
     def to_json(self) -> dict:  # "counts": the field's earlier name, kept for scripts
@@ -186,10 +191,11 @@ class Averaging(Result):
 
     def describe(self) -> str:
         names = ", ".join(f"{n}{list(s)}" for n, s in zip(self.param_names, self.param_shapes))
+        naive = ([] if self.naive_grads is None else
+                 [f"largest |DDP - naive all-reduce/world size|: {self.naive_vs_ddp:.2e}"])
         return "\n".join([
             f"world size {self.world_size}, {self.batch_sizes[0]} samples per rank, "
-            f"loss reduction {self.reduction!r}; parameters: {names}",
-            f"largest |DDP - naive all-reduce/world size|: {self.naive_vs_ddp:.2e}",
+            f"loss reduction {self.reduction!r}; parameters: {names}", *naive,
             f"largest |DDP - one process on the concatenated batch|: {self.max_diff:.2e}",
             f"one process's gradient is {self.reference_over_ddp:.4f} times DDP's"])
 
@@ -204,12 +210,17 @@ def reference_gradient(batch_sizes, reduction: str, seed: int) -> np.ndarray:
 
 def run(world_size: int = 4, batch_size: int = 8, reduction: str = "mean", seed: int = 0,
         batch_sizes: list[int] | None = None, correction: str | None = None,
-        backend: str = "auto", timeout: float = 60.0) -> Averaging:
-    """One data-parallel step on ``world_size`` ranks; ``batch_sizes`` overrides equal batches."""
+        naive: bool = True, backend: str = "auto", timeout: float = 60.0) -> Averaging:
+    """One data-parallel step on ``world_size`` ranks; ``batch_sizes`` overrides equal batches.
+
+    ``naive=False`` leaves out the naive version (one all-reduce per parameter, 4 here), which
+    the gradient figure does not draw: a slider panel answers a move sooner without it.
+    """
     batch_sizes = _check(world_size, batch_size, reduction, correction, batch_sizes)
+    a_bool("naive", naive)
     results = ddplab.run(gradients, world_size, backend=backend, timeout=timeout,
                          batch_sizes=batch_sizes,
-                         reduction=reduction, correction=correction, seed=seed)
+                         reduction=reduction, correction=correction, seed=seed, naive=naive)
     model = make_model(seed)
     return Averaging(
         world_size=len(results), batch_sizes=batch_sizes, reduction=reduction,
@@ -217,7 +228,7 @@ def run(world_size: int = 4, batch_size: int = 8, reduction: str = "mean", seed:
         seed=seed, param_names=param_names(model),
         param_shapes=[tuple(p.shape) for p in model.parameters()],
         local_grads=np.stack([r["local"] for r in results]),
-        naive_grads=np.stack([r["naive"] for r in results]),
+        naive_grads=np.stack([r["naive"] for r in results]) if naive else None,
         ddp_grads=np.stack([r["ddp"] for r in results]),
         reference_grad=reference_gradient(batch_sizes, reduction, seed))
 

@@ -17,21 +17,53 @@ def gradients(result, ax=None, legend: bool = True):
     offsets = np.linspace(-0.3, 0.3, W) if W > 1 else np.zeros(1)
     for rank in range(W):
         ax.plot(x + offsets[rank], result.local_grads[rank], "o", ms=3.5, color=rank_color(rank),
-                alpha=0.8, label=f"rank {rank} local" if W <= 4 else None)
+                alpha=0.8, label=f"rank {rank} local" if W <= 4 else None, gid=f"rank {rank}")
     if W > 4:
         ax.plot([], [], "o", ms=3.5, color="grey", label=f"{W} ranks' local gradients")
-    ax.bar(x, result.ddp_grads[0], width=0.75, color="0.25", alpha=0.35, label="DDP (every rank)")
+    ax.bar(x, result.ddp_grads[0], width=0.75, color="0.25", alpha=0.35, label="DDP (every rank)",
+           gid="ddp")
     ax.plot(x, result.reference_grad, "D", ms=7, mfc="none", mec="crimson", mew=1.5,
-            label="one process, whole batch")
+            label="one process, whole batch", gid="reference")
     _parameter_axis(ax, result.param_names, result.param_shapes)
     ax.axhline(0, color="0.6", lw=0.6)
+    ax.set_title(_gradients_title(result), fontsize=10, pad=14)
+    if legend:
+        ax.legend(fontsize=8, ncol=3, loc="upper right", framealpha=1)
+    return fig
+
+
+def update_gradients(fig, result) -> bool:
+    """Put ``result`` into a figure :func:`gradients` drew, if it has as many ranks and
+    elements (a slider panel then redraws without building a figure, ``ddplab.live_figure``)."""
+    ax = fig.axes[0]
+    ranks = {line.get_gid(): line for line in ax.lines if line.get_gid()}
+    bars = [patch for patch in ax.patches if patch.get_gid() == "ddp"]
+    if (len(ranks) != result.world_size + 1 or "reference" not in ranks
+            or len(bars) != result.reference_grad.size):
+        return False
+    for rank in range(result.world_size):
+        ranks[f"rank {rank}"].set_ydata(result.local_grads[rank])
+    for bar, height in zip(bars, result.ddp_grads[0]):
+        bar.set_height(height)
+    ranks["reference"].set_ydata(result.reference_grad)
+    # What ax.relim() would find (bars start at 0, so does the axhline), without walking
+    # every artist: a quarter of an update's time.
+    drawn = np.concatenate([result.local_grads.ravel(), result.ddp_grads[0],
+                            result.reference_grad])
+    ax.dataLim.intervaly = (min(0.0, drawn.min()), max(0.0, drawn.max()))
+    ax.autoscale_view(scalex=False)
+    ax.set_title(_gradients_title(result), fontsize=10, pad=14)
+    return True
+
+
+gradients.update = update_gradients
+
+
+def _gradients_title(result) -> str:
     sizes = (f"{result.batch_size} per rank" if result.batch_size
              else "samples per rank " + ",".join(map(str, result.batch_sizes)))
-    ax.set_title(f"world size {W}, {sizes}, {result.reduction} loss: "
-                 f"max |DDP - one process| = {result.max_diff:.1e}", fontsize=10, pad=14)
-    if legend:
-        ax.legend(fontsize=8, ncol=3, loc="upper right", framealpha=0.9)
-    return fig
+    return (f"world size {result.world_size}, {sizes}, {result.reduction} loss: "
+            f"max |DDP - one process| = {result.max_diff:.1e}")
 
 
 def gradients_grid(results):

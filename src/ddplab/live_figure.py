@@ -1,0 +1,140 @@
+"""A slider panel's figure: kept between moves, its artists updated in place, encoded as PNG.
+
+Drawing a new figure on every move costs most of a move (ARCHITECTURE.md, "Slider latency"):
+building the figure, constrained layout's passes (each lays out every text), rendering, and
+``savefig``, which draws twice when a layout engine is set (once to lay out, once to render).
+A :class:`LiveFigure` draws once and encodes what the canvas already holds.
+
+A plot function may carry an ``update(figure, result) -> bool`` attribute that puts a new
+result into the figure it drew (new data, limits, title) and says False when it cannot
+(another world size, so other artists). An updated figure keeps the layout computed once,
+re-computed only when a tick label or title no longer fits. Its legends (an update leaves
+them be: the same artists, so the same entries) are not laid out again: each frame is drawn
+anew and its inside pasted back from the last full draw, matplotlib's blitting
+(``copy_from_bbox``, ``restore_region``), for a legend that stays where it is (a fixed
+``loc``) and hides what lies under it (an opaque frame).
+Without ``update``, every move draws a new figure, once.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.layout_engine import ConstrainedLayoutEngine
+from matplotlib.transforms import Bbox
+from PIL import Image
+
+SLACK = 10 / 72  # inches around a kept figure's layout, 3 / 72 in constrained layout's default
+
+
+class LiveFigure:
+    """``png(result)``: the figure of ``plot(result)``, as PNG bytes."""
+
+    def __init__(self, plot):
+        self.plot = plot
+        self.figure = None
+        self.layout = None  # the plot's own layout engine, re-run when something outgrows it
+        self.legends = []  # (legend, pixels of its inside) from the last full draw
+
+    def png(self, result) -> bytes:
+        update = getattr(self.plot, "update", None)
+        if self.figure is not None and update is not None and update(self.figure, result):
+            self._draw_without_legends()
+            if self.layout is not None and not _fits(self.figure):
+                self._draw_laid_out()  # a longer tick label or title: lay out afresh
+        else:
+            self.figure = self.plot(result)
+            # Out of pyplot's hands: the notebook would show every open figure below the cell.
+            plt.close(self.figure)
+            FigureCanvasAgg(self.figure)
+            self.layout = self.figure.get_layout_engine()
+            if isinstance(self.layout, ConstrainedLayoutEngine):
+                # Room for a tick label or title a few pixels longer than this result's, so
+                # that most later results fit without laying out again.
+                self.layout.set(w_pad=SLACK, h_pad=SLACK)
+            self._draw_laid_out()
+        png = _encode(self.figure)
+        if update is None:  # nothing will be updated: do not keep it
+            self.figure = None
+        return png
+
+    def _draw_laid_out(self) -> None:
+        """Draw with the plot's layout engine, then keep that layout and the legends' pixels
+        for in-place updates."""
+        figure = self.figure
+        if self.layout is not None:
+            figure.set_layout_engine(self.layout)
+        figure.canvas.draw()
+        figure.set_layout_engine("none")
+        renderer = figure.canvas.get_renderer()
+        self.legends = [(legend, [figure.canvas.copy_from_bbox(box)
+                                  for box in _insides(legend, renderer)])
+                        for legend in _legends(figure) if _stays_and_hides(legend)]
+
+    def _draw_without_legends(self) -> None:
+        """Draw all but the legends' insides, then paste those from the last full draw. Each
+        frame is drawn anew: its edge and round corners blend with the data around them."""
+        canvas = self.figure.canvas
+        for legend, _ in self.legends:
+            legend.set_visible(False)
+        try:
+            canvas.draw()
+        finally:
+            for legend, _ in self.legends:
+                legend.set_visible(True)
+        for legend, insides in self.legends:
+            legend.legendPatch.draw(canvas.get_renderer())
+            for pixels in insides:
+                canvas.restore_region(pixels)
+
+
+def _legends(figure) -> list:
+    return [*figure.legends, *(ax.get_legend() for ax in figure.axes if ax.get_legend())]
+
+
+def _insides(legend, renderer) -> list:
+    """The legend's pixels that lie wholly inside its frame, less the frame's round corners,
+    as two boxes (a cross): inside an opaque frame, a draw gives them again whatever the data
+    under it, so they may be pasted. A box's edges are whole pixels (``copy_from_bbox`` cuts
+    the fraction off)."""
+    box = legend.get_window_extent(renderer)
+    frame = legend.legendPatch
+    rounding = getattr(frame.get_boxstyle(), "rounding_size", None) or 0
+    corner = math.ceil(rounding * frame.get_mutation_scale()
+                       + renderer.points_to_pixels(frame.get_linewidth())) + 1
+    x0, y0, x1, y1 = (math.ceil(box.x0), math.ceil(box.y0), math.floor(box.x1),
+                      math.floor(box.y1))
+    return [Bbox.from_extents(x0 + corner, y0, x1 - corner, y1),
+            Bbox.from_extents(x0, y0 + corner, x1, y1 - corner)]
+
+
+def _stays_and_hides(legend) -> bool:
+    """A legend at a fixed place (not ``loc="best"``, code 0, which follows the data) with an
+    opaque frame: its old pixels are exactly what a new draw would give."""
+    frame = legend.get_frame()
+    return (legend.get_visible() and legend._loc != 0 and legend.get_frame_on()
+            and frame.get_alpha() in (None, 1) and frame.get_facecolor()[3] == 1)
+
+
+def _fits(figure) -> bool:
+    """Whether every axes, with its labels and title, lies within the figure after a draw."""
+    renderer = figure.canvas.get_renderer()
+    bounds = figure.bbox
+    boxes = [box for ax in figure.axes  # what an update changes: ticks, axis labels, title
+             for box in (ax.xaxis.get_tightbbox(renderer), ax.yaxis.get_tightbbox(renderer),
+                         ax.title.get_window_extent(renderer))]
+    return all(box is None or (box.x0 >= bounds.x0 - 0.5 and box.y0 >= bounds.y0 - 0.5
+                               and box.x1 <= bounds.x1 + 0.5 and box.y1 <= bounds.y1 + 0.5)
+               for box in boxes)
+
+
+def _encode(figure) -> bytes:
+    """The canvas as drawn, as PNG (fast zlib level: a panel image is re-sent on every move)."""
+    buffer = io.BytesIO()
+    Image.fromarray(np.asarray(figure.canvas.buffer_rgba())).save(buffer, format="png",
+                                                                  compress_level=1)
+    return buffer.getvalue()

@@ -1,0 +1,136 @@
+"""A slider panel's kept figure: an update in place draws what a new figure would."""
+
+import io
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+from PIL import Image  # noqa: E402
+
+from ddplab import live_figure  # noqa: E402
+from ddplab.experiments import averaging  # noqa: E402
+from ddplab.live_figure import LiveFigure  # noqa: E402
+from ddplab.plots import averaging as plots  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def results():
+    return {"first": averaging.run(world_size=4, batch_size=8, naive=False),
+            "next": averaging.run(world_size=4, batch_size=3, reduction="sum", naive=False),
+            "fewer ranks": averaging.run(world_size=2, batch_size=8, naive=False)}
+
+
+@pytest.fixture(scope="module")
+def moves():
+    """A slider's moves at world size 4: the data, ticks and title change with each."""
+    return [averaging.run(world_size=4, batch_size=b, reduction=r, naive=False)
+            for b, r in [(1, "mean"), (32, "sum"), (2, "sum"), (16, "mean"), (5, "sum")]]
+
+
+def pixels(png: bytes) -> np.ndarray:
+    return np.asarray(Image.open(io.BytesIO(png)))
+
+
+def test_an_update_in_place_sets_what_a_new_figure_of_that_result_draws(results):
+    kept = plots.gradients(results["first"])
+    assert plots.update_gradients(kept, results["next"])
+    fresh = plots.gradients(results["next"])
+    (a, b) = kept.axes[0], fresh.axes[0]
+    assert a.get_title() == b.get_title() and "sum loss" in a.get_title()
+    np.testing.assert_allclose(a.get_ylim(), b.get_ylim())
+    lines = [{line.get_gid(): line.get_ydata() for line in ax.lines if line.get_gid()}
+             for ax in (a, b)]
+    assert lines[0].keys() == lines[1].keys() == {"rank 0", "rank 1", "rank 2", "rank 3",
+                                                  "reference"}
+    for gid in lines[0]:
+        np.testing.assert_array_equal(lines[0][gid], lines[1][gid])
+    heights = [[p.get_height() for p in ax.patches if p.get_gid() == "ddp"] for ax in (a, b)]
+    np.testing.assert_array_equal(*heights)
+    plt.close("all")
+
+
+def test_an_updated_png_is_pixel_for_pixel_a_new_figure_under_the_same_layout(results, moves):
+    live = LiveFigure(plots.gradients)
+    first = pixels(live.png(results["first"]))
+    kept = live.figure
+    for result in moves:
+        updated = pixels(live.png(result))  # legend's inside pasted back, not laid out
+        assert live.figure is kept  # updated in place, not drawn anew
+        fresh = plots.gradients(result)
+        fresh.set_layout_engine("none")
+        fresh.axes[0].set_position(kept.axes[0].get_position())
+        fresh.canvas.draw()
+        expected = np.asarray(fresh.canvas.buffer_rgba())
+        assert updated.shape == expected.shape == (340, 900, 4)
+        assert np.array_equal(updated, expected), result.describe()
+        assert not np.array_equal(first, updated)  # the comparison can fail
+        plt.close(fresh)
+
+
+def test_a_result_with_other_ranks_is_drawn_in_a_new_figure(results):
+    live = LiveFigure(plots.gradients)
+    live.png(results["first"])
+    kept = live.figure
+    assert not plots.update_gradients(kept, results["fewer ranks"])
+    png = live.png(results["fewer ranks"])
+    assert live.figure is not kept and pixels(png).shape == (340, 900, 4)
+    assert "world size 2" in live.figure.axes[0].get_title()
+
+
+def test_no_figure_is_left_open_in_pyplot_for_a_notebook_to_show_again(results):
+    plt.close("all")
+    live = LiveFigure(plots.gradients)
+    live.png(results["first"])
+    live.png(results["next"])
+    assert plt.get_fignums() == []
+
+
+def labelled(result):
+    fig, ax = plt.subplots(figsize=(4, 3), constrained_layout=True)
+    ax.plot([0, 1], [0, result])
+    ax.set_ylabel("y")
+    return fig
+
+
+def relabel(fig, result) -> bool:
+    fig.axes[0].lines[0].set_ydata([0, result])
+    fig.axes[0].set_ylabel("a label far longer\nthan the first one\non three lines")
+    return True
+
+
+labelled.update = relabel
+
+
+def test_a_label_that_no_longer_fits_is_laid_out_again():
+    live = LiveFigure(labelled)
+    live.png(1.0)
+    left = live.figure.axes[0].get_position().x0
+    live.png(2.0)
+    assert live.figure.axes[0].get_position().x0 > left  # moved right to make room
+    assert live_figure._fits(live.figure)
+    plt.close("all")
+
+
+def test_a_plot_without_update_is_drawn_anew_every_time(results):
+    def draw(result):
+        return plots.gradients(result)
+
+    live = LiveFigure(draw)
+    png = live.png(results["first"])
+    assert live.figure is None and pixels(png).shape == (340, 900, 4)
+
+
+@pytest.mark.parametrize("options, kept", [
+    ({"loc": "upper right", "framealpha": 1}, True),
+    ({"loc": "best", "framealpha": 1}, False),  # follows the data
+    ({"loc": "upper right", "framealpha": 0.5}, False),  # the data shows through
+])
+def test_only_a_legend_that_stays_and_hides_what_is_under_it_is_pasted(options, kept):
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], label="a")
+    assert live_figure._stays_and_hides(ax.legend(**options)) is kept
+    plt.close(fig)
