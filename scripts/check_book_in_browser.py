@@ -183,14 +183,19 @@ def check_lab(p, checks: Checks, lab: str, shots: Path) -> None:
         page = chromium.new_page(viewport={"width": 1300, "height": 1000})
         browser.run_all(page, url)
         first = page.locator(".widget-vbox img").first.get_attribute("src")
-        times = browser.move_and_time(page, 0, 1)
+        # Slider 0 (world size 4 -> 5 -> 4: other ranks, so a new figure each time), then
+        # slider 1 (the batch size at world size 4: the figure updated in place).
+        new = browser.move_and_time(page, 0, 2)
         after = page.locator(".widget-vbox img").first.get_attribute("src")
         status = page.locator("text=real DDP run and drawn in").first.inner_text()
         checks.check(after != first, f"{lab}: the figure did not change after a slider move")
         checks.check(status.startswith("real DDP run"), f"{lab}: status {status!r}")
+        in_place = browser.move_and_time(page, 1, 5)
         page.screenshot(path=str(shots / "lab.png"))
         chromium.close()
-    print(f"{lab} in JupyterLab: slider move to new figure {times[0]:.0f} ms ({status}); "
+    print(f"{lab} in JupyterLab, slider move to new figure: world size "
+          f"{' and '.join(f'{t:.0f}' for t in new)} ms ({status}); batch size at world size "
+          f"4, {browser.summary(in_place)}; "
           f"{time.perf_counter() - start:.0f} s in all")
 
 

@@ -160,6 +160,15 @@ def paired(world_size: int = 2, batch_size: int = 32, layers=LAYERS, bucket_cap_
     return alone, ddp
 
 
+def describe_pair(pair: tuple[StepTime, StepTime]) -> str:
+    """:func:`paired`'s two runs, and what DDP added to a step."""
+    alone, ddp = pair
+    return "\n".join([alone.describe(), ddp.describe(),
+                      f"DDP added {ddp.step_ms - alone.step_ms:.1f} ms per step "
+                      f"({ddp.step_ms / alone.step_ms:.2f}x), of which "
+                      f"{ddp.waiting_ms:.1f} ms waiting for the all-reduce"])
+
+
 def _timed(world_size, batch_size, layers, bucket_cap_mb, modes, iterations, warmup, seed,
            backend, timeout) -> list[StepTime]:
     layers = mlp.check_layers(layers)
