@@ -101,7 +101,7 @@ def test_leaving_out_the_naive_loop_changes_no_other_gradient():
     for field in ("local_grads", "ddp_grads", "reference_grad"):
         np.testing.assert_array_equal(getattr(ddp_only, field), getattr(both, field))
     with pytest.raises(ValueError, match="naive=False"):
-        ddp_only.naive_vs_ddp
+        _ = ddp_only.naive_vs_ddp
     assert "naive" not in ddp_only.describe() and "naive" in both.describe()
 
 
