@@ -122,6 +122,10 @@ def test_a_plot_without_update_is_drawn_anew_every_time(results):
     live = LiveFigure(draw)
     png = live.png(results["first"])
     assert live.figure is None and pixels(png).shape == (340, 900, 4)
+    fresh = plots.gradients(results["first"])  # drawn as the plot lays it out, no slack
+    fresh.canvas.draw()
+    assert np.array_equal(pixels(png), np.asarray(fresh.canvas.buffer_rgba()))
+    plt.close(fresh)
 
 
 @pytest.mark.parametrize("options, kept", [

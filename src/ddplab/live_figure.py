@@ -52,7 +52,7 @@ class LiveFigure:
             plt.close(self.figure)
             FigureCanvasAgg(self.figure)
             self.layout = self.figure.get_layout_engine()
-            if isinstance(self.layout, ConstrainedLayoutEngine):
+            if update is not None and isinstance(self.layout, ConstrainedLayoutEngine):
                 # Room for a tick label or title a few pixels longer than this result's, so
                 # that most later results fit without laying out again.
                 self.layout.set(w_pad=SLACK, h_pad=SLACK)
