@@ -75,6 +75,17 @@ def check_in(watch, seconds: float) -> str | None:
     return None
 
 
+def finish(call_id: str, rank: int, work, watch, seconds: float) -> str | None:
+    """Check in on ``watch``, note the outcome, and close both groups when every rank
+    arrived. Else another rank is stuck in a collective of ``work``: destroying it would end
+    that wait with "Connection closed", so the caller's timeout ends the run instead."""
+    message = check_in(watch, seconds)
+    note(call_id, rank, check_in=message)
+    if message is None:
+        close_groups(work, watch)
+    return message
+
+
 # ---------------------------------------------------------------- in the caller
 
 
@@ -87,6 +98,18 @@ class Watched:
     results: list | None  # every rank's result when it finished
     notes: list[list[dict]]  # per rank, the lines it noted during this call
     error: str | None  # the TimeoutError's message when it hung
+
+    @property
+    def steps_completed_per_rank(self) -> list[int]:
+        """Per rank, the steps it noted (``note(..., step=k)``)."""
+        return [sum("step" in n for n in notes) for notes in self.notes]
+
+    @property
+    def check_in_messages(self) -> list[str | None]:
+        """Per rank, the message of its check-in (:func:`finish`); None when it passed or
+        never got there."""
+        return [next((n["check_in"] for n in notes if "check_in" in n), None)
+                for notes in self.notes]
 
 
 def run_watched(fn, world_size: int, timeout: float, backend: str = "auto",

@@ -13,7 +13,7 @@ other rank joins it. Through ``ddp.module`` (``fix="module"``) it is a plain loc
 A model without buffers would not hang here: its no-grad forward communicates nothing once
 the buckets are rebuilt. The hang comes from the buffers, which most real models have.
 
-After that every rank checks in at a ``monitored_barrier`` (``hang_watch.check_in``); the
+After that every rank checks in at a ``monitored_barrier`` (``hang_watch.finish``); the
 ranks that arrive name rank 0, the one that never did.
 """
 
@@ -73,11 +73,7 @@ def train_then_evaluate(ctx, call_id: str, fix: str, steps: int,
             val_loss = F.mse_loss(evaluated(X_val), y_val).item()
         evaluated.train()
         hang_watch.note(call_id, ctx.rank, val_loss=val_loss)
-    message = hang_watch.check_in(watch, check_in_seconds)
-    hang_watch.note(call_id, ctx.rank, check_in=message)
-    # Else rank 0 is stuck in a collective of ``work`` (see uneven.train).
-    if message is None:
-        hang_watch.close_groups(work, watch)
+    hang_watch.finish(call_id, ctx.rank, work, watch, check_in_seconds)
     return {"val_loss": val_loss}
 
 
@@ -124,13 +120,12 @@ def run(world_size: int = 2, fix: str = "none", steps: int = 2, batch_size: int 
     watched = hang_watch.run_watched(
         train_then_evaluate, world_size, timeout, backend=backend, fix=fix, steps=steps,
         batch_size=batch_size, seed=seed, check_in_seconds=max(0.5, timeout / 2))
-    messages = [next((n["check_in"] for n in notes if "check_in" in n), None)
-                for notes in watched.notes]
     return Rank0Collective(
         world_size=world_size, fix=fix, timeout=timeout, outcome=watched.outcome,
         seconds=watched.seconds,
-        steps_completed_per_rank=[sum("step" in n for n in notes) for notes in watched.notes],
-        missing_ranks=hang_watch.missing_ranks(messages), check_in_messages=messages,
+        steps_completed_per_rank=watched.steps_completed_per_rank,
+        missing_ranks=hang_watch.missing_ranks(watched.check_in_messages),
+        check_in_messages=watched.check_in_messages,
         val_loss=None if watched.results is None else watched.results[0]["val_loss"],
         error=watched.error)
 

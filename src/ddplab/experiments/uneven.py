@@ -18,7 +18,7 @@ Every rank trains the same small MLP with SGD; every rank has ``batches`` batche
   step that fewer ranks took is still divided by the initial world size; with False, by the
   number of ranks that took it.
 
-After the loop every rank checks in at a ``monitored_barrier`` (``hang_watch.check_in``), which
+After the loop every rank checks in at a ``monitored_barrier`` (``hang_watch.finish``), which
 names the ranks that never arrived.
 """
 
@@ -77,12 +77,7 @@ def train(ctx, call_id: str, batches_per_rank: list[int], fix: str,
             scales.append(_scale(flat_grad(model), flat_grad(local)))
             optimizer.step()
             hang_watch.note(call_id, ctx.rank, step=step)
-    message = hang_watch.check_in(watch, check_in_seconds)
-    hang_watch.note(call_id, ctx.rank, check_in=message)
-    # Else another rank is stuck in a collective of ``work``: destroying
-    # it would end that wait with "Connection closed".
-    if message is None:
-        hang_watch.close_groups(work, watch)
+    hang_watch.finish(call_id, ctx.rank, work, watch, check_in_seconds)
     params = torch.cat([p.detach().flatten() for p in model.parameters()])
     return {"steps": batches_per_rank[ctx.rank], "grad": flat_grad(model),
             "scales": scales, "params": params}
@@ -157,16 +152,14 @@ def run(world_size: int = 2, extra_batches: int = 1, fix: str = "none", batches:
         train, world_size, timeout, backend=backend, batches_per_rank=per_rank, fix=fix,
         divide_by_initial_world_size=bool(divide_by_initial_world_size),
         batch_size=batch_size, seed=seed, check_in_seconds=max(0.5, timeout / 2))
-    messages = [next((n["check_in"] for n in notes if "check_in" in n), None)
-                for notes in watched.notes]
     results = watched.results
     return Uneven(
         world_size=world_size, fix=fix,
         divide_by_initial_world_size=bool(divide_by_initial_world_size), timeout=timeout,
         outcome=watched.outcome, seconds=watched.seconds, batches_per_rank=per_rank,
-        steps_completed_per_rank=[sum("step" in n for n in notes) for notes in watched.notes],
-        missing_ranks=hang_watch.missing_ranks(messages),
-        check_in_messages=messages,
+        steps_completed_per_rank=watched.steps_completed_per_rank,
+        missing_ranks=hang_watch.missing_ranks(watched.check_in_messages),
+        check_in_messages=watched.check_in_messages,
         final_grads=None if results is None else np.stack([r["grad"] for r in results]),
         final_params=None if results is None else np.stack([r["params"] for r in results]),
         gradient_scales=None if results is None else [r["scales"] for r in results],
