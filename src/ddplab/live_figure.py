@@ -42,25 +42,23 @@ class LiveFigure:
 
     def png(self, result) -> bytes:
         update = getattr(self.plot, "update", None)
-        if self.figure is not None and update is not None and update(self.figure, result):
+        if update is None:  # nothing to keep: one draw, as the plot lays it out
+            figure = _own_canvas(self.plot(result))
+            figure.canvas.draw()
+            return _encode(figure)
+        if self.figure is not None and update(self.figure, result):
             self._draw_without_legends()
             if self.layout is not None and not _fits(self.figure):
                 self._draw_laid_out()  # a longer tick label or title: lay out afresh
         else:
-            self.figure = self.plot(result)
-            # Out of pyplot's hands: the notebook would show every open figure below the cell.
-            plt.close(self.figure)
-            FigureCanvasAgg(self.figure)
+            self.figure = _own_canvas(self.plot(result))
             self.layout = self.figure.get_layout_engine()
-            if update is not None and isinstance(self.layout, ConstrainedLayoutEngine):
+            if isinstance(self.layout, ConstrainedLayoutEngine):
                 # Room for a tick label or title a few pixels longer than this result's, so
                 # that most later results fit without laying out again.
                 self.layout.set(w_pad=SLACK, h_pad=SLACK)
             self._draw_laid_out()
-        png = _encode(self.figure)
-        if update is None:  # nothing will be updated: do not keep it
-            self.figure = None
-        return png
+        return _encode(self.figure)
 
     def _draw_laid_out(self) -> None:
         """Draw with the plot's layout engine, then keep that layout and the legends' pixels
@@ -90,6 +88,14 @@ class LiveFigure:
             legend.legendPatch.draw(canvas.get_renderer())
             for pixels in insides:
                 canvas.restore_region(pixels)
+
+
+def _own_canvas(figure):
+    """``figure`` out of pyplot's hands (a notebook shows every figure pyplot still holds,
+    below the cell) and on an Agg canvas of its own, whatever the backend."""
+    plt.close(figure)
+    FigureCanvasAgg(figure)
+    return figure
 
 
 def _legends(figure) -> list:
