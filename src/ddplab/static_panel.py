@@ -26,7 +26,9 @@ import itertools
 import json
 
 import matplotlib.pyplot as plt
+import numpy as np
 from IPython.display import HTML
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from PIL import Image
 
 from ddplab.plots.style import PAGE_WIDTH
@@ -154,9 +156,12 @@ def _image(figure) -> str:
     width, height = figure.get_size_inches()
     if width > PAGE_WIDTH:  # wide figures are shown at the column's width anyway
         figure.set_size_inches(PAGE_WIDTH, height * PAGE_WIDTH / width)
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=PIXELS_PER_INCH, facecolor="white")
-    image = Image.open(io.BytesIO(buffer.getvalue())).convert("RGB")
+    # One draw on an Agg canvas, read as pixels: savefig would lay out and render (two passes
+    # under a layout engine) and encode a PNG, only for it to be decoded here.
+    figure.set_dpi(PIXELS_PER_INCH)
+    figure.set_facecolor("white")
+    FigureCanvasAgg(figure).draw()
+    image = Image.fromarray(np.asarray(figure.canvas.buffer_rgba())).convert("RGB")
     png = io.BytesIO()
     image.quantize(colors=256, method=Image.Quantize.MEDIANCUT).save(png, format="png",
                                                                      optimize=True)
