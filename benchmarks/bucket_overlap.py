@@ -4,7 +4,7 @@
 
 Each setting times ``--steps`` training steps (forward, backward, SGD step) of the MLP
 ``64, 1024 x depth, 10`` with 32 samples per rank, after 2 warm-up steps
-(``ddplab.experiments.overlap.steps``), with no hook installed (``record=False``), except in
+(``ddplab.chapters.buckets.overlap.steps``), with no hook installed (``record=False``), except in
 the "recorded" row, which is what the chapter's timelines cost. Settings are interleaved over
 ``--rounds`` rounds so that drift of a shared machine spreads over all of them; the figure is
 the median over every step of every round (slowest rank's step). Ratios are against DDP's
@@ -18,7 +18,7 @@ import statistics
 
 import torch
 
-from ddplab.experiments import overlap
+from ddplab.chapters.buckets import overlap
 
 SETTINGS = {  # label -> overlap.run arguments
     "no communication": dict(mode="local"),

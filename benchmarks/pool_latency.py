@@ -2,7 +2,7 @@
 
     python benchmarks/pool_latency.py [--repeats 30] [--fresh 3]
 
-One tiny DDP step (``ddplab.experiments.check.ddp_step``: Linear(16, 4), 8 samples per rank,
+One tiny DDP step (``chapters.running.first_group.ddp_step``: Linear(16, 4), 8 samples per rank,
 mean loss, forward + backward + all-reduce) is timed three ways, side by side:
 
 * warm: ``ddplab.run`` on the shared pool after one call at that world size (median of N);
@@ -29,14 +29,14 @@ import torch.distributed as dist
 import torch.multiprocessing
 
 import ddplab
-from ddplab.experiments import check
-from ddplab.rank import RankContext
+from ddplab.chapters.running import first_group as check
+from ddplab.engine.rank import RankContext
 
 WORLD_SIZES = (1, 2, 4, 8)
 FIRST_RESULT = """
 import time, sys
 import ddplab
-from ddplab.experiments import check
+from ddplab.chapters.running import first_group as check
 ddplab.run(check.ddp_step, {world_size})
 print(time.time())
 """

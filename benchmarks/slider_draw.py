@@ -5,7 +5,7 @@
 For the first panel of each lab, two results are made once (two neighbouring slider values)
 and then drawn alternately, ``--moves`` times, two ways, in this process:
 
-* baseline: what ``widgets.explore`` did before ``ddplab.live_figure``: a new figure per move,
+* baseline: what ``widgets.explore`` did before ``screen.live_figure``: a new figure per move,
   ``savefig`` to PNG (which draws twice under a layout engine), then closed;
 * kept: ``LiveFigure.png``: the figure kept and updated in place where the plot has an
   ``update`` (lab 1), else drawn once and encoded from the canvas.
@@ -28,13 +28,17 @@ matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402
 
-from ddplab.experiments import averaging, batchnorm, overlap, sharding, step_time  # noqa: E402
-from ddplab.live_figure import LiveFigure  # noqa: E402
-from ddplab.plots import averaging as averaging_plots  # noqa: E402
-from ddplab.plots import buckets as buckets_plots  # noqa: E402
-from ddplab.plots import hangs as hangs_plots  # noqa: E402
-from ddplab.plots import sharding as sharding_plots  # noqa: E402
-from ddplab.plots import time_cost as time_cost_plots  # noqa: E402
+from ddplab.chapters.averaging import averaging
+from ddplab.chapters.averaging import plots as averaging_plots  # noqa: E402
+from ddplab.chapters.buckets import overlap
+from ddplab.chapters.buckets import plots as buckets_plots  # noqa: E402
+from ddplab.chapters.hangs import batchnorm
+from ddplab.chapters.hangs import plots as hangs_plots  # noqa: E402
+from ddplab.chapters.sharding import plots as sharding_plots  # noqa: E402
+from ddplab.chapters.sharding import sharding
+from ddplab.chapters.time_cost import plots as time_cost_plots  # noqa: E402
+from ddplab.chapters.time_cost import step_time  # noqa: E402
+from ddplab.screen.live_figure import LiveFigure  # noqa: E402
 
 # (lab and slider, run, plot, the slider's two neighbouring values)
 PANELS = [

@@ -18,7 +18,7 @@ import argparse
 
 import torch
 
-from ddplab.experiments import allreduce, step_time
+from ddplab.chapters.time_cost import allreduce, step_time
 
 
 def main() -> None:

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from conftest import ddplab_json
-from ddplab.experiments import averaging
+from ddplab.chapters.averaging import averaging
 
 
 def one_process_grad(batch_sizes, reduction, seed, rows=None):

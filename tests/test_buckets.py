@@ -17,7 +17,8 @@ import torch
 import torch.nn.functional as F
 
 from conftest import ddplab_cli, ddplab_json
-from ddplab.experiments import bucket_options, buckets, mlp, overlap
+from ddplab.chapters.buckets import bucket_options, buckets, overlap
+from ddplab.common import mlp
 
 SMALL = (8, 64, 32, 4)
 REGISTRATION = ["0.weight", "0.bias", "2.weight", "2.bias", "4.weight", "4.bias"]

@@ -8,38 +8,11 @@ import time
 import numpy as np
 import pytest
 import torch
-import torch.nn.functional as F
 
 import ddplab
 import rank_fns
 from conftest import alive, descendants
-from ddplab.experiments import check
-
-
-@pytest.mark.parametrize("world_size", [1, 2, 3, 4])
-def test_all_reduce_of_ranks_is_n_n_minus_1_over_2(world_size):
-    reports = ddplab.run(check.report, world_size)
-    assert [r["rank"] for r in reports] == list(range(world_size))
-    assert {r["rank_sum"] for r in reports} == {world_size * (world_size - 1) // 2}
-    assert len({r["pid"] for r in reports}) == world_size  # one process per rank
-    assert {r["backend"] for r in reports} == {"gloo"}
-
-
-@pytest.mark.parametrize("world_size", [1, 2, 3, 4])
-def test_ddp_gradient_equals_one_process_on_the_concatenated_batch(world_size):
-    seed, batch_size = 3, 5
-    results = ddplab.run(check.ddp_step, world_size, batch_size=batch_size, seed=seed)
-    # Reference: one process, no DDP, the ranks' batches concatenated, the same mean loss.
-    model = check.make_model(seed)
-    X = torch.cat([torch.as_tensor(r["X"]) for r in results])
-    y = torch.cat([torch.as_tensor(r["y"]) for r in results])
-    assert X.shape[0] == world_size * batch_size
-    F.mse_loss(model(X), y).backward()
-    for r in results:
-        for name, param in model.named_parameters():
-            torch.testing.assert_close(torch.as_tensor(r["grads"][name]), param.grad)
-    if world_size > 1:  # the ranks' batches differ, so the check above is not vacuous
-        assert not np.allclose(results[0]["X"], results[1]["X"])
+from ddplab.chapters.running import first_group as check
 
 
 def test_the_pool_is_reused_across_calls_and_world_sizes():
@@ -248,13 +221,13 @@ def test_a_failed_ranks_log_can_be_read_after_the_failure():
 
 
 def test_the_caller_never_loads_the_rank_side():
-    """The caller speaks to ranks in ddplab.messages' types; it must not import ddplab.rank
+    """The caller speaks to ranks in engine.messages' types; it must not import ddplab.engine.rank
     (or dynamo, which that module preloads for the ranks) to do so."""
     code = textwrap.dedent("""
         import sys
         import ddplab, rank_fns
         assert ddplab.run(rank_fns.identify, 2)[1]["rank"] == 1
-        print(sorted(m for m in ("ddplab.rank", "torch._dynamo") if m in sys.modules))
+        print(sorted(m for m in ("ddplab.engine.rank", "torch._dynamo") if m in sys.modules))
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120, cwd=str(__import__("conftest").HERE), check=True).stdout

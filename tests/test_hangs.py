@@ -14,7 +14,8 @@ import torch.nn.functional as F
 import ddplab
 import rank_fns
 from conftest import alive, ddplab_json, descendants
-from ddplab.experiments import mlp, rank0_collective, uneven
+from ddplab.chapters.hangs import rank0_collective, uneven
+from ddplab.common import mlp
 
 T = 2.0  # seconds: the hang timeout of these tests
 
@@ -173,7 +174,7 @@ def test_bad_input_fails_before_any_rank_starts(run, kwargs, match):
 def test_the_labs_dropdown_shows_the_chosen_panel_only():
     import ipywidgets
 
-    from ddplab import widgets
+    from ddplab.screen import widgets
 
     panels = {"uneven_inputs": ipywidgets.Label("a"), "batchnorm": ipywidgets.Label("b")}
     chooser = widgets.choose(**panels)

@@ -11,14 +11,14 @@ import torch
 import torch.nn.functional as F
 
 from conftest import ddplab_json
-from ddplab.experiments import (
+from ddplab.chapters.hangs import (
     batchnorm,
     checkpoints,
     logged_loss,
-    mlp,
     start_state,
     unused_parameters,
 )
+from ddplab.common import mlp
 
 
 def one_process_bn(batch_size, seed=0, world_size=1):

@@ -11,10 +11,12 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 from PIL import Image  # noqa: E402
 
-from ddplab import live_figure  # noqa: E402
-from ddplab.experiments import averaging  # noqa: E402
-from ddplab.live_figure import LiveFigure  # noqa: E402
-from ddplab.plots import averaging as plots  # noqa: E402
+from ddplab.chapters.averaging import (
+    averaging,  # noqa: E402
+    plots,  # noqa: E402
+)
+from ddplab.screen import live_figure  # noqa: E402
+from ddplab.screen.live_figure import LiveFigure  # noqa: E402
 
 
 @pytest.fixture(scope="module")

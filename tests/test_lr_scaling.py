@@ -12,9 +12,15 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from conftest import ddplab_cli, ddplab_json  # noqa: E402
-from ddplab import widgets  # noqa: E402
-from ddplab.experiments import critical_batch, lr_scaling, lr_sweeps, noise_scale, regression  # noqa: E402
-from ddplab.plots import lr_scaling as plots  # noqa: E402
+from ddplab.chapters.lr_scaling import (  # noqa: E402
+    critical_batch,
+    lr_scaling,
+    lr_sweeps,
+    noise_scale,
+    plots,  # noqa: E402
+    regression,
+)
+from ddplab.screen import widgets  # noqa: E402
 
 
 def one_process(global_batch, lrs, optimizer="sgd", seed=0, steps=None):

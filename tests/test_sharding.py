@@ -10,7 +10,7 @@ import torch
 from torch.utils.data import DataLoader, DistributedSampler
 
 from conftest import ddplab_json
-from ddplab.experiments import sharding, validation
+from ddplab.chapters.sharding import sharding, validation
 
 
 def reference(N, W, B, epochs, shuffle, drop_last, set_epoch, seed, loader_drop_last=False):

@@ -13,10 +13,12 @@ matplotlib.use("Agg")
 import pytest  # noqa: E402
 from PIL import Image  # noqa: E402
 
-from ddplab import static_panel  # noqa: E402
-from ddplab.experiments import averaging  # noqa: E402
-from ddplab.plots import averaging as plots  # noqa: E402
-from ddplab.plots.style import PAGE_WIDTH  # noqa: E402
+from ddplab.chapters.averaging import (
+    averaging,  # noqa: E402
+    plots,  # noqa: E402
+)
+from ddplab.screen import static_panel  # noqa: E402
+from ddplab.screen.style import PAGE_WIDTH  # noqa: E402
 
 
 class Tags(HTMLParser):

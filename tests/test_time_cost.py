@@ -15,17 +15,17 @@ import torch
 import torch.nn.functional as F
 
 from conftest import ddplab_json
-from ddplab.experiments import (
+from ddplab.chapters.buckets import buckets
+from ddplab.chapters.time_cost import (
     accumulation,
     allreduce,
     bucket_size,
-    buckets,
     compression,
     cost_model,
-    mlp,
     scaling,
     step_time,
 )
+from ddplab.common import mlp
 
 SMALL = (8, 64, 32, 4)
 SMALL_BYTES = 11152

@@ -14,7 +14,7 @@ import math
 import numpy as np
 import pytest
 
-from ddplab.experiments import calibration, cluster_prediction, cost_model
+from ddplab.chapters.time_cost import calibration, cluster_prediction, cost_model
 
 NVLINK = cost_model.INTRA_NODE["NVLink 4 (H100)"]
 IB = cost_model.INTER_NODE["InfiniBand NDR, 8 x 400 Gb/s per node"]

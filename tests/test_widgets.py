@@ -8,9 +8,11 @@ matplotlib.use("Agg")
 
 import pytest  # noqa: E402
 
-from ddplab import widgets  # noqa: E402
-from ddplab.experiments import averaging  # noqa: E402
-from ddplab.plots import averaging as plots  # noqa: E402
+from ddplab.chapters.averaging import (
+    averaging,  # noqa: E402
+    plots,  # noqa: E402
+)
+from ddplab.screen import widgets  # noqa: E402
 
 
 def test_a_panel_runs_real_ddp_at_the_defaults_and_again_on_every_change():

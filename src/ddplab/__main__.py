@@ -14,32 +14,13 @@ import json
 import os
 import sys
 
-from ddplab.backend import BACKENDS
-from ddplab.cluster import DEFAULT_TIMEOUT
-from ddplab.experiments import (
-    accumulation,
-    allreduce,
-    averaging,
-    batchnorm,
-    buckets,
-    check,
-    compression,
-    lr_scaling,
-    noise_scale,
-    overlap,
-    rank0_collective,
-    sharding,
-    step_time,
-    uneven,
-)
-from ddplab.results import to_json
-from ddplab.torchrun import is_reporting_process, under_torchrun
+from ddplab import chapters
+from ddplab.common.results import to_json
+from ddplab.engine.backend import BACKENDS
+from ddplab.engine.cluster import DEFAULT_TIMEOUT
+from ddplab.engine.torchrun import is_reporting_process, under_torchrun
 
-EXPERIMENTS = {"check": check, "averaging": averaging, "sharding": sharding,
-               "lr-scaling": lr_scaling, "noise-scale": noise_scale, "buckets": buckets,
-               "overlap": overlap, "step-time": step_time, "allreduce": allreduce,
-               "accumulate": accumulation, "compress": compression, "uneven": uneven,
-               "rank0-collective": rank0_collective, "batchnorm": batchnorm}
+EXPERIMENTS = chapters.commands()  # every chapter module with a COMMAND, found, not listed
 
 
 def parser() -> argparse.ArgumentParser:

@@ -1,0 +1,308 @@
+"""Does DDP average or sum gradients, and over GPUs or over nodes?
+
+    python -m ddplab averaging --world-size 4 --batch-size 8 --reduction mean --seed 0 --json
+    torchrun --nproc-per-node 4 -m ddplab averaging --batch-size 8 --json
+
+Every rank builds the same small model and takes its own slice of one synthetic dataset. Each
+rank computes the gradient of the same loss three ways: locally (no communication), with naive
+data parallel (all-reduce SUM of every gradient, then divide by the world size, written out in
+``naive_average``) and with DistributedDataParallel. The driver adds a reference: one process,
+no DDP, the same loss on all the ranks' slices concatenated.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+import ddplab
+from ddplab.common.checks import a_bool, one_of, positive_int
+from ddplab.common.mlp import flat_grad
+from ddplab.common.results import Result
+
+COMMAND = "averaging"  # python -m ddplab averaging
+
+REDUCTIONS = ("mean", "sum")
+# How each rank may rescale its loss so that DDP's average comes out as the one-process loss:
+# "world_size": multiply by the world size (a summed loss then gives the global sum);
+# "global_count": sum the rank's per-sample losses, times world size, over the all-reduced
+# number of samples of all ranks (the global mean, whatever each rank holds).
+CORRECTIONS = (None, "world_size", "global_count")
+
+
+# ---------------------------------------------------------------- model, data, loss
+
+
+def make_model(seed: int) -> torch.nn.Module:
+    """A tiny MLP: few enough parameters to draw every gradient element."""
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh(), torch.nn.Linear(4, 1))
+
+
+def make_data(seed: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``n`` samples of a noisy smooth function of 3 features; the same for every rank."""
+    g = torch.Generator().manual_seed(10_000 + seed)
+    X = torch.randn(n, 3, generator=g)
+    y = torch.sin(X @ torch.tensor([[1.0], [-2.0], [0.5]])) + 0.1 * torch.randn(n, 1, generator=g)
+    return X, y
+
+
+def param_names(model: torch.nn.Module) -> list[str]:
+    return [name for name, _ in model.named_parameters()]
+
+
+def naive_average(model: torch.nn.Module, world_size: int) -> None:
+    """Naive data parallel: sum each gradient over all ranks, then divide
+    by the world size.
+
+    One all-reduce per parameter, after backward has finished. DDP
+    computes the same average, in buckets overlapped with backward
+    (chapter "Buckets").
+    """
+    for param in model.parameters():
+        dist.all_reduce(param.grad, op=dist.ReduceOp.SUM)
+        param.grad /= world_size
+
+
+def rank_loss(model, X, y, reduction, correction, world_size):
+    """The loss this rank back-propagates (see CORRECTIONS)."""
+    if correction == "global_count":
+        count = torch.tensor([float(len(X))], device=X.device)
+        dist.all_reduce(count)  # samples (or tokens) on all ranks
+        loss = F.mse_loss(model(X), y, reduction="sum")
+        return loss * world_size / count
+    loss = F.mse_loss(model(X), y, reduction=reduction)
+    if correction == "world_size":
+        return loss * world_size
+    return loss
+
+
+# ---------------------------------------------------------------- on every rank
+
+
+def gradients(ctx, batch_sizes: list[int], reduction: str, correction: str | None,
+              seed: int, naive: bool = True) -> dict:
+    """This rank's local, naive-averaged (if ``naive``) and DDP gradient."""
+    start = sum(batch_sizes[: ctx.rank])
+    X_all, y_all = make_data(seed, sum(batch_sizes))
+    X = X_all[start:start + batch_sizes[ctx.rank]].to(ctx.device)
+    y = y_all[start:start + batch_sizes[ctx.rank]].to(ctx.device)
+    W = ctx.world_size
+
+    local = make_model(seed).to(ctx.device)
+    rank_loss(local, X, y, reduction, correction, W).backward()
+
+    naive_grad = None
+    if naive:
+        naive_model = make_model(seed).to(ctx.device)
+        rank_loss(naive_model, X, y, reduction, correction, W).backward()
+        naive_average(naive_model, W)
+        naive_grad = flat_grad(naive_model)
+
+    model = make_model(seed).to(ctx.device)
+    ddp = DDP(model)
+    rank_loss(ddp, X, y, reduction, correction, W).backward()
+    return {"local": flat_grad(local), "naive": naive_grad, "ddp": flat_grad(model),
+            "samples": len(X)}
+
+
+def node_gradients(ctx, gpus_per_node: int, batch_size: int, seed: int) -> dict:
+    """DDP's gradient next to the average over this rank's node only (a subgroup per node)."""
+    nodes = ctx.world_size // gpus_per_node
+    node = ctx.rank // gpus_per_node
+    X_all, y_all = make_data(seed, ctx.world_size * batch_size)
+    X = X_all[ctx.rank * batch_size:(ctx.rank + 1) * batch_size].to(ctx.device)
+    y = y_all[ctx.rank * batch_size:(ctx.rank + 1) * batch_size].to(ctx.device)
+
+    local = make_model(seed).to(ctx.device)
+    F.mse_loss(local(X), y).backward()
+    local_grad = flat_grad(local)
+
+    # Every rank must create every subgroup, in the same order.
+    groups = [dist.new_group(list(range(n * gpus_per_node, (n + 1) * gpus_per_node)))
+              for n in range(nodes)]
+    node_average = local_grad.clone()
+    dist.all_reduce(node_average, group=groups[node])
+    node_average /= gpus_per_node
+    summed = local_grad.clone()
+    dist.all_reduce(summed)  # plain SUM over all ranks, no division
+    for group in groups:  # the pool keeps the main group; do not leak one subgroup per call
+        dist.destroy_process_group(group)
+
+    model = make_model(seed).to(ctx.device)
+    ddp = DDP(model)  # keep a reference: a DDP freed before backward never all-reduces
+    F.mse_loss(ddp(X), y).backward()
+    return {"node": node, "local_rank": ctx.rank % gpus_per_node, "local": local_grad,
+            "node_average": node_average, "sum": summed, "ddp": flat_grad(model)}
+
+
+# ---------------------------------------------------------------- in the caller
+
+
+@dataclasses.dataclass
+class Averaging(Result):
+    """Gradients of one data-parallel step, per rank, and the one-process reference."""
+
+    world_size: int
+    batch_sizes: list[int]  # samples per rank
+    reduction: str
+    correction: str | None
+    seed: int
+    param_names: list[str]
+    param_shapes: list[tuple[int, ...]]
+    local_grads: np.ndarray  # (world_size, n): before synchronisation
+    naive_grads: np.ndarray | None  # (world_size, n): after naive_average; None if not run
+    ddp_grads: np.ndarray  # (world_size, n): after DDP's backward
+    reference_grad: np.ndarray  # (n,): one process, all ranks' samples concatenated
+    json_extras = ("batch_size", "global_batch_size")
+
+    @property
+    def batch_size(self) -> int | None:
+        """Samples per rank, when every rank has the same number."""
+        return self.batch_sizes[0] if len(set(self.batch_sizes)) == 1 else None
+
+    @property
+    def global_batch_size(self) -> int:
+        return sum(self.batch_sizes)
+
+    @property
+    def max_diff(self) -> float:
+        """Largest |DDP's gradient - the reference| over ranks and elements."""
+        return float(np.abs(self.ddp_grads - self.reference_grad).max())
+
+    @property
+    def reference_over_ddp(self) -> float:
+        """How many times larger the reference is than DDP's gradient (least squares)."""
+        ddp = self.ddp_grads[0]
+        return float(self.reference_grad @ ddp / (ddp @ ddp))
+
+    @property
+    def naive_vs_ddp(self) -> float:
+        if self.naive_grads is None:
+            raise ValueError("this run left out naive data parallel (naive=False)")
+        return float(np.abs(self.naive_grads - self.ddp_grads).max())
+
+    def to_json(self) -> dict:  # "counts": the field's earlier name, kept for scripts
+        return {**super().to_json(), "counts": self.batch_sizes,
+                "max_abs_diff_ddp_vs_reference": self.max_diff}
+
+    def describe(self) -> str:
+        names = ", ".join(f"{n}{list(s)}" for n, s in zip(self.param_names, self.param_shapes))
+        naive = ([] if self.naive_grads is None else
+                 [f"largest |DDP - naive all-reduce/world size|: {self.naive_vs_ddp:.2e}"])
+        return "\n".join([
+            f"world size {self.world_size}, {self.batch_sizes[0]} samples per rank, "
+            f"loss reduction {self.reduction!r}; parameters: {names}", *naive,
+            f"largest |DDP - one process on the concatenated batch|: {self.max_diff:.2e}",
+            f"one process's gradient is {self.reference_over_ddp:.4f} times DDP's"])
+
+
+def reference_gradient(batch_sizes, reduction: str, seed: int) -> np.ndarray:
+    """One process, no DDP: the gradient of the loss over every rank's samples at once."""
+    model = make_model(seed)
+    X, y = make_data(seed, sum(batch_sizes))
+    F.mse_loss(model(X), y, reduction=reduction).backward()
+    return flat_grad(model).numpy()
+
+
+def run(world_size: int = 4, batch_size: int = 8, reduction: str = "mean", seed: int = 0,
+        batch_sizes: list[int] | None = None, correction: str | None = None,
+        naive: bool = True, backend: str = "auto", timeout: float = 60.0) -> Averaging:
+    """One data-parallel step on ``world_size`` ranks; ``batch_sizes`` overrides equal batches.
+
+    ``naive=False`` leaves out the naive version (one all-reduce per parameter, 4 here), which
+    the gradient figure does not draw: a slider panel answers a move sooner without it.
+    """
+    batch_sizes = _check(world_size, batch_size, reduction, correction, batch_sizes)
+    a_bool("naive", naive)
+    results = ddplab.run(gradients, world_size, backend=backend, timeout=timeout,
+                         batch_sizes=batch_sizes,
+                         reduction=reduction, correction=correction, seed=seed, naive=naive)
+    model = make_model(seed)
+    return Averaging(
+        world_size=len(results), batch_sizes=batch_sizes, reduction=reduction,
+        correction=correction,
+        seed=seed, param_names=param_names(model),
+        param_shapes=[tuple(p.shape) for p in model.parameters()],
+        local_grads=np.stack([r["local"] for r in results]),
+        naive_grads=np.stack([r["naive"] for r in results]) if naive else None,
+        ddp_grads=np.stack([r["ddp"] for r in results]),
+        reference_grad=reference_gradient(batch_sizes, reduction, seed))
+
+
+@dataclasses.dataclass
+class NodeAveraging:
+    """DDP's gradient against per-node averages, for nodes x GPUs per node ranks."""
+
+    nodes: int
+    gpus_per_node: int
+    batch_size: int
+    node_of_rank: list[int]
+    local_rank_of_rank: list[int]
+    local_grads: np.ndarray  # (world_size, n)
+    node_averages: np.ndarray  # (nodes, n): mean over the ranks of each node only
+    ddp_grad: np.ndarray  # (n,): the same on every rank
+    summed_grad: np.ndarray  # (n,): all-reduce SUM of the local gradients
+    reference_grad: np.ndarray  # (n,)
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    @property
+    def divisor(self) -> float:
+        """What DDP divided the summed gradient by (least squares over all elements)."""
+        return float(self.summed_grad @ self.ddp_grad / (self.ddp_grad @ self.ddp_grad))
+
+
+def node_average(nodes: int = 2, gpus_per_node: int = 4, batch_size: int = 8, seed: int = 0,
+                 backend: str = "auto", timeout: float = 60.0) -> NodeAveraging:
+    """Lay ``nodes * gpus_per_node`` ranks out as nodes; compare DDP with per-node averages."""
+    for name, value in (("nodes", nodes), ("gpus_per_node", gpus_per_node),
+                        ("batch_size", batch_size)):
+        positive_int(name, value)
+    results = ddplab.run(node_gradients, nodes * gpus_per_node, backend=backend,
+                         timeout=timeout, gpus_per_node=gpus_per_node, batch_size=batch_size,
+                         seed=seed)
+    ddp = np.stack([r["ddp"] for r in results])
+    if not np.allclose(ddp, ddp[0]):  # DDP keeps every replica identical; say so if not
+        raise AssertionError("DDP's gradients differ between ranks")
+    return NodeAveraging(
+        nodes=nodes, gpus_per_node=gpus_per_node, batch_size=batch_size,
+        node_of_rank=[r["node"] for r in results],
+        local_rank_of_rank=[r["local_rank"] for r in results],
+        local_grads=np.stack([r["local"] for r in results]),
+        node_averages=np.stack([results[n * gpus_per_node]["node_average"]
+                                for n in range(nodes)]),
+        ddp_grad=ddp[0], summed_grad=results[0]["sum"],
+        reference_grad=reference_gradient([batch_size] * nodes * gpus_per_node, "mean", seed))
+
+
+def _check(world_size, batch_size, reduction, correction, batch_sizes) -> list[int]:
+    positive_int("batch_size", batch_size)
+    one_of("reduction", reduction, REDUCTIONS)
+    one_of("correction", correction, CORRECTIONS)
+    if batch_sizes is None:
+        positive_int("world_size", world_size)
+        return [batch_size] * world_size
+    batch_sizes = list(batch_sizes)
+    if len(batch_sizes) != world_size:
+        raise ValueError(f"batch_sizes must have one entry per rank ({world_size}), "
+                         f"got {batch_sizes}")
+    for count in batch_sizes:
+        positive_int("each of batch_sizes", count)
+    return batch_sizes
+
+
+# ---------------------------------------------------------------- CLI
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--batch-size", type=int, default=8, help="samples per rank")
+    parser.add_argument("--reduction", choices=REDUCTIONS, default="mean")
+    parser.add_argument("--seed", type=int, default=0)

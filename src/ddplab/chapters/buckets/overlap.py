@@ -1,0 +1,233 @@
+"""Where does the time of a DDP step go? Backward computation against each bucket's all-reduce.
+
+    python -m ddplab overlap --layers 64,1024,1024,10 --bucket-cap-mb 1000 --world-size 2
+    torchrun --nproc-per-node 2 -m ddplab overlap --layers 64,1024,1024,10 --json
+
+Every rank times whole training steps (forward, backward, SGD step) after a barrier, on one
+clock shared by the processes of a machine (``time.perf_counter``), and records when autograd
+has accumulated each parameter's gradient and when each all-reduce starts and ends:
+``hooks.record_and_allreduce`` for DDP, ``hooks.NaiveAllReduce`` for naive data parallel.
+Mode ``local`` communicates nothing: the computation alone. With ``record=False`` no hook at
+all is installed (plain DDP), for step times without the recording's own small cost. On GPUs
+these host-side timestamps would show kernel launches, not completions: this is a CPU view.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+import ddplab
+from ddplab.common import bucket_rule, hooks, mlp
+from ddplab.common.checks import int_at_least, one_of, positive_int
+from ddplab.common.results import Result
+
+COMMAND = "overlap"  # python -m ddplab overlap
+
+MODES = ("ddp", "naive", "local")
+
+
+def steps(ctx, layers, mode: str, bucket_cap_mb, iterations: int, warmup: int,
+          batch_size: int, seed: int, record: bool) -> list[dict]:
+    """Time ``warmup + iterations`` training steps; return the last ``iterations``."""
+    model = mlp.make_model(layers, seed).to(ctx.device)
+    ready = []  # this iteration's (param, time) pairs
+    if record:
+        for name, param in model.named_parameters():
+            param.register_post_accumulate_grad_hook(
+                lambda _, name=name: ready.append((name, time.perf_counter())))
+    wrapped, log = model, None
+    if mode == "naive":
+        log = hooks.NaiveAllReduce(model, ctx.world_size)
+    elif mode == "ddp":
+        wrapped = DDP(model, bucket_cap_mb=bucket_cap_mb)
+        if record:
+            log = hooks.BucketLog(model, ctx.world_size)
+            wrapped.register_comm_hook(log, hooks.record_and_allreduce)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    rows = slice(ctx.rank * batch_size, (ctx.rank + 1) * batch_size)
+    out = []
+    for i in range(warmup + iterations):
+        X, y = (t[rows].to(ctx.device)
+                for t in mlp.make_batch(layers, batch_size, ctx.world_size, seed, i))
+        optimizer.zero_grad()
+        ready.clear()
+        dist.barrier()  # every rank starts the step together
+        start = time.perf_counter()
+        loss = F.mse_loss(wrapped(X), y)
+        forward_end = time.perf_counter()
+        loss.backward()
+        backward_end = time.perf_counter()
+        optimizer.step()
+        step_end = time.perf_counter()
+        if i >= warmup:  # iteration 0 has one bucket; DDP rebuilds them before iteration 1
+            out.append({"start": start, "forward_end": forward_end,
+                        "backward_end": backward_end, "step_end": step_end,
+                        "ready": list(ready), "comm": _comm(log, mode)})
+        if log is not None:
+            (log.calls if mode == "naive" else log.buckets).clear()
+    return out
+
+
+def _comm(log, mode) -> list[dict]:
+    """This iteration's all-reduces as (label, params, bytes, start, end)."""
+    if log is None:
+        return []
+    if mode == "naive":
+        return [{"label": c["param"], "params": [c["param"]], "bytes": c["bytes"],
+                 "start": c["start"], "end": c["end"]} for c in log.calls]
+    return [{"label": f"bucket {b['index']}", "params": b["params"], "bytes": b["bytes"],
+             "start": b["launch"], "end": b["done"]} for b in log.buckets]
+
+
+@dataclasses.dataclass
+class Timeline(Result):
+    """Measured training steps on every rank; times in ms from the shown step's start."""
+
+    layers: tuple
+    world_size: int
+    mode: str
+    bucket_cap_mb: float | None
+    param_names: list[str]
+    param_bytes: list[int]
+    ranks: list[list[dict]]  # per rank, per measured iteration (raw perf_counter seconds)
+
+    @property
+    def step_ms(self) -> list[float]:
+        """Per iteration: first rank's start to the last rank's end of the optimizer step."""
+        return [1e3 * (max(r[i]["step_end"] for r in self.ranks)
+                       - min(r[i]["start"] for r in self.ranks))
+                for i in range(len(self.ranks[0]))]
+
+    @property
+    def shown(self) -> int:
+        """The iteration whose step time is the median: the one the figures draw."""
+        times = self.step_ms
+        return sorted(range(len(times)), key=times.__getitem__)[len(times) // 2]
+
+    def median(self, phase: str) -> float:
+        """Median over iterations, in ms, of ``step`` (``step_ms``) or, on the rank whose
+        last gradient was ready last (the one every all-reduce waits for), of ``forward``,
+        ``backward``, ``after_last_gradient`` (backward's end minus that last gradient) or
+        ``waiting``: that, plus the time naive's blocking all-reduces held backward up."""
+        if phase == "step":
+            return statistics.median(self.step_ms)
+        iterations = zip(*self.ranks)  # per iteration, one record per rank
+        return statistics.median(_phase(max(its, key=_last_gradient), phase, self.mode)
+                                 for its in iterations)
+
+    def events(self, rank: int) -> dict:
+        """The shown iteration on ``rank`` in ms from the first rank's start of that step."""
+        i = self.shown
+        zero = min(r[i]["start"] for r in self.ranks)
+        it = self.ranks[rank][i]
+        ms = lambda t: 1e3 * (t - zero)  # noqa: E731
+        return {"start": ms(it["start"]), "forward_end": ms(it["forward_end"]),
+                "backward_end": ms(it["backward_end"]), "step_end": ms(it["step_end"]),
+                "ready": [(name, ms(t)) for name, t in it["ready"]],
+                "comm": [{**c, "start": ms(c["start"]), "end": ms(c["end"])}
+                         for c in it["comm"]]}
+
+    @property
+    def started_during_backward(self) -> list[int]:
+        """Per rank and measured iteration: how many all-reduces started before that rank's
+        last gradient was ready, i.e. while backward was still computing."""
+        return [sum(c["start"] < _last_gradient(it) for c in it["comm"])
+                for r in self.ranks for it in r]
+
+    @property
+    def all_reduces(self) -> list[dict]:
+        """The shown iteration's all-reduces on rank 0, in launch order."""
+        return self.events(0)["comm"]
+
+    def to_json(self) -> dict:
+        return {"layers": list(self.layers), "world_size": self.world_size, "mode": self.mode,
+                "bucket_cap_mb": self.bucket_cap_mb, "step_ms": self.step_ms,
+                "median_step_ms": self.median("step"),
+                "median_forward_ms": self.median("forward"),
+                "median_backward_ms": self.median("backward"),
+                "median_after_last_gradient_ms": self.median("after_last_gradient"),
+                "median_waiting_ms": self.median("waiting"),
+                "shown_iteration": [self.events(r) for r in range(self.world_size)]}
+
+    def describe(self) -> str:
+        setting = self.mode + ("" if self.mode != "ddp" else
+                                 f", bucket_cap_mb={self.bucket_cap_mb}")
+        lines = [f"MLP {','.join(map(str, self.layers))}, world size {self.world_size}, "
+                 f"{setting}",
+                 f"median step {self.median('step'):.1f} ms: forward "
+                 f"{self.median('forward'):.1f}, backward {self.median('backward'):.1f}, of "
+                 f"which waiting for all-reduces {self.median('waiting'):.1f}",
+                 "all-reduces of rank 0 in the median step (ms from the step's start):"]
+        lines += [f"  {c['label']:<10} {c['bytes']:>10,} bytes  "
+                  f"{c['start']:7.2f} -> {c['end']:7.2f}"
+                  for c in self.all_reduces]
+        return "\n".join(lines)
+
+    def describe_overlap(self) -> str:
+        """All-reduces per step, and how many started while backward was still computing."""
+        during, calls = self.started_during_backward, len(self.all_reduces)
+        return (f"{calls:2d} all-reduce{'s' if calls != 1 else ' '} per step, "
+                f"{min(during)} to {max(during)} of them started during backward")
+
+    def describe_phases(self) -> str:
+        """Median ms of the step and its phases (see ``median``)."""
+        step, forward, backward, waiting = (self.median(p) for p in
+                                            ("step", "forward", "backward", "waiting"))
+        return (f"step {step:6.1f}, forward {forward:5.1f}, backward {backward:6.1f}, "
+                f"waiting {waiting:5.1f}")
+
+
+def _last_gradient(it: dict) -> float:
+    return max((t for _, t in it["ready"]), default=it["backward_end"])
+
+
+def _phase(it: dict, phase: str, mode: str) -> float:
+    if phase == "forward":
+        return 1e3 * (it["forward_end"] - it["start"])
+    if phase == "backward":
+        return 1e3 * (it["backward_end"] - it["forward_end"])
+    last = _last_gradient(it)
+    after = 1e3 * (it["backward_end"] - last)
+    if phase == "after_last_gradient" or mode != "naive":
+        return after  # DDP's all-reduces run beside backward; naive's block it
+    return after + 1e3 * sum(c["end"] - c["start"] for c in it["comm"] if c["start"] < last)
+
+
+def run(world_size: int = 2, width: int = 1024, depth: int = 2,
+        bucket_cap_mb: float | None = None, mode: str = "ddp", layers=None,
+        iterations: int = 5, warmup: int = 2, batch_size: int = 32, seed: int = 0,
+        record: bool = True, backend: str = "auto", timeout: float = 60.0) -> Timeline:
+    """Time DDP steps of an MLP ``64, width x depth, 10`` (or ``layers``) on ``world_size``."""
+    for name, value in (("width", width), ("depth", depth), ("iterations", iterations),
+                        ("batch_size", batch_size)):
+        positive_int(name, value)
+    int_at_least("warmup", warmup, 2, "DDP rebuilds its buckets after iteration 0")
+    one_of("mode", mode, MODES)
+    bucket_rule.check_cap(bucket_cap_mb)
+    layers = mlp.check_layers((64, *[width] * depth, 10) if layers is None else layers)
+    ranks = ddplab.run(steps, world_size, backend=backend, timeout=timeout, layers=layers,
+                       mode=mode, bucket_cap_mb=bucket_cap_mb, iterations=iterations,
+                       warmup=warmup, batch_size=batch_size, seed=seed, record=bool(record))
+    model = mlp.make_model(layers, seed)
+    return Timeline(layers=layers, world_size=len(ranks), mode=mode, bucket_cap_mb=bucket_cap_mb,
+                    param_names=[n for n, _ in model.named_parameters()],
+                    param_bytes=[4 * p.numel() for p in model.parameters()], ranks=ranks)
+
+
+# ---------------------------------------------------------------- CLI
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--layers", default="64,1024,1024,10",
+                        help="widths of the MLP's Linear layers (default 64,1024,1024,10)")
+    parser.add_argument("--bucket-cap-mb", type=float, default=None)
+    parser.add_argument("--mode", choices=MODES, default="ddp")
+    parser.add_argument("--iterations", type=int, default=5, help="timed steps after warmup")
+    parser.add_argument("--batch-size", type=int, default=32, help="samples per rank")

@@ -1,0 +1,1 @@
+"""Chapter 6, hangs and silent differences (``book/hangs.md``)."""

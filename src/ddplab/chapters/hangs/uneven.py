@@ -1,0 +1,183 @@
+"""Uneven inputs: one rank has more batches than the others. Without care its extra backward
+waits for an all-reduce the others never join, and the run hangs.
+
+    python -m ddplab uneven --world-size 2 --extra-batches 1 --fix none --timeout 5 --json
+    python -m ddplab uneven --world-size 2 --extra-batches 1 --fix join --json
+    python -m ddplab uneven --world-size 2 --extra-batches 1 --fix drop-last --json
+
+Every rank trains the same small MLP with SGD; every rank has ``batches`` batches of
+``batch_size`` samples and the last rank ``extra_batches`` more. The fixes:
+
+- ``drop-last``: every rank takes the same number of batches, the smallest, as
+  ``DistributedSampler(drop_last=True)`` arranges; the extra samples are not trained on.
+- ``join``: the loop runs inside ``torch.distributed.algorithms.Join([ddp])``. A rank that runs
+  out joins; while others still train it shadows their collectives (DDP's join hook all-reduces
+  zeros in place of its gradients, ``_DDPJoinHook.main_hook`` in
+  ``torch/nn/parallel/distributed.py``), and at the end the last rank to join broadcasts its
+  parameters to all. With ``divide_by_initial_world_size=True`` (the default) the gradient of a
+  step that fewer ranks took is still divided by the initial world size; with False, by the
+  number of ranks that took it.
+
+After the loop every rank checks in at a ``monitored_barrier`` (``hang_watch.finish``), which
+names the ranks that never arrived.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch.distributed.algorithms.join import Join
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from ddplab.common import hang_watch
+from ddplab.common.checks import an_int, int_in_range, one_of, positive_int
+from ddplab.common.mlp import flat_grad, make_batch, make_model
+from ddplab.common.results import Result
+
+COMMAND = "uneven"  # python -m ddplab uneven
+
+FIXES = ("none", "join", "drop-last")
+LAYERS = (8, 16, 1)
+LR = 0.1
+
+
+def batches_per_rank(world_size: int, batches: int, extra_batches: int, fix: str) -> list[int]:
+    per_rank = [batches] * (world_size - 1) + [batches + extra_batches]
+    return [min(per_rank)] * world_size if fix == "drop-last" else per_rank
+
+
+# ---------------------------------------------------------------- on every rank
+
+
+def train(ctx, call_id: str, batches_per_rank: list[int], fix: str,
+          divide_by_initial_world_size: bool, batch_size: int, seed: int,
+          check_in_seconds: float) -> dict:
+    """Train on this rank's ``batches_per_rank[rank]`` batches; note each
+    finished step in the log."""
+    work, watch = hang_watch.work_groups(check_in_seconds)
+    model = make_model(LAYERS, seed).to(ctx.device)
+    # keep a reference until backward is done
+    ddp = DDP(model, process_group=work)
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR)
+    rows = slice(ctx.rank * batch_size, (ctx.rank + 1) * batch_size)
+    scales = []  # per step: this rank's DDP gradient over its local one
+    join = Join([ddp], enable=fix == "join",
+                divide_by_initial_world_size=divide_by_initial_world_size)
+    with join:
+        for step in range(batches_per_rank[ctx.rank]):
+            batch = make_batch(LAYERS, batch_size, ctx.world_size, seed, step)
+            X, y = (t[rows].to(ctx.device) for t in batch)
+            # the same step without DDP, to compare gradients
+            local = copy.deepcopy(model)
+            F.mse_loss(local(X), y).backward()
+            optimizer.zero_grad()
+            F.mse_loss(ddp(X), y).backward()
+            scales.append(_scale(flat_grad(model), flat_grad(local)))
+            optimizer.step()
+            hang_watch.note(call_id, ctx.rank, step=step)
+    hang_watch.finish(call_id, ctx.rank, work, watch, check_in_seconds)
+    params = torch.cat([p.detach().flatten() for p in model.parameters()])
+    return {"steps": batches_per_rank[ctx.rank], "grad": flat_grad(model),
+            "scales": scales, "params": params}
+
+
+def _scale(ddp_grad: torch.Tensor, local_grad: torch.Tensor) -> float:
+    """Least-squares factor s with ddp_grad ~ s * local_grad."""
+    return float(ddp_grad @ local_grad / (local_grad @ local_grad))
+
+
+# ---------------------------------------------------------------- in the caller
+
+
+@dataclasses.dataclass
+class Uneven(Result):
+    """How a run with one rank holding extra batches ended, and what each rank did."""
+
+    world_size: int
+    fix: str
+    divide_by_initial_world_size: bool
+    timeout: float
+    outcome: str  # "finished" or "hung"
+    seconds: float
+    batches_per_rank: list[int]
+    steps_completed_per_rank: list[int]  # from each rank's log, also when it hung
+    missing_ranks: list[int]  # as monitored_barrier named them
+    check_in_messages: list[str | None]  # each rank's monitored_barrier message, if it failed
+    final_grads: np.ndarray | None  # (world_size, n): each rank's gradient at the end
+    final_params: np.ndarray | None  # (world_size, n): each rank's parameters at the end
+    gradient_scales: list[list[float]] | None  # per rank and step: DDP's gradient / local one
+    error: str | None
+
+    json_extras = ("extra_step_scale",)
+
+    @property
+    def extra_step_scale(self) -> float | None:
+        """On the last rank's extra steps, its DDP gradient over its own local gradient."""
+        if self.gradient_scales is None:
+            return None
+        extra = self.gradient_scales[-1][min(self.batches_per_rank):]
+        return float(np.mean(extra)) if extra else None
+
+    def describe(self) -> str:
+        lines = [f"fix {self.fix!r}, world size {self.world_size}: {self.outcome} after "
+                 f"{self.seconds:.1f} s (timeout {self.timeout:g} s)",
+                 f"batches per rank: {self.batches_per_rank}; steps completed per rank: "
+                 f"{self.steps_completed_per_rank}"]
+        for rank, message in enumerate(self.check_in_messages):
+            if message:
+                lines.append(f"rank {rank}'s monitored_barrier: {message}")
+        if self.missing_ranks:
+            lines.append(f"missing ranks named: {self.missing_ranks}")
+        if self.extra_step_scale is not None:
+            lines.append(f"extra steps: DDP's gradient = {self.extra_step_scale:.3f} x the "
+                         f"rank's own (divide_by_initial_world_size="
+                         f"{self.divide_by_initial_world_size})")
+        return "\n".join(lines)
+
+
+def run(world_size: int = 2, extra_batches: int = 1, fix: str = "none", batches: int = 2,
+        divide_by_initial_world_size: bool = True, batch_size: int = 4, seed: int = 0,
+        backend: str = "auto", timeout: float = 60.0) -> Uneven:
+    """Train with the last rank holding ``extra_batches`` more; "hung" if it never finishes."""
+    one_of("fix", fix, FIXES)
+    int_in_range("world_size", world_size, 2, 64)
+    int_in_range("extra_batches", extra_batches, 0, 100)
+    positive_int("batches", batches)
+    positive_int("batch_size", batch_size)
+    an_int("seed", seed)
+    per_rank = batches_per_rank(world_size, batches, extra_batches, fix)
+    watched = hang_watch.run_watched(
+        train, world_size, timeout, backend=backend, batches_per_rank=per_rank, fix=fix,
+        divide_by_initial_world_size=bool(divide_by_initial_world_size),
+        batch_size=batch_size, seed=seed, check_in_seconds=max(0.5, timeout / 2))
+    results = watched.results
+    return Uneven(
+        world_size=world_size, fix=fix,
+        divide_by_initial_world_size=bool(divide_by_initial_world_size), timeout=timeout,
+        outcome=watched.outcome, seconds=watched.seconds, batches_per_rank=per_rank,
+        steps_completed_per_rank=watched.steps_completed_per_rank,
+        missing_ranks=hang_watch.missing_ranks(watched.check_in_messages),
+        check_in_messages=watched.check_in_messages,
+        final_grads=None if results is None else np.stack([r["grad"] for r in results]),
+        final_params=None if results is None else np.stack([r["params"] for r in results]),
+        gradient_scales=None if results is None else [r["scales"] for r in results],
+        error=watched.error)
+
+
+# ---------------------------------------------------------------- CLI
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--extra-batches", type=int, default=1,
+                        help="batches the last rank has beyond the others (default 1)")
+    parser.add_argument("--fix", choices=FIXES, default="none")
+    parser.add_argument("--batches", type=int, default=2, help="batches of every other rank")
+    parser.add_argument("--divide-by-active-ranks", dest="divide_by_initial_world_size",
+                        action="store_false",
+                        help="with --fix join: Join(divide_by_initial_world_size=False)")
+    parser.add_argument("--batch-size", type=int, default=4, help="samples per rank and batch")
+    parser.add_argument("--seed", type=int, default=0)

@@ -1,0 +1,140 @@
+"""Unused parameters: a parameter that gets no gradient leaves its bucket incomplete, and DDP
+refuses to start the next iteration.
+
+DDP's reducer all-reduces a bucket once every gradient in it is ready. A parameter outside the
+forward's graph never becomes ready, the reduction never finishes, and the next forward raises
+"Expected to have finished reduction in the prior iteration before starting a new one"
+(``Reducer::ensure_prior_reduction_finished``, ``torch/csrc/distributed/c10d/reducer.cpp``).
+``find_unused_parameters=True`` makes DDP walk the autograd graph from the outputs after every
+forward and mark what it does not reach as ready; that walk, and the all-reduce of the
+used-parameter map, cost time on every step, used parameters or not.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+import ddplab
+from ddplab.common.checks import an_int, int_in_range, positive_int
+from ddplab.common.clock import now
+from ddplab.common.mlp import make_model
+from ddplab.common.results import Result
+
+FEATURES = 8
+
+
+class WithAuxHead(torch.nn.Module):
+    """A trunk and a head; ``aux`` is registered but only used when asked (a second task's
+    head, a frozen branch): its parameters get no gradient in the default forward."""
+
+    def __init__(self):
+        super().__init__()
+        self.trunk = torch.nn.Linear(FEATURES, 16)
+        self.head = torch.nn.Linear(16, 1)
+        self.aux = torch.nn.Linear(16, 1)
+
+    def forward(self, X, use_aux: bool = False):
+        h = torch.relu(self.trunk(X))
+        return self.head(h) + (self.aux(h) if use_aux else 0)
+
+
+# ---------------------------------------------------------------- on every rank
+
+
+def two_steps(ctx, find_unused_parameters: bool, seed: int) -> dict:
+    """Two training steps of ``WithAuxHead`` without its aux head; DDP's error, if any."""
+    torch.manual_seed(seed)
+    model = WithAuxHead().to(ctx.device)
+    ddp = DDP(model, find_unused_parameters=find_unused_parameters)
+    g = torch.Generator().manual_seed(seed + ctx.rank)
+    done = 0
+    try:
+        for _ in range(2):
+            X, y = torch.randn(8, FEATURES, generator=g), torch.randn(8, 1, generator=g)
+            F.mse_loss(ddp(X.to(ctx.device)), y.to(ctx.device)).backward()
+            done += 1
+        error = None
+    except RuntimeError as exc:
+        error = str(exc)
+    return {"steps_done": done, "error": error,
+            "aux_grad": None if model.aux.weight.grad is None else model.aux.weight.grad}
+
+
+def step_times(ctx, layers, steps: int, batch_size: int, seed: int) -> dict:
+    """Milliseconds per step of the same MLP under DDP with and without
+    ``find_unused_parameters``, alternating so that both see the same machine load."""
+    ddps = {flag: DDP(make_model(layers, seed).to(ctx.device), find_unused_parameters=flag)
+            for flag in (False, True)}
+    g = torch.Generator().manual_seed(seed + ctx.rank)
+    X = torch.randn(batch_size, layers[0], generator=g).to(ctx.device)
+    y = torch.randn(batch_size, layers[-1], generator=g).to(ctx.device)
+    times = {False: [], True: []}
+    for i in range(steps + 2):  # the first two steps build and rebuild the buckets
+        for flag, ddp in ddps.items():
+            start = now(ctx.device)
+            F.mse_loss(ddp(X), y).backward()
+            if i >= 2:
+                times[flag].append(1e3 * (now(ctx.device) - start))
+    return {"without": times[False], "with": times[True]}
+
+
+# ---------------------------------------------------------------- in the caller
+
+
+@dataclasses.dataclass
+class UnusedParameters(Result):
+    world_size: int
+    error: str | None  # DDP's error without find_unused_parameters, as rank 0 saw it
+    steps_done: int  # steps completed before it
+    steps_done_with_flag: int  # with find_unused_parameters=True
+    aux_grad_is_none: bool  # the unused head's gradient with the flag (None: never touched)
+    layers: tuple  # the MLP the step time is measured on
+    ms_without: list[float]  # rank 0's step times, find_unused_parameters=False
+    ms_with: list[float]  # ... True
+
+    json_extras = ("median_ms_without", "median_ms_with")
+
+    @property
+    def median_ms_without(self) -> float:
+        return statistics.median(self.ms_without)
+
+    @property
+    def median_ms_with(self) -> float:
+        return statistics.median(self.ms_with)
+
+    def describe(self) -> str:
+        first = (self.error or "none").split(". ")[0]
+        return "\n".join([
+            f"without find_unused_parameters: {self.steps_done} step(s), then: {first}.",
+            f"with find_unused_parameters=True: {self.steps_done_with_flag} steps; the unused "
+            f"head's gradient is {'None' if self.aux_grad_is_none else 'a tensor'}",
+            f"MLP {','.join(map(str, self.layers))}, median per forward and backward on rank 0: "
+            f"{self.median_ms_without:.2f} ms without the flag, {self.median_ms_with:.2f} ms "
+            f"with it ({len(self.ms_with)} steps each, alternating)"])
+
+
+def run(world_size: int = 2, layers=(32,) * 13, steps: int = 30, batch_size: int = 8,
+        seed: int = 0, backend: str = "auto", timeout: float = 60.0) -> UnusedParameters:
+    int_in_range("world_size", world_size, 1, ddplab.MAX_WORLD_SIZE)
+    positive_int("steps", steps)
+    positive_int("batch_size", batch_size)
+    an_int("seed", seed)
+    layers = tuple(layers)
+    without = ddplab.run(two_steps, world_size, backend=backend, timeout=timeout,
+                         find_unused_parameters=False, seed=seed)[0]
+    flagged = ddplab.run(two_steps, world_size, backend=backend, timeout=timeout,
+                         find_unused_parameters=True, seed=seed)[0]
+    times = ddplab.run(step_times, world_size, backend=backend, timeout=timeout,
+                       layers=layers, steps=steps, batch_size=batch_size, seed=seed)[0]
+    return UnusedParameters(
+        world_size=world_size, error=without["error"], steps_done=without["steps_done"],
+        steps_done_with_flag=flagged["steps_done"],
+        aux_grad_is_none=flagged["aux_grad"] is None, layers=layers,
+        ms_without=list(np.asarray(times["without"], dtype=float)),
+        ms_with=list(np.asarray(times["with"], dtype=float)))

@@ -1,0 +1,1 @@
+"""Chapter 3, the learning rate (``book/lr_scaling.md``): scaling rules, noise scale, sweeps."""

@@ -1,0 +1,274 @@
+"""Figures for the chapter "Learning rate and batch size": results in, matplotlib figures out."""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.ticker import FixedLocator, NullLocator, ScalarFormatter
+
+from ddplab.chapters.lr_scaling import lr_scaling as task
+from ddplab.chapters.lr_scaling import regression
+
+WORLD_COLORS = {1: "#1b9e77", 2: "#7570b3", 4: "#d95f02", 8: "#e7298a"}
+LOG_FLOOR = 1e-9  # a difference of exactly 0 drawn at the bottom of the log axis
+LOSS_LIMITS = (0.2, 4.0)  # the expected loss starts near 2; the noise floor is 0.25
+
+
+def world_color(world_size: int):
+    return WORLD_COLORS.get(world_size, plt.get_cmap("viridis")(min(world_size, 64) / 64))
+
+
+def same_batch(panels: dict):
+    """Per-step losses at a fixed global batch, every world size on the one-process run.
+
+    ``panels``: title -> ``lr_sweeps.SameBatch``.
+    """
+    fig, axes = plt.subplots(2, len(panels), figsize=(3.8 * len(panels), 5.0), sharex=True,
+                             squeeze=False, height_ratios=[1.6, 1], constrained_layout=True)
+    for col, (title, result) in enumerate(panels.items()):
+        top, bottom = axes[0, col], axes[1, col]
+        steps = np.arange(len(result.reference))
+        top.plot(steps, result.reference, color="0.15", lw=4, alpha=0.25, label="one process")
+        for world_size, run in result.runs.items():
+            top.plot(steps, run.losses, lw=1.1, color=world_color(world_size),
+                     label=f"{world_size} x {run.batch_size}")
+            bottom.plot(steps, np.maximum(result.loss_diff(world_size), LOG_FLOOR), ".", ms=3,
+                        color=world_color(world_size))
+        top.set_title(f"{title}: global batch {result.global_batch_size}", fontsize=10)
+        top.set_ylabel("loss of the global batch")
+        top.legend(fontsize=8, ncol=2, title="ranks x batch size", title_fontsize=8)
+        bottom.set_yscale("log")
+        bottom.set_ylim(5e-10, 1e-4)
+        bottom.set_ylabel("|DDP - one process|\n(0 drawn at 1e-9)")
+        bottom.set_xlabel("step")
+    return fig
+
+
+def _plain_ticks(axis, values) -> None:
+    """Ticks at ``values`` with plain labels on a log axis (no 6x10^0, no minor labels)."""
+    axis.set_major_locator(FixedLocator(sorted(set(float(v) for v in values))))
+    axis.set_major_formatter(ScalarFormatter())
+    axis.set_minor_locator(NullLocator())
+
+
+def _loss_axes(ax, floor: bool = True):
+    """Log scale from just under the noise floor to twice the start, plain tick labels."""
+    ax.set_yscale("log")
+    ax.set_ylim(*LOSS_LIMITS)
+    ax.yaxis.set_major_locator(FixedLocator([0.25, 0.5, 1, 2, 4]))
+    ax.yaxis.set_major_formatter(ScalarFormatter())
+    ax.yaxis.set_minor_locator(NullLocator())
+    if floor:
+        ax.axhline(regression.NOISE ** 2, color="0.5", lw=0.8, ls=":")
+
+
+def _curve(ax, x, y, world_size, diverged: bool, label=None):
+    """One expected-loss curve; a diverged one ends in a cross at the top edge."""
+    y = np.minimum(y, LOSS_LIMITS[1] * 0.97)
+    ax.plot(x, y, lw=1.3, color=world_color(world_size), label=label)
+    if diverged and len(x):
+        ax.plot(x[-1], y[-1], "x", ms=9, mew=2.2, color=world_color(world_size))
+
+
+def _loss_panels(comparison, by_step, by_sample, target: float | None):
+    """The expected loss (mean over seeds) per step and per sample seen, every world size."""
+    for world_size in comparison.world_sizes:
+        first = comparison.runs[world_size][0]
+        y = comparison.losses(world_size)
+        steps = np.arange(len(y))
+        diverged = comparison.diverged(world_size) > 0
+        label = f"{world_size} rank{'s' if world_size > 1 else ''}"
+        _curve(by_step, steps, y, world_size, diverged, label=label)
+        # Samples seen before each step; the start (0 samples) has no place on a log axis.
+        _curve(by_sample, steps[1:] * first.global_batch_size, y[1:], world_size, diverged)
+    for ax, label in ((by_step, "step"), (by_sample, "samples seen (all ranks)")):
+        _loss_axes(ax)
+        if target is not None:
+            ax.axhline(target, color="0.3", lw=0.8, ls="--")
+        ax.set_xlabel(label)
+    by_sample.set_xscale("log")
+    seeds = len(next(iter(comparison.runs.values())))
+    by_step.set_ylabel("expected loss" + (f"\n(mean of {seeds} seeds)" if seeds > 1 else ""))
+
+
+def curves(comparison, target: float | None = None):
+    """One rule at several world sizes (the lab): the learning rate of every step, and the
+    expected loss per step and per sample seen; a cross marks a divergence."""
+    fig, axes = plt.subplots(1, 3, figsize=(11, 3.1), constrained_layout=True)
+    for world_size in comparison.world_sizes:
+        run = comparison.runs[world_size][0]
+        axes[0].plot(np.arange(run.steps), run.lrs, lw=1.3, color=world_color(world_size))
+    axes[0].set_yscale("log")
+    _plain_ticks(axes[0].yaxis, [r[0].peak_lr for r in comparison.runs.values()])
+    axes[0].set_ylabel("learning rate")
+    axes[0].set_xlabel("step")
+    _loss_panels(comparison, axes[1], axes[2], target)
+    axes[1].legend(fontsize=8, loc="upper right")
+    first = comparison.runs[comparison.world_sizes[0]][0]
+    fig.suptitle(f"{first.optimizer}, rule {first.rule!r}: lr {first.lr:g} for "
+                 f"{first.batch_size} samples per rank, {first.warmup_steps} warmup steps",
+                 fontsize=10)
+    return fig
+
+
+def curves_grid(comparisons: dict, target: float | None = None):
+    """The loss panels of :func:`curves` for several rules, one row each (``comparisons``:
+    title -> result), narrow enough for a book page; :func:`schedules` draws the rates."""
+    fig, axes = plt.subplots(len(comparisons), 2, figsize=(7.5, 2.5 * len(comparisons)),
+                             constrained_layout=True, squeeze=False, sharex="col")
+    for row, (title, comparison) in zip(axes, comparisons.items()):
+        _loss_panels(comparison, row[0], row[1], target)
+        row[0].set_title(title, fontsize=9, loc="left")
+    for ax in axes[:-1].flat:
+        ax.set_xlabel("")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside upper center", ncol=len(labels), fontsize=8)
+    return fig
+
+
+def schedules(comparisons: dict):
+    """The learning rate of every step, per world size, for a few rules."""
+    fig, axes = plt.subplots(1, len(comparisons), figsize=(3.75 * len(comparisons), 2.6),
+                             constrained_layout=True, squeeze=False, sharey=True)
+    for ax, (title, comparison) in zip(axes[0], comparisons.items()):
+        for world_size in comparison.world_sizes:
+            run = comparison.runs[world_size][0]
+            ax.plot(np.arange(run.steps), run.lrs, lw=1.3, color=world_color(world_size),
+                    label=f"{world_size} rank{'s' if world_size > 1 else ''}")
+        ax.set_yscale("log")
+        _plain_ticks(ax.yaxis, [r[0].peak_lr for r in comparison.runs.values()])
+        ax.set_title(title, fontsize=9, loc="left")
+        ax.set_xlabel("step")
+    axes[0][0].set_ylabel("learning rate")
+    axes[0][0].legend(fontsize=8)
+    return fig
+
+
+def divergence(result, base_lr: float):
+    """Which rates diverged at each world size, and the rates each rule asks for."""
+    fig, ax = plt.subplots(figsize=(7, 3.8), constrained_layout=True)
+    ks = result.world_sizes
+    for world_size in ks:
+        tried = result.lrs[:len(result.diverged[world_size])]
+        ok = [lr for lr, d in zip(tried, result.diverged[world_size]) if not d]
+        bad = [lr for lr, d in zip(tried, result.diverged[world_size]) if d]
+        ax.plot([world_size] * len(ok), ok, "o", ms=6, color="#1b9e77", mfc="none")
+        ax.plot([world_size] * len(bad), bad, "X", ms=9, color="crimson")
+    ax.plot([], [], "o", color="#1b9e77", mfc="none", label=f"trains ({result.steps} steps)")
+    ax.plot([], [], "X", color="crimson", label="diverges")
+    grid = np.array(ks, float)
+    for rule, style in (("linear", "-"), ("sqrt", "--"), ("none", ":")):
+        ax.plot(grid, [base_lr * task.rule_factor(rule, w) for w in ks], style, color="0.25",
+                lw=1.2, label=f"rule {rule!r} from lr {base_lr:g}")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(ks, [f"{w}\n(global {w * result.batch_size})" for w in ks])
+    ax.set_yscale("log")
+    ax.set_xlabel(f"world size, {result.batch_size} samples per rank")
+    ax.set_ylabel("learning rate")
+    ax.legend(fontsize=8, loc="upper left", framealpha=0.9)
+    return fig
+
+
+def summed(averaged, as_if_summed, linear):
+    """Seed 002's claim: DDP's average at an unscaled rate, against a sum (= the linear rule).
+
+    ``averaged``: a ``Comparison`` at the unscaled rate.
+    """
+    fig, ax = plt.subplots(figsize=(7, 3.4), constrained_layout=True)
+    for world_size in averaged.world_sizes:
+        y = averaged.losses(world_size)
+        _curve(ax, np.arange(len(y)), y, world_size, averaged.diverged(world_size) > 0,
+               label=f"averaged (DDP), {world_size} ranks, lr {averaged.runs[world_size][0].lr:g}")
+    y = np.minimum(linear.population_losses, LOSS_LIMITS[1] * 0.97)
+    ax.plot(np.arange(len(y)), y, color="0.2", lw=5, alpha=0.25,
+            label=f"averaged, {linear.world_size} ranks, lr {linear.peak_lr:g} (linear rule)")
+    y = np.minimum(as_if_summed.population_losses, LOSS_LIMITS[1] * 0.97)
+    ax.plot(np.arange(len(y)), y, "--", color="crimson", lw=1.3,
+            label=f"summed, {as_if_summed.world_size} ranks, lr {as_if_summed.lr:g}")
+    _loss_axes(ax)
+    ax.set_xlabel("step")
+    ax.set_ylabel("expected loss")
+    ax.legend(fontsize=8, loc="upper right")
+    return fig
+
+
+def noise_estimates(runs):
+    """DDP's per-step estimates of |G|^2 and tr(Sigma) (dots) on the true values (lines)."""
+    fig, axes = plt.subplots(1, 2, figsize=(7.5, 3.2), constrained_layout=True)
+    for ax, name, est, true in ((axes[0], "|G|^2", "g2", "exact_g2"),
+                                (axes[1], "tr(Sigma)", "trace", "exact_trace")):
+        for i, r in enumerate(runs):
+            w = r.window
+            x = r.population_losses[w]
+            ax.plot(x, getattr(r, est)[w], ".", ms=5, alpha=0.7, color="#d95f02",
+                    label="DDP's estimate, one step" if i == 0 else None)
+            ax.plot(x, getattr(r, true)[w], "-", lw=1, color="0.2",
+                    label="true value" if i == 0 else None)
+        ax.set_xscale("log")
+        ax.invert_xaxis()
+        if est == "g2":  # a single step's estimate of |G|^2 can be negative
+            ax.set_yscale("symlog", linthresh=0.1)
+        else:
+            ax.set_yscale("log")
+            _plain_ticks(ax.yaxis, [2, 5, 10, 20, 50, 100])
+        ax.set_xlabel("expected loss at the step\n(training goes to the right)")
+        ax.set_title(name, fontsize=10)
+        ax.legend(fontsize=8)
+    return fig
+
+
+def critical_batch(critical, b_simple: float):
+    """Steps to the target against the global batch (with the fitted tradeoff and B_simple),
+    and the learning rate that got there fastest."""
+    fig, axes = plt.subplots(2, 1, figsize=(7, 6.2), constrained_layout=True, sharex=True)
+    B = np.array(critical.global_batch_sizes, float)
+    s_min, b_crit = critical.fit()
+    fine = np.geomspace(B[0], B[-1], 100)
+    ax = axes[0]
+    ax.plot(B, critical.best_steps, "o", color="0.2", label="best learning rate of the grid")
+    ax.plot(fine, s_min * (1 + b_crit / fine), color="#d95f02",
+            label=f"fit S_min (1 + B_crit / B): B_crit = {b_crit:.0f}")
+    ax.plot(fine, s_min * b_crit / fine, ":", color="0.4", label="half the steps per doubling")
+    ax.axvline(b_simple, color="#7570b3", lw=1.5, label=f"B_simple measured by DDP: "
+                                                        f"{b_simple:.0f}")
+    ax.set_ylim(max(1, critical.best_steps.min() / 2), critical.best_steps.max() * 2)
+    ax.set_ylabel(f"steps to expected loss {critical.target:g}")
+    ax = axes[1]
+    ax.plot(B, critical.best_lrs, "o-", color="0.2", label="best learning rate of the grid")
+    ax.plot(B, critical.best_lrs[0] * B / B[0], ":", color="0.4",
+            label="linear rule from the smallest batch")
+    ax.axvline(b_simple, color="#7570b3", lw=1.5)
+    ax.set_ylim(critical.best_lrs.min() / 1.6, critical.best_lrs.max() * 1.6)
+    ax.set_ylabel("learning rate")
+    for ax in axes:
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xticks(B, [f"{b:g}" for b in B])
+        ax.legend(fontsize=8)
+    _plain_ticks(axes[0].yaxis, [1, 2, 5, 10, 20, 50, 100, 200])
+    _plain_ticks(axes[1].yaxis, critical.best_lrs)
+    axes[1].set_xlabel(f"global batch size ({critical.world_size} ranks)")
+    return fig
+
+
+def noise_scale(result):
+    """One noise-scale run (the lab): the expected loss, and the per-step estimates."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.3), constrained_layout=True)
+    steps = np.arange(result.steps)
+    w = result.window
+    left.plot(steps, result.population_losses, color="0.2")
+    left.axvspan(w.start - 0.5, w.stop - 0.5, color="#7570b3", alpha=0.12, label="window")
+    _loss_axes(left)
+    left.set_xlabel("step")
+    left.set_ylabel("expected loss")
+    left.legend(fontsize=8)
+    right.plot(steps, result.trace, ".", color="#d95f02", label="tr(Sigma), DDP")
+    right.plot(steps, result.exact_trace, "-", lw=1, color="#d95f02", label="tr(Sigma), true")
+    right.plot(steps, result.g2, ".", color="#1b9e77", label="|G|^2, DDP")
+    right.plot(steps, result.exact_g2, "-", lw=1, color="#1b9e77", label="|G|^2, true")
+    right.set_yscale("symlog", linthresh=0.1)
+    right.set_xlabel("step")
+    right.set_title(f"{result.world_size} ranks x {result.batch_size}: B_simple "
+                    f"{result.b_simple:.1f} (true {result.b_simple_exact:.1f})", fontsize=10)
+    right.legend(fontsize=7, ncol=2)
+    return fig

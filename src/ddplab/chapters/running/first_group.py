@@ -1,0 +1,88 @@
+"""Check that the process group is real: every rank reports where it runs and all-reduces its rank.
+
+    python -m ddplab check --world-size 4
+    torchrun --nproc-per-node 4 -m ddplab check
+
+The all-reduced sum of the ranks 0..N-1 must be N(N-1)/2 on every rank. The module also holds
+``ddp_step``, one tiny DDP training step, which the tests and the pool benchmark run.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+import ddplab
+
+COMMAND = "check"  # python -m ddplab check
+
+
+def report(ctx) -> dict:
+    """Runs on every rank: where am I, and what is the all-reduced sum of all ranks?"""
+    rank_sum = torch.tensor([ctx.rank], dtype=torch.int64, device=ctx.device)
+    dist.all_reduce(rank_sum)
+    return {"rank": ctx.rank, "local_rank": ctx.local_rank, "world_size": ctx.world_size,
+            "backend": ctx.backend, "device": str(ctx.device), "host": ctx.host,
+            "pid": os.getpid(), "rank_sum": int(rank_sum.item())}
+
+
+def run(world_size: int, backend: str = "auto", timeout: float = 60.0) -> dict:
+    """Run ``report`` on every rank and check the sums against N(N-1)/2."""
+    reports = ddplab.run(report, world_size, backend=backend, timeout=timeout)
+    n = len(reports)
+    expected = n * (n - 1) // 2
+    return {"world_size": n, "expected_rank_sum": expected,
+            "ok": all(r["rank_sum"] == expected for r in reports), "ranks": reports}
+
+
+def describe(result: dict) -> str:
+    columns = ["rank", "local_rank", "world_size", "backend", "device", "host", "pid", "rank_sum"]
+    rows = [columns] + [[str(r[c]) for c in columns] for r in result["ranks"]]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(columns))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)) for row in rows]
+    n = result["world_size"]
+    verdict = "OK" if result["ok"] else "MISMATCH"
+    lines.append(f"all-reduced sum of ranks 0..{n - 1}: expected {n}*{n - 1}/2 = "
+                 f"{result['expected_rank_sum']} on every rank: {verdict}")
+    return "\n".join(lines)
+
+
+def make_model(seed: int) -> torch.nn.Module:
+    """The same tiny model on every rank and in the single-process reference."""
+    torch.manual_seed(seed)
+    return torch.nn.Linear(16, 4)
+
+
+def make_batch(seed: int, rank: int, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rank ``rank``'s batch: different on every rank, reproducible from (seed, rank)."""
+    g = torch.Generator().manual_seed(seed * 1009 + rank)
+    return torch.randn(batch_size, 16, generator=g), torch.randn(batch_size, 4, generator=g)
+
+
+def ddp_step(ctx, batch_size: int = 8, seed: int = 0) -> dict:
+    """One DDP forward/backward with a mean loss; returns this rank's batch and DDP's grads."""
+    model = make_model(seed).to(ctx.device)
+    ddp = DDP(model, device_ids=[ctx.local_rank] if ctx.device.type == "cuda" else None)
+    X, y = make_batch(seed, ctx.rank, batch_size)
+    F.mse_loss(ddp(X.to(ctx.device)), y.to(ctx.device)).backward()
+    return {"X": X, "y": y, "grads": {n: p.grad for n, p in model.named_parameters()}}
+
+
+def latency(world_sizes, repeats: int = 10) -> list[dict]:
+    """Seconds for the first DDP step at each world size and the median of the next ones."""
+    rows = []
+    for world_size in world_sizes:
+        times = []
+        for _ in range(repeats + 1):
+            start = time.perf_counter()
+            ddplab.run(ddp_step, world_size)
+            times.append(time.perf_counter() - start)
+        rows.append({"world_size": world_size, "first_s": times[0],
+                     "warm_median_ms": 1e3 * statistics.median(times[1:])})
+    return rows

@@ -1,0 +1,1 @@
+"""Chapter 2, sharding (``book/sharding.md``): DistributedSampler, global batch, evaluation."""

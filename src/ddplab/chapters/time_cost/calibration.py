@@ -1,0 +1,125 @@
+"""The cost model, calibrated on this machine and checked against the steps measured on it.
+
+    from ddplab.chapters.time_cost import calibration
+    check = calibration.run()        # a few seconds of real runs
+    print(check.describe())          # measured and predicted step times, side by side
+
+Everything the model needs is measured in the same call, in ``rounds`` interleaved rounds so
+that a change of the machine's load reaches inputs and checks alike:
+
+- the all-reduce at 2 ranks (``allreduce.run``): ``alpha`` and ``B`` of ``T(S) = alpha + S/B``,
+  turned into a ring link by ``cost_model.link_from_fit``, and the memory-copy bandwidth, at
+  which DDP copies gradients into its buckets and back;
+- at each world size, the ranks training alone, without DDP
+  (``step_time.run(communicate=False)``): seconds of forward and backward per sample, and of
+  the optimizer step. Measured with as many ranks busy as in the check, because ranks on one
+  machine share its memory bandwidth: two ranks compute more slowly than one, which GPUs, each
+  with a memory of its own, do not.
+
+Then DDP's steps at each world size are measured and set beside ``cost_model.step_time``: the
+check is of what the model adds to the computation, the all-reduce and DDP's copies.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+
+from ddplab.chapters.time_cost import allreduce, cost_model, step_time
+from ddplab.common import mlp
+from ddplab.common.progress import report as progress_report
+from ddplab.common.results import Result
+
+# How far measured and predicted step times may be apart, as a factor either way. The model
+# knows nothing of what else runs on the machine: on a 2-core VM shared with other jobs, step
+# times of the same run moved by up to 1.5x between rounds, and two ranks slow each other's
+# computation down (memory bandwidth, the gloo threads beside them) by up to 1.4x.
+MARGIN = 2.0
+FIT_SIZES = allreduce.SIZES[:7]  # 4 KiB to 16 MiB: the chapter's gradients are 16 MiB
+
+
+@dataclasses.dataclass
+class Calibration(Result):
+    """The model's inputs as measured here, and measured against predicted step times."""
+
+    params: int
+    batch_size: int
+    alpha_s: float  # the all-reduce fit at 2 ranks
+    bandwidth: float
+    copy_bandwidth: float
+    seconds_per_sample: dict  # world size -> forward and backward, ranks alone, per sample
+    optimizer_s: dict  # world size -> seconds
+    measured_s: dict  # world size -> median step time of DDP (median over rounds)
+    rounds: int
+
+    @property
+    def link(self) -> cost_model.Link:
+        return cost_model.link_from_fit(self.alpha_s, self.bandwidth, 2, "this machine, gloo")
+
+    def predict(self, world_size: int, batch_size: int | None = None,
+                bucket_mb: float = 25.0, accumulation: int = 1,
+                computed_at: int | None = None) -> cost_model.Step:
+        """The model's step on this machine, as if each rank had a core of its own; with the
+        computation measured at ``computed_at`` ranks (default: ``world_size`` where it was
+        measured, else 1)."""
+        key = computed_at or (world_size if world_size in self.seconds_per_sample else 1)
+        return cost_model.step_time(
+            self.params, batch_size or self.batch_size, self.seconds_per_sample[key],
+            gpus_per_node=world_size, intra=self.link, bucket_mb=bucket_mb,
+            accumulation=accumulation, optimizer_s=self.optimizer_s[key],
+            memory_bandwidth=self.copy_bandwidth)
+
+    def ratio(self, world_size: int) -> float:
+        """Measured over predicted step time."""
+        return self.measured_s[world_size] / self.predict(world_size).step_s
+
+    @property
+    def agrees(self) -> bool:
+        return all(1 / MARGIN <= self.ratio(w) <= MARGIN for w in self.measured_s)
+
+    def describe(self) -> str:
+        per_sample = ", ".join(f"{1e3 * s:.2f} ms at {w}"
+                               for w, s in self.seconds_per_sample.items())
+        lines = [f"calibrated here ({self.rounds} rounds, medians): all-reduce alpha "
+                 f"{1e6 * self.alpha_s:.0f} us, B {self.bandwidth / 1e9:.2f} GB/s; memory copy "
+                 f"{self.copy_bandwidth / 1e9:.2f} GB/s; forward and backward per sample "
+                 f"{per_sample} rank(s)",
+                 f"{'ranks':>5} {'measured ms':>12} {'model ms':>9} {'measured/model':>15}  "
+                 f"model: compute + copy + exposed all-reduce + optimizer"]
+        for w, measured in self.measured_s.items():
+            p = self.predict(w)
+            lines.append(f"{w:>5} {1e3 * measured:12.1f} {1e3 * p.step_s:9.1f} "
+                         f"{self.ratio(w):15.2f}  {1e3 * p.compute_s:.1f} + {1e3 * p.copy_s:.1f} "
+                         f"+ {1e3 * p.exposed_s:.1f} + {1e3 * p.optimizer_s:.1f}")
+        lines.append(f"within a factor of {MARGIN:g} at every world size: {self.agrees}")
+        return "\n".join(lines)
+
+
+def run(world_sizes=(1, 2), batch_size: int = 32, layers=step_time.LAYERS, rounds: int = 2,
+        iterations: int = 5, progress=None) -> Calibration:
+    """Measure the model's inputs and DDP's steps at ``world_sizes``, interleaved."""
+    fits = []
+    alone = {w: [] for w in world_sizes}
+    measured = {w: [] for w in world_sizes}
+    total = rounds * (1 + len(world_sizes))
+    for r in range(rounds):
+        done = r * (1 + len(world_sizes))
+        progress_report(progress, done, total, f"round {r + 1}: all-reduce")
+        fits.append(allreduce.run(2, FIT_SIZES, repeats=5))
+        for i, w in enumerate(world_sizes):
+            progress_report(progress, done + 1 + i, total, f"round {r + 1}: {w} rank(s)")
+            without, ddp = step_time.paired(w, batch_size, layers, iterations=iterations)
+            alone[w].append(without)
+            measured[w].append(ddp.median("step"))
+    progress_report(progress, total, total, "done")
+    median = statistics.median
+    return Calibration(
+        params=mlp.param_count(layers), batch_size=batch_size,
+        alpha_s=median(f.alpha_s for f in fits),
+        bandwidth=median(f.bandwidth_bytes_per_s for f in fits),
+        copy_bandwidth=median(f.copy_bandwidth_bytes_per_s for f in fits),
+        seconds_per_sample={w: median((a.median("forward") + a.median("backward")) / batch_size
+                                      for a in runs) for w, runs in alone.items()},
+        optimizer_s={w: median(a.median("optimizer") for a in runs)
+                     for w, runs in alone.items()},
+        measured_s={w: median(m) for w, m in measured.items()}, rounds=rounds)

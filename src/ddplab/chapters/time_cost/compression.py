@@ -1,0 +1,223 @@
+"""Fewer bytes on the wire: DDP's built-in communication hooks, what they send and what it costs.
+
+    python -m ddplab compress --world-size 2 --hook fp16 --seed 0 --json
+    torchrun --nproc-per-node 2 -m ddplab compress --hook powersgd --json
+
+The hooks are PyTorch's own (torch/distributed/algorithms/ddp_comm_hooks):
+
+- ``none``: ``default_hooks.allreduce_hook``, what DDP does without a hook (divide, all-reduce);
+- ``fp16`` and ``bf16``: ``fp16_compress_hook`` and ``bf16_compress_hook`` cast each bucket to
+  16 bits, all-reduce it and cast the result back;
+- ``powersgd``: ``powerSGD_hook`` with a ``PowerSGDState``: each gradient matrix ``M`` (n x m)
+  is all-reduced as two thin factors ``P`` (n x r) and ``Q`` (m x r) with ``M ~ P Q^T``; 1-D
+  tensors (biases), and matrices too small to gain ``min_compression_rate``, go uncompressed
+  (Vogels et al. 2019, "PowerSGD: practical low-rank gradient compression").
+
+The bytes a hook puts on the wire are counted at ``torch.distributed.all_reduce``, which these
+hooks call, partly from future callbacks after the hook has returned (PowerSGD all-reduces Q
+once P is done): while a step runs, that name points at a wrapper that adds up the bytes of
+every tensor it is given, then calls the real function. Each rank puts those bytes into the
+ring; a ring all-reduce sends ``2(n-1)/n`` times them (see ``cost_model``).
+
+The error is that of the averaged gradient against the exact one, DDP's own on a second copy of
+the model that sees the same batches without a hook: ``|g_hook - g_exact| / |g_exact|``.
+
+The hooked model has one bucket (``BUCKET_CAP_MB``). With two, PowerSGD on gloo aborted in 9 of
+15 runs here (``gloo::EnforceNotMet ... Received data size doesn't match expected size. Is
+there a distributed collective mismatch in your code?``): it issues its second all-reduce (Q)
+from a callback when the first (P) has finished, on gloo's thread, while DDP's autograd thread
+hands it the next bucket, so two ranks can issue their collectives in different orders. With
+one bucket, 15 of 15 ran.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import statistics
+
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+import ddplab
+from ddplab.chapters.time_cost.step_time import LAYERS  # the chapter's model
+from ddplab.common import clock, mlp
+from ddplab.common.checks import int_at_least, one_of, positive_int
+from ddplab.common.results import Result
+
+COMMAND = "compress"  # python -m ddplab compress
+
+HOOKS = ("none", "fp16", "bf16", "powersgd")
+BUCKET_CAP_MB = 100  # one bucket: see the module docstring
+
+
+def make_hook(name: str, rank: int = 1, start_iter: int = 2):
+    """``(state, hook)`` for ``ddp.register_comm_hook``. PowerSGD all-reduces uncompressed
+    until ``start_powerSGD_iter`` (which must be above 1 with error feedback)."""
+    if name == "none":
+        return None, default_hooks.allreduce_hook
+    if name == "fp16":
+        return None, default_hooks.fp16_compress_hook
+    if name == "bf16":
+        return None, default_hooks.bf16_compress_hook
+    state = powerSGD_hook.PowerSGDState(process_group=None, matrix_approximation_rank=rank,
+                                        start_powerSGD_iter=start_iter)
+    return state, powerSGD_hook.powerSGD_hook
+
+
+def register(ddp, state, hook) -> str | None:
+    """Register ``hook``; where DDP refuses it, say why and run it through a wrapper instead.
+
+    DDP refuses ``bf16_compress_hook`` by its name unless CUDA with NCCL 2.10+ (or XPU) is
+    there (``DistributedDataParallel._check_comm_hook``): a check of the build, not of the
+    process group. Gloo all-reduces bfloat16 tensors; the wrapper lets it show what it sends.
+    """
+    try:
+        ddp.register_comm_hook(state, hook)
+        return None
+    except TypeError as exc:
+        refused = f"{type(exc).__name__}: {exc}"
+
+    def run_hook(state, bucket):
+        return hook(state, bucket)
+
+    ddp.register_comm_hook(state, run_hook)
+    return refused
+
+
+@contextlib.contextmanager
+def counting_allreduce(sizes: list):
+    """While inside, append the bytes of every tensor given to ``dist.all_reduce``."""
+    real = dist.all_reduce
+
+    def all_reduce(tensor, *args, **kwargs):
+        sizes.append(tensor.numel() * tensor.element_size())
+        return real(tensor, *args, **kwargs)
+
+    dist.all_reduce = all_reduce
+    try:
+        yield sizes
+    finally:
+        dist.all_reduce = real
+
+
+def compressed_steps(ctx, layers, hook: str, rank: int, iterations: int, batch_size: int,
+                     seed: int) -> dict:
+    """``iterations`` forward and backward passes (no optimizer: both copies of the model stay
+    equal) with ``hook`` and without one; per iteration the bytes sent, the error, the time."""
+    model = mlp.make_model(layers, seed, init="he").to(ctx.device)
+    ddp = DDP(model, bucket_cap_mb=BUCKET_CAP_MB)  # keep both referenced until backward is done
+    state, fn = make_hook(hook, rank)
+    refused = register(ddp, state, fn)
+    exact_model = mlp.make_model(layers, seed, init="he").to(ctx.device)
+    exact = DDP(exact_model)
+    rows = slice(ctx.rank * batch_size, (ctx.rank + 1) * batch_size)
+    out = []
+    for i in range(iterations):
+        X, y = (t[rows].to(ctx.device)
+                for t in mlp.make_batch(layers, batch_size, ctx.world_size, seed, i))
+        model.zero_grad()
+        exact_model.zero_grad()
+        sent: list = []
+        dist.barrier()
+        start = clock.now(ctx.device)
+        with counting_allreduce(sent):
+            F.mse_loss(ddp(X), y).backward()
+        seconds = clock.now(ctx.device) - start
+        F.mse_loss(exact(X), y).backward()
+        g, g_exact = mlp.flat_grad(model), mlp.flat_grad(exact_model)
+        out.append({"bytes_sent": sum(sent), "calls": len(sent), "seconds": seconds,
+                    "rel_error": ((g - g_exact).norm() / g_exact.norm()).item()})
+    return {"iterations": out, "refused": refused}
+
+
+@dataclasses.dataclass
+class Compression(Result):
+    """What one hook sent and how far its averaged gradient was from the exact one."""
+
+    hook: str
+    world_size: int
+    params: int
+    bytes_uncompressed: int  # float32 gradients: 4 bytes per parameter
+    refused: str | None  # the error DDP raised when the hook was registered as it is
+    iterations: list[dict]  # rank 0, per iteration: bytes_sent, calls, seconds, rel_error
+    max_rel_error: list[float]  # per iteration, the largest over ranks
+
+    json_extras = ("bytes_sent", "grad_rel_error", "compression", "step_ms")
+
+    @property
+    def measured(self) -> list[dict]:
+        """The iterations after PowerSGD's start (the last two): what the figures report."""
+        return self.iterations[-2:]
+
+    @property
+    def bytes_sent(self) -> int:
+        """Per rank per step, what the hook gave ``all_reduce`` (the last iteration)."""
+        return self.iterations[-1]["bytes_sent"]
+
+    @property
+    def grad_rel_error(self) -> float:
+        return self.max_rel_error[-1]
+
+    @property
+    def compression(self) -> float:
+        return self.bytes_uncompressed / self.bytes_sent
+
+    @property
+    def step_ms(self) -> float:
+        """Median forward and backward time of the measured iterations (rank 0)."""
+        return 1e3 * statistics.median(it["seconds"] for it in self.measured)
+
+    def describe(self) -> str:
+        lines = [f"hook {self.hook!r}, world size {self.world_size}, {self.params:,} parameters",
+                 f"bytes on the wire per rank per step: {self.bytes_sent:,} of "
+                 f"{self.bytes_uncompressed:,} ({self.compression:.1f}x fewer)",
+                 f"relative error of the averaged gradient: {self.grad_rel_error:.2e}",
+                 f"forward and backward: {self.step_ms:.1f} ms (median)"]
+        if self.refused:
+            lines.append(f"DDP refused the hook itself ({self.refused}); it ran through a "
+                         f"wrapper")
+        return "\n".join(lines)
+
+
+def run(world_size: int = 2, hook: str = "fp16", seed: int = 0, layers=None, rank: int = 1,
+        iterations: int = 4, batch_size: int = 32, backend: str = "auto",
+        timeout: float = 60.0) -> Compression:
+    """Train ``iterations`` steps' gradients with ``hook`` and report its last one."""
+    layers = mlp.check_layers(LAYERS if layers is None else layers)
+    one_of("hook", hook, HOOKS)
+    for name, value in (("rank", rank), ("batch_size", batch_size)):
+        positive_int(name, value)
+    int_at_least("iterations", iterations, 3, "PowerSGD compresses from its third")
+    ranks = ddplab.run(compressed_steps, world_size, backend=backend, timeout=timeout,
+                       layers=layers, hook=hook, rank=rank, iterations=iterations,
+                       batch_size=batch_size, seed=seed)
+    params = mlp.param_count(layers)
+    return Compression(hook=hook, world_size=len(ranks), params=params,
+                       bytes_uncompressed=4 * params, refused=ranks[0]["refused"],
+                       iterations=ranks[0]["iterations"],
+                       max_rel_error=[max(r["iterations"][i]["rel_error"] for r in ranks)
+                                      for i in range(iterations)])
+
+
+def compare(hooks=HOOKS, world_size: int = 2, rank: int = 1, seed: int = 0,
+            progress=None) -> dict:
+    """:func:`run` for each hook: ``{hook: Compression}``; ``rank`` is PowerSGD's."""
+    out = {}
+    for i, hook in enumerate(hooks):
+        if progress is not None:
+            progress(i, len(hooks), hook)
+        out[hook] = run(world_size, hook, seed, rank=rank)
+    return out
+
+
+# ---------------------------------------------------------------- CLI
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--hook", choices=HOOKS, default="fp16")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--rank", type=int, default=1, help="PowerSGD's matrix rank")
+    parser.add_argument("--layers", default=None, help="MLP widths (default 16 x 512 x 512)")

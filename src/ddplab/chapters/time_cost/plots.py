@@ -1,0 +1,284 @@
+"""Figures for the chapter "The time cost": results in, matplotlib figures out; no computation
+beyond reading a result's fields (a model's curve is the model's function, called here)."""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+from ddplab.chapters.time_cost import cost_model
+from ddplab.screen.style import PAGE_WIDTH, figure, rank_color
+
+PHASE_STYLE = {  # phase -> (label, bar style)
+    "forward": ("forward", dict(color="0.78")),
+    "backward": ("backward, computing", dict(color="tab:blue", alpha=0.75)),
+    "waiting": ("waiting for the all-reduce", dict(fc="white", ec="0.4", hatch="////", lw=0.5)),
+    "optimizer": ("optimizer step", dict(color="0.45")),
+}
+MODEL_STYLE = {  # a model's term -> (label, bar style)
+    "compute_s": ("forward and backward", dict(color="tab:blue", alpha=0.75)),
+    "copy_s": ("DDP's gradient copies", dict(color="tab:olive", alpha=0.8)),
+    "exposed_s": ("exposed all-reduce", dict(fc="white", ec="0.4", hatch="////", lw=0.5)),
+    "optimizer_s": ("optimizer step", dict(color="0.45")),
+}
+
+
+def _stacked(ax, y, parts, labelled: bool):
+    """One horizontal bar of ``(width, label, style)`` parts; returns its right end."""
+    left = 0.0
+    for width, label, style in parts:
+        ax.barh(y, width, left=left, label=label if labelled else None, height=0.6, **style)
+        left += width
+    return left
+
+
+def step_phases(runs, ax=None):
+    """Median step time split into phases, one bar per run (``step_time.StepTime``, or a
+    list or tuple of them, such as ``step_time.paired``'s)."""
+    runs = list(runs) if isinstance(runs, (list, tuple)) else [runs]
+    fig, ax = figure(ax, (PAGE_WIDTH, 0.9 + 0.42 * len(runs)))
+    for i, run in enumerate(runs):
+        parts = [(1e3 * run.median(p), *PHASE_STYLE[p]) for p in PHASE_STYLE]
+        end = _stacked(ax, i, parts, i == 0)
+        ax.text(end + 1, i, f"{run.step_ms:.0f} ms step", va="center", fontsize=8)
+    ax.set_yticks(range(len(runs)), [r.label for r in runs], fontsize=9)
+    ax.invert_yaxis()
+    ax.set_xlabel("ms (medians over steps, slowest rank)", fontsize=9)
+    ax.set_xlim(0, 1.18 * max(r.step_ms for r in runs))
+    ax.legend(fontsize=8, ncol=4, loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)
+    return fig
+
+
+def allreduce(results, axes=None):
+    """Time against size (measured, and the fit T = alpha + S/B) and busbw against the
+    memory-copy bandwidth; ``results``: one ``allreduce.AllReduce`` or ``{world size: it}``."""
+    results = results if isinstance(results, dict) else {results.world_size: results}
+    if axes is None:
+        fig, axes = plt.subplots(1, 2, figsize=(PAGE_WIDTH, 3.1), constrained_layout=True)
+    time_ax, bw_ax = axes
+    for k, (w, r) in enumerate(results.items()):
+        color = rank_color(k)
+        sizes = np.array(r.sizes_bytes)
+        time_ax.loglog(sizes, 1e3 * np.array(r.seconds), "o", color=color, ms=4,
+                       label=f"{w} ranks, measured")
+        fine = np.geomspace(sizes[0], sizes[-1], 50)
+        time_ax.loglog(fine, [1e3 * r.fitted_seconds(s) for s in fine], "-", color=color,
+                       lw=1, alpha=0.7, label=f"fit: {1e6 * r.alpha_s:.0f} us + "
+                                                f"S / {r.bandwidth_bytes_per_s / 1e9:.2f} GB/s")
+        bw_ax.semilogx(sizes, np.array(r.busbw) / 1e9, "o-", color=color, ms=4, lw=1,
+                       label=f"{w} ranks, busbw")
+        bw_ax.axhline(r.copy_bandwidth_bytes_per_s / 1e9, color=color, ls=":", lw=1.2,
+                      label=f"memory copy, one rank ({w}-rank run)")
+    time_ax.set_xlabel("message size S, bytes", fontsize=9)
+    time_ax.set_ylabel("ms per all-reduce (median)", fontsize=9)
+    bw_ax.set_xlabel("message size S, bytes", fontsize=9)
+    bw_ax.set_ylabel("GB/s", fontsize=9)
+    time_ax.legend(fontsize=7, loc="upper left")
+    bw_ax.set_ylim(0, 1.35 * max(r.copy_bandwidth_bytes_per_s for r in results.values()) / 1e9)
+    bw_ax.legend(fontsize=7, loc="upper left")
+    return time_ax.figure
+
+
+def scaling(result, model=None, axes=None):
+    """Samples per second and scaling efficiency, weak and strong (``scaling.Scaling``);
+    ``model`` (``{world size: cost_model.Step}``, optional) adds the model's weak line."""
+    if axes is None:
+        fig, axes = plt.subplots(1, 2, figsize=(PAGE_WIDTH, 2.9), constrained_layout=True)
+    rate_ax, eff_ax = axes
+    ws = list(result.weak)
+    for kind, color in (("weak", "tab:blue"), ("strong", "tab:orange")):
+        runs = getattr(result, kind)
+        what = (f"weak: {result.batch_size} per rank" if kind == "weak"
+                else f"strong: {result.global_batch_size} in all")
+        rate_ax.plot(ws, [runs[w].samples_per_s for w in ws], "o-", color=color, label=what)
+        eff_ax.plot(ws, [result.efficiency(kind, w) for w in ws], "o-", color=color, label=what)
+    if model:
+        mw = sorted(model)
+        eff_ax.plot(mw, [model[w].efficiency for w in mw], "--", color="tab:blue", lw=1,
+                    label="model, weak, every rank as fast as one alone")
+    rate_ax.plot(ws, [w * result.alone.samples_per_s for w in ws], ":", color="0.4",
+                 label="ideal (weak)")
+    eff_ax.axhline(1, color="0.4", ls=":", lw=1)
+    for ax in axes:
+        ax.set_xticks(sorted(set(ws) | set(model or ())))
+        ax.set_xlabel("ranks (world size)", fontsize=9)
+        ax.axvspan(2.5, max(ws) + 0.3, color="0.92", zorder=0)
+    rate_ax.text(2.6, 0.02, "ranks share\n2 cores", transform=rate_ax.get_xaxis_transform(),
+                 fontsize=7.5)
+    rate_ax.set_ylabel("samples per second", fontsize=9)
+    eff_ax.set_ylabel("scaling efficiency", fontsize=9)
+    eff_ax.set_ylim(0, 1.1)
+    rate_ax.legend(fontsize=7)
+    eff_ax.legend(fontsize=7)
+    return rate_ax.figure
+
+
+def bucket_tradeoff(sweep, nbytes: float, bandwidth: float, overhead_s: float, ax=None):
+    """Measured exposed communication against the bucket count (``bucket_size.BucketSweep``),
+    beside the model ``S/(n_b w) + n_b o`` with ``w``, ``o`` from the all-reduce fit."""
+    fig, ax = figure(ax, (PAGE_WIDTH, 3.0))
+    ax.semilogx(sweep.buckets, [1e3 * e for e in sweep.exposed_s], "o-", color="tab:blue",
+                base=2, label="measured: waiting after the last gradient (median)")
+    fine = np.geomspace(1, max(sweep.buckets), 60)
+    model = [1e3 * cost_model.exposed_tradeoff(n, nbytes, bandwidth, overhead_s) for n in fine]
+    ax.plot(fine, model, "--", color="tab:red", lw=1.2,
+            label=f"model S/(n_b w) + n_b o: w {bandwidth / 1e9:.2f} GB/s, "
+                  f"o {1e6 * overhead_s:.0f} us")
+    best = cost_model.best_bucket_count(nbytes, bandwidth, overhead_s)
+    ax.axvline(best, color="tab:red", lw=0.8, ls=":")
+    ax.text(best, 0.97, f" model's best: {best:.1f}", color="tab:red", fontsize=8,
+            transform=ax.get_xaxis_transform(), va="top")
+    ax.set_xticks(sweep.buckets, [str(n) for n in sweep.buckets])
+    ax.set_xlabel("buckets per step (from bucket_cap_mb)", fontsize=9)
+    ax.set_ylabel("exposed communication, ms", fontsize=9)
+    ax.set_ylim(0, None)
+    ax.legend(fontsize=7.5, loc="upper center")
+    return fig
+
+
+def accumulation(timing, ax=None):
+    """ms per optimizer step against the number of micro-batches (``accumulation.Timing``)."""
+    fig, ax = figure(ax, (PAGE_WIDTH, 2.8))
+    k = timing.micro_batches
+    ax.plot(k, [1e3 * s for s in timing.every_micro_batch_s], "o-", color="tab:red",
+            label="all-reduce after every micro-batch")
+    ax.plot(k, [1e3 * s for s in timing.no_sync_s], "o-", color="tab:blue",
+            label="no_sync: one all-reduce per step")
+    ax.set_xticks(k)
+    ax.set_xlabel(f"micro-batches k per optimizer step ({timing.batch_size} samples each, "
+                  f"{timing.world_size} ranks)", fontsize=9)
+    ax.set_ylabel("ms per optimizer step\n(median, slowest rank)", fontsize=9)
+    ax.set_ylim(0, None)
+    ax.legend(fontsize=8)
+    return fig
+
+
+def accumulated(result, axes=None):
+    """One accumulated step (``accumulation.Accumulation``): bucket all-reduces launched by
+    each micro-batch's backward, and DDP's gradient against the one-process gradient."""
+    if axes is None:
+        fig, axes = plt.subplots(1, 2, figsize=(PAGE_WIDTH, 2.8), constrained_layout=True)
+    count_ax, grad_ax = axes
+    k = np.arange(result.micro_batches)
+    count_ax.bar(k - 0.2, result.launches_without_no_sync, width=0.4, color="tab:red",
+                 label="every micro-batch synchronised")
+    count_ax.bar(k + 0.2, result.launches, width=0.4, color="tab:blue",
+                 label="no_sync" + (f" ({result.mistake})" if result.mistake else ""))
+    count_ax.set_xticks(k, [str(m + 1) for m in k])
+    count_ax.set_xlabel("micro-batch", fontsize=9)
+    count_ax.set_ylabel("bucket all-reduces launched", fontsize=9)
+    count_ax.legend(fontsize=7)
+    ref, got = result.reference_grad, result.accumulated_grad
+    grad_ax.plot(ref, got, ".", ms=2, color="tab:blue", alpha=0.5)
+    lim = np.abs(np.concatenate([ref, got])).max()
+    grad_ax.plot([-lim, lim], [-lim, lim], ":", color="0.4", lw=1, label="equal")
+    grad_ax.set_xlabel(f"one process, global batch of {result.global_batch_size}", fontsize=8.5)
+    grad_ax.set_ylabel("DDP, accumulated (rank 0)", fontsize=8.5)
+    grad_ax.set_title(f"{result.ratio_to_reference:.3f} times the one-process gradient",
+                      fontsize=8.5, loc="left")
+    grad_ax.legend(fontsize=7)
+    return count_ax.figure
+
+
+def compression(results, axes=None):
+    """Bytes on the wire, the gradient's relative error and the time, per hook
+    (``{hook: compression.Compression}``)."""
+    if axes is None:
+        fig, axes = plt.subplots(1, 3, figsize=(PAGE_WIDTH, 2.6), constrained_layout=True)
+    names = list(results)
+    colors = [rank_color(i) for i in range(len(names))]
+    y = np.arange(len(names))
+    axes[0].barh(y, [r.bytes_sent / 2 ** 20 for r in results.values()], color=colors)
+    axes[0].set_xscale("log")
+    axes[0].set_xlabel("MiB sent per rank per step", fontsize=8.5)
+    errors = [max(r.grad_rel_error, 1e-9) for r in results.values()]
+    axes[1].barh(y, errors, color=colors)
+    axes[1].set_xscale("log")
+    axes[1].set_xlim(1e-5, 2)
+    axes[1].set_xlabel("relative error of the\naveraged gradient", fontsize=8.5)
+    axes[2].barh(y, [r.step_ms for r in results.values()], color=colors)
+    axes[2].set_xlabel("forward + backward, ms\n(median, rank 0)", fontsize=8.5)
+    for ax in axes:
+        ax.set_yticks(y, names if ax is axes[0] else [""] * len(names), fontsize=9)
+        ax.invert_yaxis()
+    axes[1].text(1.2e-5, 0, "exact", va="center", fontsize=8)
+    return axes[0].figure
+
+
+def calibration(check, ax=None):
+    """Measured step times beside the model's, split into its terms
+    (``calibration.Calibration``)."""
+    ws = list(check.measured_s)
+    fig, ax = figure(ax, (PAGE_WIDTH, 0.9 + 0.8 * len(ws)))
+    for i, w in enumerate(ws):
+        step = check.predict(w)
+        parts = [(1e3 * getattr(step, k), *MODEL_STYLE[k]) for k in MODEL_STYLE]
+        end = _stacked(ax, 2 * i + 0.35, parts, i == 0)
+        ax.text(end + 1, 2 * i + 0.35, f"model {1e3 * step.step_s:.0f} ms", va="center",
+                fontsize=8)
+        ax.barh(2 * i - 0.35, 1e3 * check.measured_s[w], height=0.6, color="tab:green",
+                alpha=0.7, label="measured DDP step (median)" if i == 0 else None)
+        ax.text(1e3 * check.measured_s[w] + 1, 2 * i - 0.35,
+                f"measured {1e3 * check.measured_s[w]:.0f} ms", va="center", fontsize=8)
+    ax.set_yticks([2 * i for i in range(len(ws))], [f"{w} rank{'s' * (w > 1)}" for w in ws])
+    ax.invert_yaxis()
+    ax.set_xlabel("ms per step", fontsize=9)
+    ax.set_xlim(0, 1.3 * max(max(check.measured_s.values()),
+                             max(check.predict(w).step_s for w in ws)) * 1e3)
+    ax.legend(fontsize=7.5, ncol=3, loc="lower center", bbox_to_anchor=(0.5, 1.0),
+              frameon=False)
+    return fig
+
+
+def cluster(prediction, axes=None):
+    """A model's step (``cluster_prediction.ClusterPrediction``): its terms, and its weak scaling
+    efficiency against the node count for every inter-node link."""
+    if axes is None:
+        fig, axes = plt.subplots(2, 1, figsize=(PAGE_WIDTH, 4.2), constrained_layout=True,
+                                 height_ratios=[1, 3.2])
+    bar_ax, eff_ax = axes
+    step = prediction.step
+    parts = [(1e3 * getattr(step, k), *MODEL_STYLE[k]) for k in MODEL_STYLE]
+    end = _stacked(bar_ax, 0, parts, True)
+    bar_ax.set_xlim(0, 1.3 * end)
+    bar_ax.text(end, 0, f" {1e3 * step.step_s:.0f} ms, efficiency {step.efficiency:.0%}",
+                va="center", fontsize=8)
+    bar_ax.set_yticks([0], [f"{prediction.nodes} x {prediction.gpus_per_node} GPUs"],
+                      fontsize=8)
+    bar_ax.set_xlabel(f"model: ms per step ({prediction.inter})", fontsize=8.5)
+    bar_ax.legend(fontsize=7, ncol=4, loc="lower center", bbox_to_anchor=(0.5, 1.0),
+                  frameon=False)
+    for i, (name, curve) in enumerate(prediction.curves.items()):
+        chosen = name == prediction.inter
+        eff_ax.plot(list(curve), list(curve.values()), "o-" if chosen else ".-", ms=4,
+                    lw=2.2 if chosen else 1, color=rank_color(i), label=name)
+    nodes = sorted({n for curve in prediction.curves.values() for n in curve})
+    _plain_log2(eff_ax, nodes)
+    eff_ax.set_ylim(0, 1.05)
+    eff_ax.set_xlabel(f"nodes of {prediction.gpus_per_node} GPUs", fontsize=9)
+    eff_ax.set_ylabel("model: weak scaling efficiency", fontsize=8.5)
+    eff_ax.legend(fontsize=7, loc="lower left")
+    eff_ax.set_title(prediction.title, fontsize=8, loc="left")
+    return bar_ax.figure
+
+
+def _plain_log2(ax, ticks) -> None:
+    """A log2 x axis with plain tick labels at ``ticks``."""
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(ticks, [str(t) for t in ticks])
+    ax.minorticks_off()
+
+
+def predicted_scaling(curves: dict, title: str, ax=None):
+    """The model's efficiency against the GPU count, one line per kind of scaling
+    (``{label: {gpus: efficiency}}``, from ``cluster_prediction.scaling_curves``)."""
+    fig, ax = figure(ax, (PAGE_WIDTH, 2.8))
+    for i, (label, curve) in enumerate(curves.items()):
+        ax.plot(list(curve), list(curve.values()), "o-", ms=3, color=rank_color(i), label=label)
+    _plain_log2(ax, sorted({n for curve in curves.values() for n in curve}))
+    ax.set_ylim(0, 1.05)
+    ax.set_xlabel("GPUs", fontsize=9)
+    ax.set_ylabel("model: scaling efficiency", fontsize=9)
+    ax.set_title(title, fontsize=8.5, loc="left")
+    ax.legend(fontsize=7.5)
+    return fig

@@ -1,0 +1,213 @@
+"""What does one DDP step cost? Forward, backward, waiting for the all-reduce, optimizer.
+
+    python -m ddplab step-time --world-size 2 --batch-size 32 --json
+    torchrun --nproc-per-node 2 -m ddplab step-time --batch-size 32 --json
+
+Every rank trains an MLP of equal-width ``nn.Linear`` layers (``mlp.make_model``, He init)
+with SGD and times each step on :func:`ddplab.common.clock.now`, which waits for a GPU
+before it reads the clock. A gradient hook notes when autograd has accumulated each
+parameter's gradient; DDP's all-reduces run beside backward, and ``loss.backward()`` returns
+only once the last of them has finished and its result is copied back
+(``Reducer::finalize_backward``). So a step splits into:
+
+- **forward**: the forward pass and the loss;
+- **backward**: from the end of forward to the last gradient, computing;
+- **waiting**: from the last gradient to the end of ``backward()``: the communication that
+  backward did not hide, and the copy of the averaged buckets back into ``.grad``;
+- **optimizer**: ``optimizer.step()``.
+
+``communicate=False`` trains the same model without DDP: the computation alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+import ddplab
+from ddplab.common import bucket_rule, mlp
+from ddplab.common.checks import positive_int
+from ddplab.common.clock import now
+from ddplab.common.progress import report as progress_report
+from ddplab.common.results import Result
+
+COMMAND = "step-time"  # python -m ddplab step-time
+
+LAYERS = (512,) * 17  # 16 Linear(512, 512): 4,202,496 parameters, 16.8 MB of float32 gradients
+PHASES = ("forward", "backward", "waiting", "optimizer")
+
+
+class _Trainer:
+    """One copy of the model with its optimizer, with DDP (``communicate``) or without, and a
+    hook on every parameter that notes when autograd has accumulated its gradient."""
+
+    def __init__(self, ctx, layers, seed: int, communicate: bool, bucket_cap_mb):
+        self.device = ctx.device
+        self.model = mlp.make_model(layers, seed, init="he").to(ctx.device)
+        self.last_gradient = 0.0
+        for param in self.model.parameters():
+            param.register_post_accumulate_grad_hook(self._note)
+        # keep a reference: a DDP freed before backward never all-reduces
+        self.wrapped = (DDP(self.model, bucket_cap_mb=bucket_cap_mb) if communicate
+                        else self.model)
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=1e-4)
+
+    def _note(self, _param) -> None:
+        self.last_gradient = now(self.device)
+
+    def step(self, X, y) -> dict:
+        """One timed SGD step: seconds of each phase."""
+        self.optimizer.zero_grad()
+        dist.barrier()  # every rank starts the step together
+        start = now(self.device)
+        loss = F.mse_loss(self.wrapped(X), y)
+        forward_end = now(self.device)
+        loss.backward()
+        backward_end = now(self.device)
+        self.optimizer.step()
+        end = now(self.device)
+        return {"forward": forward_end - start, "backward": self.last_gradient - forward_end,
+                "waiting": backward_end - self.last_gradient,
+                "optimizer": end - backward_end, "step": end - start}
+
+
+def timed_steps(ctx, layers, batch_size: int, bucket_cap_mb, modes, iterations: int,
+                warmup: int, seed: int) -> list[list[dict]]:
+    """Per mode (``communicate``: True for DDP, False for the model alone), the seconds of
+    each phase of ``iterations`` SGD steps after ``warmup`` untimed ones. With several modes
+    their steps alternate, so that a change of the machine's load reaches them alike."""
+    trainers = [_Trainer(ctx, layers, seed, communicate, bucket_cap_mb) for communicate in modes]
+    rows = slice(ctx.rank * batch_size, (ctx.rank + 1) * batch_size)
+    out = [[] for _ in modes]
+    for i in range(warmup + iterations):  # DDP rebuilds its buckets after iteration 0
+        X, y = (t[rows].to(ctx.device)
+                for t in mlp.make_batch(layers, batch_size, ctx.world_size, seed, i))
+        for times, trainer in zip(out, trainers):
+            phases = trainer.step(X, y)
+            if i >= warmup:
+                times.append(phases)
+    return out
+
+
+# ---------------------------------------------------------------- in the caller
+
+
+@dataclasses.dataclass
+class StepTime(Result):
+    """Measured SGD steps on every rank: seconds per phase, per rank and iteration."""
+
+    layers: tuple
+    world_size: int
+    batch_size: int
+    bucket_cap_mb: float | None
+    communicate: bool
+    params: int
+    ranks: list[list[dict]]  # per rank, per timed iteration: seconds of each phase and "step"
+
+    json_extras = ("forward_ms", "backward_ms", "waiting_ms", "optimizer_ms", "step_ms",
+                   "samples_per_s")
+
+    def median(self, phase: str) -> float:
+        """Seconds: per iteration the slowest rank's ``phase`` (or ``"step"``), median over
+        iterations. The slowest rank is the one every all-reduce waits for."""
+        slowest = [max(its, key=lambda it: it["step"]) for its in zip(*self.ranks)]
+        return statistics.median(it[phase] for it in slowest)
+
+    forward_ms = property(lambda self: 1e3 * self.median("forward"))
+    backward_ms = property(lambda self: 1e3 * self.median("backward"))
+    waiting_ms = property(lambda self: 1e3 * self.median("waiting"))
+    optimizer_ms = property(lambda self: 1e3 * self.median("optimizer"))
+    step_ms = property(lambda self: 1e3 * self.median("step"))
+
+    @property
+    def samples_per_s(self) -> float:
+        return self.world_size * self.batch_size / self.median("step")
+
+    def to_json(self) -> dict:
+        data = super().to_json()
+        ranks = data.pop("ranks")
+        data["step_ms_per_iteration"] = [1e3 * max(r[i]["step"] for r in self.ranks)
+                                         for i in range(len(ranks[0]))]
+        return data
+
+    @property
+    def label(self) -> str:
+        what = "DDP" if self.communicate else "no communication"
+        return f"{self.world_size} rank{'s' if self.world_size > 1 else ''}, {what}"
+
+    def describe(self) -> str:
+        phases = ", ".join(f"{p} {1e3 * self.median(p):.1f}" for p in PHASES)
+        return (f"MLP of {self.params:,} parameters, {self.label}, {self.batch_size} samples "
+                f"per rank: step {self.step_ms:.1f} ms (median, slowest rank): {phases} ms")
+
+
+def run(world_size: int = 2, batch_size: int = 32, layers=LAYERS, bucket_cap_mb=None,
+        communicate: bool = True, iterations: int = 7, warmup: int = 2, seed: int = 0,
+        backend: str = "auto", timeout: float = 60.0) -> StepTime:
+    """Time ``iterations`` SGD steps of the MLP ``layers`` on ``world_size`` ranks."""
+    return _timed(world_size, batch_size, layers, bucket_cap_mb, (bool(communicate),),
+                  iterations, warmup, seed, backend, timeout)[0]
+
+
+def paired(world_size: int = 2, batch_size: int = 32, layers=LAYERS, bucket_cap_mb=None,
+           iterations: int = 7, warmup: int = 2, seed: int = 0) -> tuple[StepTime, StepTime]:
+    """``(alone, ddp)``: the same steps without DDP and with it, alternating in one run."""
+    alone, ddp = _timed(world_size, batch_size, layers, bucket_cap_mb, (False, True),
+                        iterations, warmup, seed, "auto", 60.0)
+    return alone, ddp
+
+
+def describe_pair(pair: tuple[StepTime, StepTime]) -> str:
+    """:func:`paired`'s two runs, and what DDP added to a step."""
+    alone, ddp = pair
+    return "\n".join([alone.describe(), ddp.describe(),
+                      f"DDP added {ddp.step_ms - alone.step_ms:.1f} ms per step "
+                      f"({ddp.step_ms / alone.step_ms:.2f}x), of which "
+                      f"{ddp.waiting_ms:.1f} ms waiting for the all-reduce"])
+
+
+def _timed(world_size, batch_size, layers, bucket_cap_mb, modes, iterations, warmup, seed,
+           backend, timeout) -> list[StepTime]:
+    layers = mlp.check_layers(layers)
+    for name, value in (("batch_size", batch_size), ("iterations", iterations)):
+        positive_int(name, value)
+    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 2:
+        raise ValueError(f"warmup must be an int >= 2 (DDP rebuilds its buckets after "
+                         f"iteration 0), got {warmup!r}")
+    bucket_rule.check_cap(bucket_cap_mb)
+    ranks = ddplab.run(timed_steps, world_size, backend=backend, timeout=timeout, layers=layers,
+                       batch_size=batch_size, bucket_cap_mb=bucket_cap_mb, modes=modes,
+                       iterations=iterations, warmup=warmup, seed=seed)
+    return [StepTime(layers=layers, world_size=len(ranks), batch_size=batch_size,
+                     bucket_cap_mb=bucket_cap_mb, communicate=communicate,
+                     params=mlp.param_count(layers), ranks=[r[m] for r in ranks])
+            for m, communicate in enumerate(modes)]
+
+
+def breakdown(world_sizes=(1, 2, 4), batch_size: int = 32, layers=LAYERS, iterations: int = 7,
+              progress=None) -> list[StepTime]:
+    """At each world size: the computation alone, then DDP (their steps alternate)."""
+    runs = []
+    for i, world_size in enumerate(world_sizes):
+        progress_report(progress, i, len(world_sizes), f"world size {world_size}")
+        runs += paired(world_size, batch_size, layers, iterations=iterations)
+    progress_report(progress, len(world_sizes), len(world_sizes), "done")
+    return runs
+
+
+# ---------------------------------------------------------------- CLI
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--batch-size", type=int, default=32, help="samples per rank")
+    parser.add_argument("--layers", default=",".join(map(str, LAYERS)),
+                        help="widths of the MLP's Linear layers (default 16 x 512 x 512)")
+    parser.add_argument("--bucket-cap-mb", type=float, default=None)
+    parser.add_argument("--iterations", type=int, default=7, help="timed steps after warmup")
+    parser.add_argument("--no-communication", dest="communicate", action="store_false",
+                        help="the same steps without DDP: the computation alone")

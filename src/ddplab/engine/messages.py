@@ -1,0 +1,67 @@
+"""The messages between the caller and a rank process of the local pool, one named type each.
+
+They travel pickled over one pipe per rank. This module imports no torch: the caller must
+never load :mod:`.rank` (it would import dynamo for nothing), yet both sides need these.
+
+caller -> rank: :class:`Run`, :class:`Leave`, :class:`Stop`
+rank -> caller: :class:`Ready` (once, when the process has started), then one :class:`Result`
+or :class:`Error` per :class:`Run`
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pickle
+from typing import Any, Callable
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """Run ``fn(ctx, **params)`` in group ``generation`` (formed anew when it changes)."""
+
+    generation: int
+    world_size: int
+    backend: str
+    timeout: float
+    fn: Callable
+    params: dict
+
+
+@dataclasses.dataclass(frozen=True)
+class Leave:
+    """Leave the current group and idle (the rank is beyond the next group's world size)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Stop:
+    """Leave the group and exit."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Ready:
+    """The rank process has started and reached the pool's store."""
+
+    pid: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Result:
+    """What the rank function returned, as plain data (tensors already turned into numpy)."""
+
+    value: Any
+
+
+@dataclasses.dataclass(frozen=True)
+class Error:
+    """The rank function (or loading the call) raised."""
+
+    summary: str
+    traceback: str
+
+
+def send(conn, message) -> None:
+    conn.send_bytes(pickle.dumps(message))
+
+
+def receive(conn):
+    return pickle.loads(conn.recv_bytes())

@@ -1,0 +1,279 @@
+"""The local warm pool: rank processes of this machine, kept alive and grouped across calls.
+
+* Rank processes come from the forkserver (:mod:`ddplab.engine.forkserver`) and stay alive across
+  calls; the pool grows to the largest world size asked for.
+* The caller owns one TCPStore on a socket it bound to 127.0.0.1 itself (``TCPStore("127.0.0.1",
+  ...)`` alone would listen on every interface). Each new group ("generation") uses a fresh key
+  prefix of that store. A group is kept while world size and backend stay the same.
+* Any failure (a rank raises, dies, hangs past the timeout, or the caller is interrupted) ends
+  every rank process of the pool; the next call starts fresh ones. Half-broken groups are never
+  reused, and a respawn from the warm forkserver costs a fraction of a second.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import multiprocessing.connection
+import os
+import shutil
+import signal
+import socket
+import sys
+import threading
+import time
+
+from ddplab.engine import messages, rank_logs
+from ddplab.engine.backend import resolve_backend
+from ddplab.engine.errors import GUARD_HINT, RankError
+from ddplab.engine.forkserver import process_context
+
+MAX_WORLD_SIZE = 64
+ERROR_GRACE = 0.25  # seconds to collect other ranks' errors after the first, before ending them
+
+
+class Worker:
+    """One rank process of the pool and the caller's end of its pipe."""
+
+    def __init__(self, rank, process, conn):
+        self.rank, self.process, self.conn = rank, process, conn
+
+
+class Pool:
+    """Rank processes of one machine; grows to the largest world size asked for."""
+
+    def __init__(self):
+        self._lock = threading.RLock()
+        self._workers: list[Worker] = []
+        self._group = None  # (world_size, backend) of the group formed by the first workers
+        self._generation = 0
+        self._store = None
+        self._port = None
+        self._logdir = None
+        self._mp = None
+
+    def start(self, world_size: int, backend: str, timeout: float) -> str:
+        with self._lock:
+            self._start_store()
+            backend = resolve_backend(backend, world_size)
+            self._grow(world_size, backend, timeout)
+            return backend
+
+    def run(self, fn, world_size, backend, timeout, params) -> list:
+        with self._lock:
+            self._start_store()
+            backend = resolve_backend(backend, world_size)
+            if any(died_idle(w) for w in self._workers):
+                self._end_workers()  # one died between calls: its group cannot be trusted
+            self._grow(world_size, backend, timeout)
+            active = self._workers[:world_size]
+            try:
+                if self._group != (world_size, backend):  # a new group: a new generation
+                    self._generation += 1
+                    self._group = (world_size, backend)
+                    for worker in self._workers[world_size:]:
+                        messages.send(worker.conn, messages.Leave())
+                call = messages.Run(self._generation, world_size, backend, timeout, fn, params)
+                for worker in active:
+                    messages.send(worker.conn, call)
+                return self._collect(active, timeout)
+            except BaseException:  # a rank failed, or the caller was interrupted
+                self._end_workers()
+                raise
+
+    def logs(self) -> list[str]:
+        """Every rank's log, by rank; a log outlives its process (read it after a failure)."""
+        with self._lock:
+            if self._logdir is None:
+                return []
+            ranks = [int(name[4:-4]) for name in os.listdir(self._logdir)
+                     if name.startswith("rank") and name.endswith(".log")]
+            return [rank_logs.read(self._log_path(rank))
+                    for rank in range(max(ranks, default=-1) + 1)]
+
+    def close(self) -> None:
+        with self._lock:
+            self._end_workers(graceful=True)
+            self._store = None  # the store closes its listening socket
+            if self._logdir is not None:
+                shutil.rmtree(self._logdir, ignore_errors=True)
+                self._logdir = None
+
+    # -- internals
+
+    def _start_store(self) -> None:
+        if self._store is not None:
+            return
+        self._mp = process_context()
+        import torch.distributed as dist
+
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            sock.bind(("127.0.0.1", 0))
+            sock.listen(MAX_WORLD_SIZE * 2)
+            self._port = sock.getsockname()[1]
+            # The store takes the socket over and closes it itself when it is destroyed.
+            self._store = dist.TCPStore("127.0.0.1", self._port, is_master=True,
+                                        wait_for_workers=False, master_listen_fd=sock.fileno(),
+                                        use_libuv=True)
+            sock.detach()
+        finally:
+            sock.close()
+        self._logdir = rank_logs.new_folder()
+
+    def _grow(self, world_size: int, backend: str, timeout: float) -> None:
+        if self._group is not None and self._group != (world_size, backend) \
+                and "nccl" in (backend, self._group[1]):
+            # NCCL groups are not re-formed inside live processes (destroy/re-init races,
+            # pytorch#119196): start fresh ones.
+            self._end_workers(graceful=True)
+        new = []
+        try:
+            for rank in range(len(self._workers), world_size):
+                parent_conn, child_conn = self._mp.Pipe()
+                process = self._mp.Process(
+                    target=_worker_main, name=f"ddplab-rank-{rank}", daemon=True,
+                    args=(child_conn, rank, self._port, self._log_path(rank)))
+                with main_file_hidden_if_missing():
+                    process.start()
+                child_conn.close()
+                new.append(Worker(rank, process, parent_conn))
+                self._workers.append(new[-1])
+            if new:
+                self._group = None
+                self._collect(new, timeout, starting=True)
+        except BaseException:
+            self._end_workers()
+            raise
+
+    def _collect(self, workers: list[Worker], timeout: float, starting=False) -> list:
+        """One reply from each worker, by rank; raise if a rank raised, died or timed out."""
+        pending = {w.rank: w for w in workers}
+        replies, errors = {}, {}
+        deadline = time.monotonic() + timeout
+        while pending:
+            waitables = {}
+            for w in pending.values():
+                waitables[w.conn] = w
+                waitables[w.process.sentinel] = w
+            ready = multiprocessing.connection.wait(list(waitables),
+                                                    max(0.0, deadline - time.monotonic()))
+            if not ready:
+                break
+            for worker in {waitables[r].rank: waitables[r] for r in ready}.values():
+                del pending[worker.rank]
+                try:
+                    if not worker.conn.poll():
+                        raise EOFError
+                    reply = messages.receive(worker.conn)
+                except (EOFError, OSError):
+                    raise self._died(worker, starting) from None
+                if isinstance(reply, messages.Error):
+                    errors[worker.rank] = reply
+                    deadline = min(deadline, time.monotonic() + ERROR_GRACE)
+                else:  # Ready while starting, Result during a call
+                    replies[worker.rank] = getattr(reply, "value", reply)
+        if errors:
+            rank = min(errors)
+            others = sorted(set(errors) - {rank})
+            also = f" (ranks {others} raised too)" if others else ""
+            raise RankError(f"{errors[rank].summary}{also}\n\nTraceback from rank {rank}:\n"
+                            f"{errors[rank].traceback}", rank, errors[rank].traceback)
+        if pending:
+            what = "started" if starting else "answered"
+            raise TimeoutError(f"rank(s) {sorted(pending)} had not {what} after {timeout:g} s; "
+                               "the pool's processes were ended and start afresh on the next "
+                               "call. Pass a larger timeout for longer runs.")
+        return [replies[w.rank] for w in workers]
+
+    def _died(self, worker: Worker, starting: bool) -> RankError:
+        worker.process.join(1.0)
+        code = worker.process.exitcode
+        if code is not None and code < 0:
+            how = f"was killed by {signal.Signals(-code).name}"
+        else:
+            how = f"exited with code {code}"
+        when = "while starting" if starting else "during the call"
+        tail = rank_logs.read(self._log_path(worker.rank))[-2000:]
+        hint = f" {GUARD_HINT}" if starting and main_path() else ""
+        log = f"\nIts log ends with:\n{tail}" if tail.strip() else ""
+        return RankError(f"rank {worker.rank} (pid {worker.process.pid}) {how} {when}; the "
+                         f"pool starts afresh on the next call.{hint}{log}", worker.rank)
+
+    def _end_workers(self, graceful: bool = False) -> None:
+        """End every rank process and forget the group; later calls start fresh ones."""
+        for w in self._workers:
+            if graceful:
+                try:
+                    messages.send(w.conn, messages.Stop())
+                except OSError:
+                    pass
+            else:
+                w.process.kill()
+        deadline = time.monotonic() + 5.0
+        for w in self._workers:
+            w.process.join(max(0.0, deadline - time.monotonic()))
+            if w.process.exitcode is None:
+                w.process.kill()
+                w.process.join()
+            w.conn.close()
+        self._workers = []
+        self._group = None
+
+    def _log_path(self, rank: int) -> str:
+        return os.path.join(self._logdir, f"rank{rank}.log")
+
+
+def died_idle(worker: Worker) -> bool:
+    """Whether an idle rank is gone. An idle rank never writes, so a readable pipe is its end
+    (EOF); ``is_alive()`` alone lags until the forkserver has reaped the process."""
+    return not worker.process.is_alive() or worker.conn.poll()
+
+
+def _worker_main(*args) -> None:
+    """A rank process's entry point. The caller never imports engine.rank (it would load dynamo
+    for nothing); the forkserver has it preloaded, so this import is free in the child."""
+    from ddplab.engine.rank import worker_main
+
+    worker_main(*args)
+
+
+def main_path() -> str | None:
+    """The file of ``__main__`` if it has one that exists (a script), else None (a notebook,
+    ``python -c``, a script read from standard input: ``__file__ == "<stdin>"``)."""
+    path = getattr(sys.modules["__main__"], "__file__", None)
+    return path if path and os.path.exists(path) else None
+
+
+@contextlib.contextmanager
+def main_file_hidden_if_missing():
+    """Multiprocessing re-imports ``__main__`` by its ``__file__`` in every child; for a script
+    read from standard input that file does not exist and every rank would die starting."""
+    main = sys.modules["__main__"]
+    path = getattr(main, "__file__", None)
+    if path is None or main_path() is not None or getattr(main, "__spec__", None) is not None:
+        yield
+        return
+    del main.__file__
+    try:
+        yield
+    finally:
+        main.__file__ = path
+
+
+_shared: Pool | None = None
+_shared_lock = threading.Lock()
+
+
+def shared() -> Pool:
+    """The pool behind ``ddplab.run``, made on first use and closed at exit."""
+    global _shared
+    with _shared_lock:
+        if _shared is None:
+            _shared = Pool()
+            atexit.register(_shared.close)
+        return _shared
+
+
+def shared_logs() -> list[str]:
+    return _shared.logs() if _shared is not None else []

@@ -1,0 +1,161 @@
+"""What runs inside a rank process: the context a rank function receives, and the worker loop.
+
+A rank function is a top-level function ``fn(ctx, **params)`` in an importable module. It runs
+once on every rank with a process group already formed, and returns plain data. Tensors in the
+result are turned into numpy arrays here, because a tensor sent through a multiprocessing pipe
+travels as a shared-memory file descriptor that is gone once the sender moves on
+(``FileNotFoundError`` in ``rebuild_storage_fd``).
+
+The worker loop (:func:`worker_main`) is what the local pool runs in each of its processes. It
+keeps one process group alive across calls while the world size and backend stay the same,
+because re-forming a group costs more than a small DDP step (see ``ARCHITECTURE.md``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import os
+import signal
+import socket
+import sys
+import traceback
+
+import torch
+
+# The forkserver preloads this module, so every rank is forked with these already imported.
+# DDP's constructor reads torch._dynamo.utils.get_optimize_ddp_mode(), which imports dynamo
+# (and sympy) lazily: 1.3 s per rank on a 2-core machine if it were left to each rank.
+import torch._dynamo  # noqa: F401
+import torch.distributed as dist
+import torch.nn.parallel  # noqa: F401
+
+from ddplab.engine import messages
+
+LOOPBACK_IFNAME = "lo0" if sys.platform == "darwin" else "lo"
+
+
+@dataclasses.dataclass(frozen=True)
+class RankContext:
+    """Where a rank function is running. ``local_rank`` is the rank within its host."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    device: torch.device
+    backend: str
+    host: str
+
+
+def plain(value):
+    """``value`` with every tensor replaced by a numpy array (recursively through containers)."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu().numpy()
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)) and not hasattr(value, "_fields"):
+        return type(value)(plain(v) for v in value)
+    return value
+
+
+def device_for(backend: str, local_rank: int) -> torch.device:
+    """One GPU per rank under NCCL (NCCL refuses two ranks on one GPU, NVIDIA/nccl#418)."""
+    if backend == "nccl":
+        torch.cuda.set_device(local_rank)
+        return torch.device("cuda", local_rank)
+    return torch.device("cpu")
+
+
+def worker_main(conn, rank: int, store_port: int, log_path: str) -> None:
+    """Serve rank ``rank`` of the local pool until told to stop or the parent goes away."""
+    _send_output_to(log_path)
+    # Jupyter's interrupt signals the kernel's whole process group: the kernel decides, not us.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _exit_with_parent()
+    # Every socket gloo or NCCL opens for this group listens on loopback only.
+    os.environ["GLOO_SOCKET_IFNAME"] = LOOPBACK_IFNAME
+    os.environ["NCCL_SOCKET_IFNAME"] = LOOPBACK_IFNAME
+    torch.set_num_threads(1)  # ranks share a few cores; more threads per rank only contend.
+    store = dist.TCPStore("127.0.0.1", store_port, is_master=False,
+                          timeout=datetime.timedelta(seconds=60))
+    messages.send(conn, messages.Ready(os.getpid()))
+    group = None  # (generation, world_size, backend) of the group this process is in
+    while True:
+        try:
+            message = messages.receive(conn)
+        except (EOFError, OSError):
+            break
+        except BaseException as exc:  # e.g. the rank function's module cannot be imported here
+            messages.send(conn, _error_reply(rank, exc, "could not load the call"))
+            continue
+        if isinstance(message, messages.Stop):
+            break
+        if isinstance(message, messages.Leave):
+            group = _leave(group)
+            continue
+        call = message
+        print(f"--- {getattr(call.fn, '__qualname__', call.fn)} on rank {rank} of "
+              f"{call.world_size}", flush=True)
+        try:
+            if group != (call.generation, call.world_size, call.backend):
+                group = _leave(group)
+                store.set_timeout(datetime.timedelta(seconds=call.timeout))
+                ctx = _join(store, call.generation, rank, call.world_size, call.backend,
+                            call.timeout)
+                group = (call.generation, call.world_size, call.backend)
+            reply = messages.Result(plain(call.fn(ctx, **call.params)))
+        except BaseException as exc:
+            reply = _error_reply(rank, exc, "raised")
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        messages.send(conn, reply)
+    _leave(group)
+
+
+def _join(store, generation, rank, world_size, backend, timeout) -> RankContext:
+    device = device_for(backend, rank)
+    # A fresh key prefix per group: re-forming a group under a used prefix hangs (pytorch#55967).
+    dist.init_process_group(backend, store=dist.PrefixStore(f"ddplab/gen{generation}/", store),
+                            rank=rank, world_size=world_size,
+                            timeout=datetime.timedelta(seconds=timeout))
+    return RankContext(rank=rank, world_size=world_size, local_rank=rank, device=device,
+                       backend=backend, host=socket.gethostname())
+
+
+def _leave(group):
+    if group is not None and dist.is_initialized():
+        dist.destroy_process_group()
+    return None
+
+
+def _error_reply(rank: int, exc: BaseException, what: str) -> messages.Error:
+    print(traceback.format_exc(), file=sys.stderr, flush=True)
+    return messages.Error(f"rank {rank} {what} {type(exc).__name__}: {exc}",
+                          traceback.format_exc())
+
+
+def _send_output_to(log_path: str) -> None:
+    """Point fds 1 and 2 at the rank's log file.
+
+    A rank must never print into a notebook: ipykernel forwards output written to the kernel's
+    own fds, which children inherit, and nbval does not capture it, so stray output would both
+    clutter cells and break output checks. The log is read back with ``Cluster.logs()``.
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    sys.stdout.reconfigure(line_buffering=True)
+    sys.stderr.reconfigure(line_buffering=True)
+
+
+def _exit_with_parent() -> None:
+    """Die when our parent (the forkserver, which exits with the kernel) dies, even mid-call."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        PR_SET_PDEATHSIG = 1
+        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)

@@ -1,0 +1,55 @@
+"""The same ``ddplab.run`` under torchrun: run ``fn`` right here, on the env:// group.
+
+torchrun (or any launcher that sets ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``)
+has already started one process per rank, so there is no pool: each process runs ``fn`` once
+and the results are all-gathered, so every rank returns the same list as the local pool would.
+
+    torchrun --nproc-per-node 4 -m ddplab check
+"""
+
+from __future__ import annotations
+
+import atexit
+import datetime
+import os
+import socket
+
+from ddplab.engine.backend import resolve_backend
+
+
+def under_torchrun() -> bool:
+    """True in a process started by torchrun (or another env:// launcher)."""
+    return all(k in os.environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"))
+
+
+def is_reporting_process() -> bool:
+    """Whether this process should print reports: always, except on ranks > 0 under torchrun."""
+    return not under_torchrun() or os.environ["RANK"] == "0"
+
+
+def launched_world_size() -> int:
+    return int(os.environ["WORLD_SIZE"])
+
+
+def run(fn, world_size: int, backend: str, timeout: float, params: dict) -> list:
+    """``fn(ctx, **params)`` on this rank; every rank's result, by rank (already checked)."""
+    import torch.distributed as dist
+
+    from ddplab.engine.rank import RankContext, device_for, plain
+
+    if world_size != launched_world_size():
+        raise ValueError(f"world_size={world_size} asked for, but torchrun started "
+                         f"{launched_world_size()} processes")
+    local_rank = int(os.environ.get("LOCAL_RANK", os.environ["RANK"]))
+    ranks_per_host = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
+    backend = resolve_backend(backend, ranks_per_host)
+    device = device_for(backend, local_rank)
+    if not dist.is_initialized():
+        dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout))
+        atexit.register(dist.destroy_process_group)
+    ctx = RankContext(rank=dist.get_rank(), world_size=world_size, local_rank=local_rank,
+                      device=device, backend=backend, host=socket.gethostname())
+    result = plain(fn(ctx, **params))
+    results = [None] * world_size
+    dist.all_gather_object(results, result)
+    return results

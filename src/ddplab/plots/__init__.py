@@ -1,1 +1,0 @@
-"""Matplotlib figures of experiment results: one module per chapter, no computation here."""

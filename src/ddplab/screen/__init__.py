@@ -1,0 +1,1 @@
+"""What a reader sees: slider panels (widgets), figures updated in place, static panels."""

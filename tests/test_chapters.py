@@ -1,0 +1,75 @@
+"""A chapter is registered once, by its package under ``ddplab.chapters``: its page in
+``_toc.yml``, its lab (named in the page's front matter ``lab:``), its tests and its CLI commands
+all carry the same word."""
+
+import ast
+import pathlib
+import re
+
+import yaml
+
+from ddplab import chapters
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def toc_pages() -> list[str]:
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    return [entry["file"].removeprefix("book/") for part in toc["parts"]
+            for entry in part["chapters"]]
+
+
+def front_matter_lab(page: str) -> str | None:
+    text = (ROOT / "book" / f"{page}.md").read_text()
+    head = re.match(r"---\n(.*?)\n---\n", text, re.S)
+    return yaml.safe_load(head.group(1)).get("lab") if head else None
+
+
+def test_every_chapter_package_has_a_page_a_lab_and_tests():
+    pages = toc_pages()
+    for chapter in chapters.names():
+        assert chapter in pages, f"chapter package {chapter!r} has no page in _toc.yml"
+        lab = front_matter_lab(chapter)
+        assert lab is not None, f"book/{chapter}.md names no lab in its front matter"
+        assert re.fullmatch(rf"labs/\d\d_{chapter}\.ipynb", lab), lab
+        assert (ROOT / lab).exists(), f"book/{chapter}.md names {lab}, which does not exist"
+        assert list((ROOT / "tests").glob(f"test_{chapter}*.py")), f"no tests/test_{chapter}*.py"
+
+
+def test_every_page_with_a_lab_and_every_lab_is_a_chapter():
+    names = set(chapters.names())
+    with_lab = {page for page in toc_pages() if front_matter_lab(page)}
+    assert with_lab == names
+    labs = {re.fullmatch(r"\d\d_(\w+)\.ipynb", p.name).group(1)
+            for p in (ROOT / "labs").glob("*.ipynb")}
+    assert labs == names
+
+
+def test_cli_commands_are_found_in_the_chapters_and_each_belongs_to_one():
+    commands = chapters.commands()
+    assert {"check", "averaging", "buckets", "uneven"} <= set(commands)
+    for command, module in commands.items():
+        assert module.__name__.split(".")[2] in chapters.names()
+        assert module.COMMAND == command
+
+
+def imported_modules(path: pathlib.Path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names |= {node.module} | {f"{node.module}.{alias.name}" for alias in node.names}
+    return names
+
+
+def test_nothing_outside_the_chapters_imports_a_chapter():
+    """The engine, common and screen never import a chapter; only the CLI and the forkserver's
+    preload find them, through ddplab.chapters' own functions."""
+    src = ROOT / "src" / "ddplab"
+    finders = {src / "__main__.py", src / "engine" / "preload.py"}
+    for path in set(src.rglob("*.py")) - finders:
+        if "chapters" in path.relative_to(src).parts:
+            continue
+        chapter_imports = {m for m in imported_modules(path) if m.startswith("ddplab.chapters")}
+        assert not chapter_imports, f"{path.relative_to(ROOT)} imports {chapter_imports}"
