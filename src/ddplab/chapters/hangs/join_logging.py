@@ -26,6 +26,7 @@ more batches (``uneven.rank_loader``).
 from __future__ import annotations
 
 import dataclasses
+import textwrap
 import uuid
 
 import numpy as np
@@ -192,7 +193,7 @@ class JoinLogging(Result):
         for rank, values in enumerate(self.logged):
             lines.append(f"rank {rank} logged:      " + ", ".join(f"{v:.4f}" for v in values))
         if self.error:
-            lines.append("error: " + self.error.splitlines()[0][:70] + " ...")
+            lines.append(textwrap.fill("error: " + self.error.splitlines()[0], 78))
         return "\n".join(lines)
 
 

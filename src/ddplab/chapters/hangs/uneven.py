@@ -81,10 +81,11 @@ def train_epoch_equal_count(ddp, optimizer, loader) -> None:
     train_epoch(ddp, optimizer, itertools.islice(loader, int(count)))
 
 
-def rank_loader(ctx, batches: int, batch_size: int, seed: int, drop_last: bool) -> DataLoader:
+def rank_loader(ctx, batches: int, batch_size: int, seed: int, drop_last: bool,
+                layers=LAYERS) -> DataLoader:
     """This rank's rows of the first ``batches`` global batches, as a loader."""
     rows = slice(ctx.rank * batch_size, (ctx.rank + 1) * batch_size)
-    parts = [make_batch(LAYERS, batch_size, ctx.world_size, seed, step) for step in range(batches)]
+    parts = [make_batch(layers, batch_size, ctx.world_size, seed, step) for step in range(batches)]
     X = torch.cat([X[rows] for X, _ in parts]).to(ctx.device)
     y = torch.cat([y[rows] for _, y in parts]).to(ctx.device)
     return DataLoader(TensorDataset(X, y), batch_size=batch_size, drop_last=drop_last)
