@@ -88,12 +88,33 @@ def test_join_trains_every_batch_and_matches_the_one_process_reference(divide):
     assert np.abs(other - reference).max() > 1e-3
 
 
-def test_drop_last_trains_the_common_batches_only():
-    result = uneven.run(world_size=2, extra_batches=2, fix="drop-last")
+def test_min_count_trains_the_common_batches_only():
+    result = uneven.run(world_size=2, extra_batches=2, fix="min-count")
     assert result.outcome == "finished"
-    assert result.batches_per_rank == [2, 2] == result.steps_completed_per_rank
+    assert result.batches_per_rank == [2, 4]
+    assert result.steps_completed_per_rank == [2, 2]
     np.testing.assert_allclose(result.final_params[1], one_process_uneven(2, [2, 2], True),
                                atol=1e-6)
+
+
+def test_loader_drop_last_keeps_every_full_batch_and_still_hangs():
+    """DataLoader(drop_last=True) drops a partial batch only: 2 against 3 full batches stay."""
+    result = uneven.run(world_size=2, extra_batches=1, fix="loader-drop-last", timeout=T)
+    assert result.outcome == "hung" and result.seconds < T + 5
+    assert result.batches_per_rank == [2, 3]
+    assert result.steps_completed_per_rank == [2, 2]
+    assert result.missing_ranks == [1]
+
+
+def test_distributed_sampler_gives_every_rank_the_same_count_by_padding():
+    """What the page says of DistributedSampler.__iter__: 10 samples on 4 ranks, 3 each."""
+    from torch.utils.data.distributed import DistributedSampler
+
+    counts = [len(list(DistributedSampler(range(10), num_replicas=4, rank=r, shuffle=False)))
+              for r in range(4)]
+    assert counts == [3, 3, 3, 3]
+    padded = list(DistributedSampler(range(10), num_replicas=4, rank=3, shuffle=False))
+    assert padded == [3, 7, 1]  # index 1 is drawn a second time, wrapped from the start
 
 
 def one_process_rank0_val_loss(world_size, steps=2, batch_size=8, seed=0):
@@ -157,6 +178,7 @@ def test_cli_uneven_join_prints_each_ranks_final_gradient():
 
 @pytest.mark.parametrize("run, kwargs, match", [
     (uneven.run, {"fix": "later"}, "fix must be one of"),
+    (uneven.run, {"fix": "drop-last"}, "fix must be one of"),
     (uneven.run, {"world_size": 1}, "world_size must be between 2"),
     (uneven.run, {"extra_batches": -1}, "extra_batches"),
     (uneven.run, {"timeout": 0}, "timeout"),
