@@ -183,6 +183,15 @@ class JoinLogging(Result):
         diffs = [abs(v - expected[s]) for values in self.logged for s, v in enumerate(values)]
         return float(max(diffs)) if diffs else None
 
+    def abort(self) -> str | None:
+        """The error's first line and what the dead rank's log says of it, wrapped."""
+        if not self.error:
+            return None
+        lines = self.error.splitlines()
+        kept = [lines[0]] + [line.strip() for line in lines
+                             if line.startswith("terminate called") or "what():" in line]
+        return "\n".join(textwrap.fill(line, 78, subsequent_indent="  ") for line in kept)
+
     def describe(self) -> str:
         lines = [f"Join, logging {'each step' if self.fix != 'after-join' else 'once'} "
                  f"(fix {self.fix!r}), batches per rank {self.batches_per_rank}"]

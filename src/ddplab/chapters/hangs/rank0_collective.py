@@ -20,6 +20,7 @@ ranks that arrive name rank 0, the one that never did.
 from __future__ import annotations
 
 import dataclasses
+import textwrap
 
 import torch
 import torch.nn.functional as F
@@ -50,6 +51,21 @@ def make_batch(n: int, seed: int, step: int):
 # ---------------------------------------------------------------- on every rank
 
 
+def evaluate(model, X, y) -> float:
+    """The loss on (X, y) in eval mode, without gradients."""
+    model.eval()
+    with torch.no_grad():
+        loss = F.mse_loss(model(X), y).item()
+    model.train()
+    return loss
+
+
+def evaluate_on_rank0(ddp, rank: int, X, y) -> float | None:
+    """Rank 0 evaluates alone, through ``ddp.module``: a plain forward that
+    communicates nothing. Through ``ddp`` it would wait for the others."""
+    return evaluate(ddp.module, X, y) if rank == 0 else None
+
+
 def train_then_evaluate(ctx, call_id: str, fix: str, steps: int,
                         batch_size: int, seed: int,
                         check_in_seconds: float) -> dict:
@@ -65,15 +81,12 @@ def train_then_evaluate(ctx, call_id: str, fix: str, steps: int,
         F.mse_loss(ddp(X), y).backward()
         optimizer.step()
         hang_watch.note(call_id, ctx.rank, step=step)
-    val_loss = None
+    X_val, y_val = (t.to(ctx.device) for t in make_batch(64, seed, -1))
+    if fix == "module":
+        val_loss = evaluate_on_rank0(ddp, ctx.rank, X_val, y_val)
+    else:  # the mistake: rank 0 alone calls the DDP model
+        val_loss = evaluate(ddp, X_val, y_val) if ctx.rank == 0 else None
     if ctx.rank == 0:
-        X_val, y_val = (t.to(ctx.device) for t in make_batch(64, seed, -1))
-        # the fix: ddp.module, a local forward
-        evaluated = ddp if fix == "none" else ddp.module
-        evaluated.eval()
-        with torch.no_grad():
-            val_loss = F.mse_loss(evaluated(X_val), y_val).item()
-        evaluated.train()
         hang_watch.note(call_id, ctx.rank, val_loss=val_loss)
     hang_watch.finish(call_id, ctx.rank, work, watch, check_in_seconds)
     return {"val_loss": val_loss}
@@ -100,9 +113,10 @@ class Rank0Collective(Result):
     def describe(self) -> str:
         evaluated = "ddp" if self.fix == "none" else "ddp.module"
         lines = [f"rank 0 evaluates through {evaluated}, world size {self.world_size}: "
-                 f"{self.outcome} after {self.seconds:.1f} s (timeout {self.timeout:g} s)",
+                 f"{self.outcome}\n  after {self.seconds:.1f} s (timeout {self.timeout:g} s)",
                  f"training steps completed per rank: {self.steps_completed_per_rank}"]
-        lines += [f"rank {rank}'s monitored_barrier: {message}"
+        lines += [textwrap.fill(f"rank {rank}'s monitored_barrier: {message}", 78,
+                                subsequent_indent="  ")
                   for rank, message in enumerate(self.check_in_messages) if message]
         if self.missing_ranks:
             lines.append(f"missing ranks named: {self.missing_ranks}")

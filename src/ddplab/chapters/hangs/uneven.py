@@ -36,6 +36,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import itertools
+import textwrap
 
 import numpy as np
 import torch
@@ -168,17 +169,18 @@ class Uneven(Result):
 
     def describe(self) -> str:
         lines = [f"fix {self.fix!r}, world size {self.world_size}: {self.outcome} after "
-                 f"{self.seconds:.1f} s (timeout {self.timeout:g} s)",
+                 f"{self.seconds:.1f} s\n  (timeout {self.timeout:g} s)",
                  f"batches per rank: {self.batches_per_rank}; steps completed per rank: "
                  f"{self.steps_completed_per_rank}"]
         for rank, message in enumerate(self.check_in_messages):
             if message:
-                lines.append(f"rank {rank}'s monitored_barrier: {message}")
+                lines.append(textwrap.fill(f"rank {rank}'s monitored_barrier: {message}", 78,
+                                           subsequent_indent="  "))
         if self.missing_ranks:
             lines.append(f"missing ranks named: {self.missing_ranks}")
         if self.extra_step_scale is not None:
             lines.append(f"extra steps: DDP's gradient = {self.extra_step_scale:.3f} x the "
-                         f"rank's own (divide_by_initial_world_size="
+                         f"rank's own\n  (divide_by_initial_world_size="
                          f"{self.divide_by_initial_world_size})")
         return "\n".join(lines)
 
