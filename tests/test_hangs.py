@@ -14,7 +14,7 @@ import torch.nn.functional as F
 import ddplab
 import rank_fns
 from conftest import alive, ddplab_json, descendants
-from ddplab.chapters.hangs import rank0_collective, uneven
+from ddplab.chapters.hangs import monitored_barrier, rank0_collective, uneven
 from ddplab.common import mlp
 
 T = 2.0  # seconds: the hang timeout of these tests
@@ -205,3 +205,11 @@ def test_the_labs_dropdown_shows_the_chosen_panel_only():
     assert box.children == (panels["uneven_inputs"],)
     dropdown.value = "batchnorm"
     assert box.children == (panels["batchnorm"],)
+
+
+@pytest.mark.parametrize("wait_all_ranks, named", [(False, "Rank 1 failed"),
+                                                   (True, "Ranks 1, 2 failed")])
+def test_monitored_barrier_names_every_absent_rank_only_with_wait_all_ranks(wait_all_ranks,
+                                                                            named):
+    result = monitored_barrier.run(world_size=3, absent=(1, 2), wait_all_ranks=wait_all_ranks)
+    assert named + " to pass monitoredBarrier in 500 ms" in result.rank0_message

@@ -2,9 +2,10 @@
 ``batch_size`` samples, not of the global batch DDP trains on.
 
 Every rank trains the same MLP with SGD on its own rows of each global batch and keeps its own
-loss per step; an ``all_reduce`` of the detached losses (SUM, divided by the world size: gloo
-has no AVG) gives the loss of the global batch, since every rank holds the same number of
-samples. The reference is one process training on the whole global batch.
+loss per step; an ``all_reduce`` of the detached losses (SUM, divided by the world size;
+``ReduceOp.AVG`` gives the same, on gloo too in torch 2.13) gives the loss of the global batch,
+since every rank holds the same number of samples. The reference is one process training on
+the whole global batch.
 """
 
 from __future__ import annotations
