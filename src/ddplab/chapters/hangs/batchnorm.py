@@ -15,6 +15,7 @@ gloo runs on CPU. torch's own refuses CPU input (``SyncBatchNorm.forward`` in
 from __future__ import annotations
 
 import dataclasses
+import textwrap
 
 import numpy as np
 import torch
@@ -174,7 +175,7 @@ class BatchNorm(Result):
     def describe(self) -> str:
         norm = "SyncBatchNormCPU" if self.sync else "BatchNorm1d"
         share = self.global_batch_size // self.world_size
-        return "\n".join([
+        return "\n".join(textwrap.fill(line, 78, subsequent_indent="  ") for line in [
             f"{norm}, {self.world_size} ranks x {share} samples against 1 process x "
             f"{self.global_batch_size}",
             f"largest |DDP - one process|: gradient {self.max_grad_diff:.2e}, "

@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import tempfile
+import textwrap
 
 import torch
 import torch.distributed as dist
@@ -105,12 +106,12 @@ class Checkpoints(Result):
 
     def describe(self) -> str:
         error = (self.prefix_error or "none").splitlines()
-        return "\n".join([
+        return "\n".join(textwrap.fill(line, 78, subsequent_indent="  ") for line in [
             f"ddp.module.state_dict() keys: {self.plain_keys}",
-            f"ddp.state_dict() keys:        {self.ddp_keys}",
+            f"ddp.state_dict() keys: {self.ddp_keys}",
             f"loaded on every rank from ddp.module.state_dict(): largest difference "
             f"{self.max_diff_loaded:.1e}",
-            "ddp.state_dict() into a plain model: " + "\n  ".join(error),
+            "ddp.state_dict() into a plain model: " + " ".join(e.strip() for e in error),
             f"after stripping 'module.': largest difference {self.max_diff_stripped:.1e}",
             f"temporary directory removed: {self.directory_removed}"])
 
