@@ -121,13 +121,13 @@ def one_process_rank0_val_loss(world_size, steps=2, batch_size=8, seed=0):
     """Rank 0's validation loss after DDP training of the BatchNorm model, in one process:
     each rank's copy normalises its own rows; gradients are averaged; rank 0's buffers are the
     ones that count (broadcast_buffers: rank 0's overwrite the others' before each forward)."""
-    model = rank0_collective.make_model(seed)
+    model = rank0_collective.make_batchnorm_mlp(seed)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     for step in range(steps):
-        X, y = rank0_collective.make_batch(world_size * batch_size, seed, step)
+        X, y = mlp.make_batch(rank0_collective.LAYERS, batch_size, world_size, seed, step)
         grads, buffers = [], None
         for r in range(world_size):
-            copy = rank0_collective.make_model(seed)
+            copy = rank0_collective.make_batchnorm_mlp(seed)
             copy.load_state_dict(model.state_dict())
             rows = slice(r * batch_size, (r + 1) * batch_size)
             F.mse_loss(copy(X[rows]), y[rows]).backward()
@@ -139,7 +139,7 @@ def one_process_rank0_val_loss(world_size, steps=2, batch_size=8, seed=0):
         optimizer.step()
         model.load_state_dict({**model.state_dict(), **buffers})
     model.eval()
-    X_val, y_val = rank0_collective.make_batch(64, seed, -1)
+    X_val, y_val = mlp.make_batch(rank0_collective.LAYERS, 64, 1, seed, -1)
     with torch.no_grad():
         return F.mse_loss(model(X_val), y_val).item()
 

@@ -7,7 +7,8 @@ Every rank trains a small model with a BatchNorm layer for ``steps`` steps; then
 evaluates it, under ``torch.no_grad()``. Through ``ddp`` (``fix="none"``) that forward is a
 collective: DDP broadcasts rank 0's buffers (BatchNorm's running statistics) to every rank
 before each forward that follows a training forward (``_pre_forward`` -> ``_sync_buffers`` in
-``torch/nn/parallel/distributed.py``, with ``broadcast_buffers=True``, the default), and no
+``torch/nn/parallel/distributed.py``, with ``forward_sync_buffers=True``, the default; the
+flag was ``broadcast_buffers`` before torch 2.13), and no
 other rank joins it. Through ``ddp.module`` (``fix="module"``) it is a plain local forward.
 
 A model without buffers would not hang here: its no-grad forward communicates nothing once
@@ -28,24 +29,21 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from ddplab.common import hang_watch
 from ddplab.common.checks import an_int, int_in_range, one_of, positive_int
+from ddplab.common.mlp import make_batch
 from ddplab.common.results import Result
 
 COMMAND = "rank0-collective"  # python -m ddplab rank0-collective
 
 FIXES = ("none", "module")
 FEATURES = 8
+LAYERS = (FEATURES, 1)  # the batches' input and target widths (ddplab.common.mlp)
 
 
-def make_model(seed: int) -> torch.nn.Module:
+def make_batchnorm_mlp(seed: int) -> torch.nn.Module:
     """Linear, BatchNorm, ReLU, Linear: BatchNorm's running mean and variance are buffers."""
     torch.manual_seed(seed)
     return torch.nn.Sequential(torch.nn.Linear(FEATURES, 16), torch.nn.BatchNorm1d(16),
                                torch.nn.ReLU(), torch.nn.Linear(16, 1))
-
-
-def make_batch(n: int, seed: int, step: int):
-    g = torch.Generator().manual_seed(1_000_003 * seed + step)
-    return torch.randn(n, FEATURES, generator=g), torch.randn(n, 1, generator=g)
 
 
 # ---------------------------------------------------------------- on every rank
@@ -70,18 +68,18 @@ def train_then_evaluate(ctx, call_id: str, fix: str, steps: int,
                         batch_size: int, seed: int,
                         check_in_seconds: float) -> dict:
     work, watch = hang_watch.work_groups(check_in_seconds)
-    model = make_model(seed).to(ctx.device)
+    model = make_batchnorm_mlp(seed).to(ctx.device)
     ddp = DDP(model, process_group=work)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     rows = slice(ctx.rank * batch_size, (ctx.rank + 1) * batch_size)
     for step in range(steps):
-        batch = make_batch(ctx.world_size * batch_size, seed, step)
+        batch = make_batch(LAYERS, batch_size, ctx.world_size, seed, step)
         X, y = (t[rows].to(ctx.device) for t in batch)
         optimizer.zero_grad()
         F.mse_loss(ddp(X), y).backward()
         optimizer.step()
         hang_watch.note(call_id, ctx.rank, step=step)
-    X_val, y_val = (t.to(ctx.device) for t in make_batch(64, seed, -1))
+    X_val, y_val = (t.to(ctx.device) for t in make_batch(LAYERS, 64, 1, seed, -1))
     if fix == "module":
         val_loss = evaluate_on_rank0(ddp, ctx.rank, X_val, y_val)
     else:  # the mistake: rank 0 alone calls the DDP model
