@@ -139,3 +139,13 @@ def test_ddp_on_a_detail_group_crashes_in_this_torch():
 def test_bad_input_fails_before_any_rank_starts(run, kwargs, match):
     with pytest.raises(ValueError, match=match):
         run(**kwargs)
+
+
+def test_cli_silent_mix_and_join_logging_report_as_json():
+    from conftest import ddplab_json
+
+    mixed = ddplab_json("silent-mix", "--timeout", "2")
+    assert mixed["outcome"] == "hung" and mixed["missing_ranks"] == [1]
+    assert sorted(np.round(mixed["rank1_extra_step_mixed"], 4)) == sorted(mixed["own_counts"][0])
+    logged = ddplab_json("join-logging", "--fix", "joinable")
+    assert logged["error"] is None and logged["max_diff_logged"] < 1e-6
