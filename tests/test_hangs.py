@@ -14,7 +14,7 @@ import torch.nn.functional as F
 import ddplab
 import rank_fns
 from conftest import alive, ddplab_json, descendants
-from ddplab.chapters.hangs import rank0_collective, uneven
+from ddplab.chapters.hangs import monitored_barrier, rank0_collective, uneven
 from ddplab.common import mlp
 
 T = 2.0  # seconds: the hang timeout of these tests
@@ -88,25 +88,46 @@ def test_join_trains_every_batch_and_matches_the_one_process_reference(divide):
     assert np.abs(other - reference).max() > 1e-3
 
 
-def test_drop_last_trains_the_common_batches_only():
-    result = uneven.run(world_size=2, extra_batches=2, fix="drop-last")
+def test_min_count_trains_the_common_batches_only():
+    result = uneven.run(world_size=2, extra_batches=2, fix="min-count")
     assert result.outcome == "finished"
-    assert result.batches_per_rank == [2, 2] == result.steps_completed_per_rank
+    assert result.batches_per_rank == [2, 4]
+    assert result.steps_completed_per_rank == [2, 2]
     np.testing.assert_allclose(result.final_params[1], one_process_uneven(2, [2, 2], True),
                                atol=1e-6)
+
+
+def test_loader_drop_last_keeps_every_full_batch_and_still_hangs():
+    """DataLoader(drop_last=True) drops a partial batch only: 2 against 3 full batches stay."""
+    result = uneven.run(world_size=2, extra_batches=1, fix="loader-drop-last", timeout=T)
+    assert result.outcome == "hung" and result.seconds < T + 5
+    assert result.batches_per_rank == [2, 3]
+    assert result.steps_completed_per_rank == [2, 2]
+    assert result.missing_ranks == [1]
+
+
+def test_distributed_sampler_gives_every_rank_the_same_count_by_padding():
+    """What the page says of DistributedSampler.__iter__: 10 samples on 4 ranks, 3 each."""
+    from torch.utils.data.distributed import DistributedSampler
+
+    counts = [len(list(DistributedSampler(range(10), num_replicas=4, rank=r, shuffle=False)))
+              for r in range(4)]
+    assert counts == [3, 3, 3, 3]
+    padded = list(DistributedSampler(range(10), num_replicas=4, rank=3, shuffle=False))
+    assert padded == [3, 7, 1]  # index 1 is drawn a second time, wrapped from the start
 
 
 def one_process_rank0_val_loss(world_size, steps=2, batch_size=8, seed=0):
     """Rank 0's validation loss after DDP training of the BatchNorm model, in one process:
     each rank's copy normalises its own rows; gradients are averaged; rank 0's buffers are the
     ones that count (broadcast_buffers: rank 0's overwrite the others' before each forward)."""
-    model = rank0_collective.make_model(seed)
+    model = rank0_collective.make_batchnorm_mlp(seed)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     for step in range(steps):
-        X, y = rank0_collective.make_batch(world_size * batch_size, seed, step)
+        X, y = mlp.make_batch(rank0_collective.LAYERS, batch_size, world_size, seed, step)
         grads, buffers = [], None
         for r in range(world_size):
-            copy = rank0_collective.make_model(seed)
+            copy = rank0_collective.make_batchnorm_mlp(seed)
             copy.load_state_dict(model.state_dict())
             rows = slice(r * batch_size, (r + 1) * batch_size)
             F.mse_loss(copy(X[rows]), y[rows]).backward()
@@ -118,7 +139,7 @@ def one_process_rank0_val_loss(world_size, steps=2, batch_size=8, seed=0):
         optimizer.step()
         model.load_state_dict({**model.state_dict(), **buffers})
     model.eval()
-    X_val, y_val = rank0_collective.make_batch(64, seed, -1)
+    X_val, y_val = mlp.make_batch(rank0_collective.LAYERS, 64, 1, seed, -1)
     with torch.no_grad():
         return F.mse_loss(model(X_val), y_val).item()
 
@@ -157,6 +178,7 @@ def test_cli_uneven_join_prints_each_ranks_final_gradient():
 
 @pytest.mark.parametrize("run, kwargs, match", [
     (uneven.run, {"fix": "later"}, "fix must be one of"),
+    (uneven.run, {"fix": "drop-last"}, "fix must be one of"),
     (uneven.run, {"world_size": 1}, "world_size must be between 2"),
     (uneven.run, {"extra_batches": -1}, "extra_batches"),
     (uneven.run, {"timeout": 0}, "timeout"),
@@ -183,3 +205,11 @@ def test_the_labs_dropdown_shows_the_chosen_panel_only():
     assert box.children == (panels["uneven_inputs"],)
     dropdown.value = "batchnorm"
     assert box.children == (panels["batchnorm"],)
+
+
+@pytest.mark.parametrize("wait_all_ranks, named", [(False, "Rank 1 failed"),
+                                                   (True, "Ranks 1, 2 failed")])
+def test_monitored_barrier_names_every_absent_rank_only_with_wait_all_ranks(wait_all_ranks,
+                                                                            named):
+    result = monitored_barrier.run(world_size=3, absent=(1, 2), wait_all_ranks=wait_all_ranks)
+    assert named + " to pass monitoredBarrier in 500 ms" in result.rank0_message

@@ -29,7 +29,7 @@ def one_process_bn(batch_size, seed=0, world_size=1):
     share = batch_size // world_size
     grads, outputs = [], []
     for r in range(world_size):
-        model = batchnorm.make_model(seed)
+        model = batchnorm.make_batchnorm_mlp(seed)
         rows = slice(r * share, (r + 1) * share)
         output = model(X[rows])
         F.mse_loss(output, y[rows]).backward()
@@ -57,7 +57,7 @@ def test_sync_batchnorm_written_out_matches_one_process_on_the_whole_batch(world
     grad, output = one_process_bn(8)
     np.testing.assert_allclose(result.grads, np.stack([grad] * world_size), atol=1e-5)
     np.testing.assert_allclose(result.outputs, output, atol=1e-6)
-    model = batchnorm.make_model(0)
+    model = batchnorm.make_batchnorm_mlp(0)
     model(batchnorm.make_data(8, 0)[0])
     np.testing.assert_allclose(result.running_means, np.stack(
         [model[1].running_mean.numpy()] * world_size), atol=1e-6)
@@ -121,7 +121,7 @@ def test_logged_loss_rank0_is_not_the_global_loss_the_mean_is():
     optimizer = torch.optim.SGD(model.parameters(), lr=logged_loss.LR)
     reference, rank0 = [], []
     for step in range(10):
-        X, y = logged_loss.make_batch(4, 4, 0, step)
+        X, y = logged_loss.make_noisy_batch(4, 4, 0, step)
         with torch.no_grad():
             rank0.append(F.mse_loss(model(X[:4]), y[:4]).item())
         optimizer.zero_grad()

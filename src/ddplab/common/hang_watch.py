@@ -93,11 +93,11 @@ def finish(call_id: str, rank: int, work, watch, seconds: float) -> str | None:
 class Watched:
     """How a call that may hang ended."""
 
-    outcome: str  # "finished" or "hung"
+    outcome: str  # "finished", "hung", or "died" (with catch_rank_errors)
     seconds: float  # from the call to its result, or to the TimeoutError
     results: list | None  # every rank's result when it finished
     notes: list[list[dict]]  # per rank, the lines it noted during this call
-    error: str | None  # the TimeoutError's message when it hung
+    error: str | None  # the TimeoutError's (or RankError's) message
 
     @property
     def steps_completed_per_rank(self) -> list[int]:
@@ -113,8 +113,9 @@ class Watched:
 
 
 def run_watched(fn, world_size: int, timeout: float, backend: str = "auto",
-                **params) -> Watched:
-    """``ddplab.run(fn, world_size, ...)``; a hang is the outcome "hung", not an exception."""
+                catch_rank_errors: bool = False, **params) -> Watched:
+    """``ddplab.run(fn, world_size, ...)``; a hang is the outcome "hung", not an exception
+    (and with ``catch_rank_errors`` a rank that raised or died is the outcome "died")."""
     positive_number("timeout", timeout)
     call_id = uuid.uuid4().hex
     start = time.perf_counter()
@@ -124,6 +125,10 @@ def run_watched(fn, world_size: int, timeout: float, backend: str = "auto",
         outcome, error = "finished", None
     except TimeoutError as exc:
         results, outcome, error = None, "hung", str(exc)
+    except ddplab.RankError as exc:
+        if not catch_rank_errors:
+            raise
+        results, outcome, error = None, "died", str(exc)
     seconds = time.perf_counter() - start
     return Watched(outcome=outcome, seconds=seconds, results=results,
                    notes=read_notes(call_id, world_size), error=error)

@@ -15,6 +15,7 @@ gloo runs on CPU. torch's own refuses CPU input (``SyncBatchNorm.forward`` in
 from __future__ import annotations
 
 import dataclasses
+import textwrap
 
 import numpy as np
 import torch
@@ -88,7 +89,8 @@ class SyncBatchNormCPU(torch.nn.BatchNorm1d):
         return y
 
 
-def make_model(seed: int, norm=torch.nn.BatchNorm1d) -> torch.nn.Module:
+def make_batchnorm_mlp(seed: int, norm=torch.nn.BatchNorm1d) -> torch.nn.Module:
+    """Linear, BatchNorm (or ``norm``), ReLU, Linear."""
     torch.manual_seed(seed)
     return torch.nn.Sequential(torch.nn.Linear(FEATURES, HIDDEN), norm(HIDDEN), torch.nn.ReLU(),
                                torch.nn.Linear(HIDDEN, 1))
@@ -109,13 +111,14 @@ def step(ctx, global_batch_size: int, seed: int, sync: bool) -> dict:
     share = global_batch_size // ctx.world_size
     rows = slice(ctx.rank * share, (ctx.rank + 1) * share)
     X, y = X_all[rows].to(ctx.device), y_all[rows].to(ctx.device)
-    model = make_model(seed, SyncBatchNormCPU if sync else torch.nn.BatchNorm1d).to(ctx.device)
+    norm = SyncBatchNormCPU if sync else torch.nn.BatchNorm1d
+    model = make_batchnorm_mlp(seed, norm).to(ctx.device)
     ddp = DDP(model)  # keep a reference until backward is done
     output = ddp(X)
     F.mse_loss(output, y).backward()
     running_mean = model[1].running_mean.clone()
     ddp.eval()
-    with torch.no_grad():  # broadcast_buffers=True: rank 0's buffers overwrite the others' here
+    with torch.no_grad():  # forward_sync_buffers: rank 0's buffers overwrite the others' here
         ddp(X)
     return {"output": output.detach(), "grad": flat_grad(model), "running_mean": running_mean,
             "running_mean_next": model[1].running_mean.clone(),
@@ -174,7 +177,7 @@ class BatchNorm(Result):
     def describe(self) -> str:
         norm = "SyncBatchNormCPU" if self.sync else "BatchNorm1d"
         share = self.global_batch_size // self.world_size
-        return "\n".join([
+        return "\n".join(textwrap.fill(line, 78, subsequent_indent="  ") for line in [
             f"{norm}, {self.world_size} ranks x {share} samples against 1 process x "
             f"{self.global_batch_size}",
             f"largest |DDP - one process|: gradient {self.max_grad_diff:.2e}, "
@@ -184,7 +187,7 @@ class BatchNorm(Result):
 
 def reference(global_batch_size: int, seed: int) -> dict:
     """One process, no DDP, the whole batch."""
-    model = make_model(seed)
+    model = make_batchnorm_mlp(seed)
     X, y = make_data(global_batch_size, seed)
     output = model(X)
     F.mse_loss(output, y).backward()

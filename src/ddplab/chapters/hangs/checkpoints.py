@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import tempfile
+import textwrap
 
 import torch
 import torch.distributed as dist
@@ -41,9 +42,21 @@ def _params(model) -> torch.Tensor:
 # ---------------------------------------------------------------- on every rank
 
 
+def save_checkpoint(ddp, path: str, rank: int) -> None:
+    """Rank 0 writes the plain module's state; every rank waits for the file."""
+    if rank == 0:
+        torch.save(ddp.module.state_dict(), path)  # not ddp.state_dict()
+    dist.barrier()  # no rank reads before rank 0 has written
+
+
+def load_checkpoint(model, path: str, device) -> None:
+    """Into a plain model, onto this rank's own device."""
+    model.load_state_dict(torch.load(path, map_location=device))
+
+
 def save_and_load(ctx, directory: str, seed: int) -> dict:
-    """One DDP step; rank 0 saves both state dicts; every rank loads both
-    into plain models."""
+    """One DDP step; save and load as :func:`save_checkpoint` does, then the
+    same with ``ddp.state_dict()``, which a plain model refuses."""
     model = make_model(LAYERS, seed).to(ctx.device)
     ddp = DDP(model)
     X, y = (t[ctx.rank * 4:(ctx.rank + 1) * 4].to(ctx.device)
@@ -52,15 +65,14 @@ def save_and_load(ctx, directory: str, seed: int) -> dict:
     torch.optim.SGD(model.parameters(), lr=0.1).step()
     plain_path = os.path.join(directory, "model.pt")
     wrapped_path = os.path.join(directory, "ddp.pt")
-    if ctx.rank == 0:
-        torch.save(ddp.module.state_dict(), plain_path)
-        torch.save(ddp.state_dict(), wrapped_path)
-    dist.barrier()  # no rank reads before rank 0 has written
-
+    save_checkpoint(ddp, plain_path, ctx.rank)
     fresh = make_model(LAYERS, seed + 1).to(ctx.device)
-    fresh.load_state_dict(torch.load(plain_path, map_location=ctx.device))
+    load_checkpoint(fresh, plain_path, ctx.device)
     loaded_diff = (_params(fresh) - _params(model)).abs().max().item()
 
+    if ctx.rank == 0:  # the other candidate, with every key prefixed "module."
+        torch.save(ddp.state_dict(), wrapped_path)
+    dist.barrier()
     wrapped = torch.load(wrapped_path, map_location=ctx.device)
     keys = list(wrapped)
     try:
@@ -94,12 +106,12 @@ class Checkpoints(Result):
 
     def describe(self) -> str:
         error = (self.prefix_error or "none").splitlines()
-        return "\n".join([
+        return "\n".join(textwrap.fill(line, 78, subsequent_indent="  ") for line in [
             f"ddp.module.state_dict() keys: {self.plain_keys}",
-            f"ddp.state_dict() keys:        {self.ddp_keys}",
+            f"ddp.state_dict() keys: {self.ddp_keys}",
             f"loaded on every rank from ddp.module.state_dict(): largest difference "
             f"{self.max_diff_loaded:.1e}",
-            "ddp.state_dict() into a plain model: " + "\n  ".join(error),
+            "ddp.state_dict() into a plain model: " + " ".join(e.strip() for e in error),
             f"after stripping 'module.': largest difference {self.max_diff_stripped:.1e}",
             f"temporary directory removed: {self.directory_removed}"])
 

@@ -2,9 +2,10 @@
 ``batch_size`` samples, not of the global batch DDP trains on.
 
 Every rank trains the same MLP with SGD on its own rows of each global batch and keeps its own
-loss per step; an ``all_reduce`` of the detached losses (SUM, divided by the world size: gloo
-has no AVG) gives the loss of the global batch, since every rank holds the same number of
-samples. The reference is one process training on the whole global batch.
+loss per step; an ``all_reduce`` of the detached losses (SUM, divided by the world size;
+``ReduceOp.AVG`` gives the same, on gloo too in torch 2.13) gives the loss of the global batch,
+since every rank holds the same number of samples. The reference is one process training on
+the whole global batch.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ LAYERS = (8, 32, 1)
 LR = 0.05
 
 
-def make_batch(batch_size: int, world_size: int, seed: int, step: int):
+def make_noisy_batch(batch_size: int, world_size: int, seed: int, step: int):
     """Noisy targets: a few samples per rank give losses that differ from rank to rank."""
     g = torch.Generator().manual_seed(1_000_003 * seed + step)
     X = torch.randn(world_size * batch_size, LAYERS[0], generator=g)
@@ -44,7 +45,7 @@ def losses(ctx, steps: int, batch_size: int, seed: int) -> dict:
     rows = slice(ctx.rank * batch_size, (ctx.rank + 1) * batch_size)
     own, mean = [], []
     for step in range(steps):
-        X, y = (t[rows].to(ctx.device) for t in make_batch(batch_size, ctx.world_size, seed,
+        X, y = (t[rows].to(ctx.device) for t in make_noisy_batch(batch_size, ctx.world_size, seed,
                                                             step))
         optimizer.zero_grad()
         loss = F.mse_loss(ddp(X), y)
@@ -92,7 +93,7 @@ def reference(world_size: int, batch_size: int, steps: int, seed: int) -> np.nda
     optimizer = torch.optim.SGD(model.parameters(), lr=LR)
     out = []
     for step in range(steps):
-        X, y = make_batch(batch_size, world_size, seed, step)
+        X, y = make_noisy_batch(batch_size, world_size, seed, step)
         optimizer.zero_grad()
         loss = F.mse_loss(model(X), y)
         loss.backward()

@@ -7,7 +7,8 @@ Every rank trains a small model with a BatchNorm layer for ``steps`` steps; then
 evaluates it, under ``torch.no_grad()``. Through ``ddp`` (``fix="none"``) that forward is a
 collective: DDP broadcasts rank 0's buffers (BatchNorm's running statistics) to every rank
 before each forward that follows a training forward (``_pre_forward`` -> ``_sync_buffers`` in
-``torch/nn/parallel/distributed.py``, with ``broadcast_buffers=True``, the default), and no
+``torch/nn/parallel/distributed.py``, with ``forward_sync_buffers=True``, the default; the
+flag was ``broadcast_buffers`` before torch 2.13), and no
 other rank joins it. Through ``ddp.module`` (``fix="module"``) it is a plain local forward.
 
 A model without buffers would not hang here: its no-grad forward communicates nothing once
@@ -20,6 +21,7 @@ ranks that arrive name rank 0, the one that never did.
 from __future__ import annotations
 
 import dataclasses
+import textwrap
 
 import torch
 import torch.nn.functional as F
@@ -27,53 +29,62 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from ddplab.common import hang_watch
 from ddplab.common.checks import an_int, int_in_range, one_of, positive_int
+from ddplab.common.mlp import make_batch
 from ddplab.common.results import Result
 
 COMMAND = "rank0-collective"  # python -m ddplab rank0-collective
 
 FIXES = ("none", "module")
 FEATURES = 8
+LAYERS = (FEATURES, 1)  # the batches' input and target widths (ddplab.common.mlp)
 
 
-def make_model(seed: int) -> torch.nn.Module:
+def make_batchnorm_mlp(seed: int) -> torch.nn.Module:
     """Linear, BatchNorm, ReLU, Linear: BatchNorm's running mean and variance are buffers."""
     torch.manual_seed(seed)
     return torch.nn.Sequential(torch.nn.Linear(FEATURES, 16), torch.nn.BatchNorm1d(16),
                                torch.nn.ReLU(), torch.nn.Linear(16, 1))
 
 
-def make_batch(n: int, seed: int, step: int):
-    g = torch.Generator().manual_seed(1_000_003 * seed + step)
-    return torch.randn(n, FEATURES, generator=g), torch.randn(n, 1, generator=g)
-
-
 # ---------------------------------------------------------------- on every rank
+
+
+def evaluate(model, X, y) -> float:
+    """The loss on (X, y) in eval mode, without gradients."""
+    model.eval()
+    with torch.no_grad():
+        loss = F.mse_loss(model(X), y).item()
+    model.train()
+    return loss
+
+
+def evaluate_on_rank0(ddp, rank: int, X, y) -> float | None:
+    """Rank 0 evaluates alone, through ``ddp.module``: a plain forward that
+    communicates nothing. Through ``ddp`` it would wait for the others."""
+    return evaluate(ddp.module, X, y) if rank == 0 else None
 
 
 def train_then_evaluate(ctx, call_id: str, fix: str, steps: int,
                         batch_size: int, seed: int,
                         check_in_seconds: float) -> dict:
     work, watch = hang_watch.work_groups(check_in_seconds)
-    model = make_model(seed).to(ctx.device)
+    model = make_batchnorm_mlp(seed).to(ctx.device)
     ddp = DDP(model, process_group=work)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     rows = slice(ctx.rank * batch_size, (ctx.rank + 1) * batch_size)
     for step in range(steps):
-        batch = make_batch(ctx.world_size * batch_size, seed, step)
+        batch = make_batch(LAYERS, batch_size, ctx.world_size, seed, step)
         X, y = (t[rows].to(ctx.device) for t in batch)
         optimizer.zero_grad()
         F.mse_loss(ddp(X), y).backward()
         optimizer.step()
         hang_watch.note(call_id, ctx.rank, step=step)
-    val_loss = None
+    X_val, y_val = (t.to(ctx.device) for t in make_batch(LAYERS, 64, 1, seed, -1))
+    if fix == "module":
+        val_loss = evaluate_on_rank0(ddp, ctx.rank, X_val, y_val)
+    else:  # the mistake: rank 0 alone calls the DDP model
+        val_loss = evaluate(ddp, X_val, y_val) if ctx.rank == 0 else None
     if ctx.rank == 0:
-        X_val, y_val = (t.to(ctx.device) for t in make_batch(64, seed, -1))
-        # the fix: ddp.module, a local forward
-        evaluated = ddp if fix == "none" else ddp.module
-        evaluated.eval()
-        with torch.no_grad():
-            val_loss = F.mse_loss(evaluated(X_val), y_val).item()
-        evaluated.train()
         hang_watch.note(call_id, ctx.rank, val_loss=val_loss)
     hang_watch.finish(call_id, ctx.rank, work, watch, check_in_seconds)
     return {"val_loss": val_loss}
@@ -100,9 +111,10 @@ class Rank0Collective(Result):
     def describe(self) -> str:
         evaluated = "ddp" if self.fix == "none" else "ddp.module"
         lines = [f"rank 0 evaluates through {evaluated}, world size {self.world_size}: "
-                 f"{self.outcome} after {self.seconds:.1f} s (timeout {self.timeout:g} s)",
+                 f"{self.outcome}\n  after {self.seconds:.1f} s (timeout {self.timeout:g} s)",
                  f"training steps completed per rank: {self.steps_completed_per_rank}"]
-        lines += [f"rank {rank}'s monitored_barrier: {message}"
+        lines += [textwrap.fill(f"rank {rank}'s monitored_barrier: {message}", 78,
+                                subsequent_indent="  ")
                   for rank, message in enumerate(self.check_in_messages) if message]
         if self.missing_ranks:
             lines.append(f"missing ranks named: {self.missing_ranks}")

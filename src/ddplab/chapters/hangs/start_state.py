@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import dataclasses
+import textwrap
 
 import numpy as np
 import torch
@@ -96,14 +97,14 @@ class StartState(Result):
 
     def describe(self) -> str:
         cover, agree = self.coverage(), self.mask_agreement()
-        return "\n".join([
+        return "\n".join(textwrap.fill(line, 78, subsequent_indent="  ") for line in [
             f"world size {self.world_size}, model seed {self.seed} + rank",
             f"largest weight difference from rank 0: before DDP {self.max_diff_before:.3f}, "
             f"after DDP's constructor {self.max_diff_after:.1e}",
             f"DistributedSampler over {self.dataset_size} samples, one seed on every rank: "
             f"{cover['same']['drawn_twice_or_more']} drawn twice or more, "
             f"{cover['same']['never_drawn']} never",
-            f"  seed + rank: {cover['per_rank']['drawn_twice_or_more']} drawn twice or more, "
+            f"seed + rank: {cover['per_rank']['drawn_twice_or_more']} drawn twice or more, "
             f"{cover['per_rank']['never_drawn']} never",
             f"dropout masks equal to rank 0's: {agree['same']:.0%} with one seed, "
             f"{agree['per_rank']:.0%} with seed + rank"])

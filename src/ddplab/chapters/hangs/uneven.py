@@ -2,36 +2,49 @@
 waits for an all-reduce the others never join, and the run hangs.
 
     python -m ddplab uneven --world-size 2 --extra-batches 1 --fix none --timeout 5 --json
+    python -m ddplab uneven --world-size 2 --extra-batches 1 --fix loader-drop-last --json
+    python -m ddplab uneven --world-size 2 --extra-batches 1 --fix min-count --json
     python -m ddplab uneven --world-size 2 --extra-batches 1 --fix join --json
-    python -m ddplab uneven --world-size 2 --extra-batches 1 --fix drop-last --json
 
-Every rank trains the same small MLP with SGD; every rank has ``batches`` batches of
-``batch_size`` samples and the last rank ``extra_batches`` more. The fixes:
+Every rank trains the same small MLP with SGD on its own hand-sharded data: ``batches`` full
+batches of ``batch_size`` samples, the last rank ``extra_batches`` more, read through a
+``DataLoader``. The fixes:
 
-- ``drop-last``: every rank takes the same number of batches, the smallest, as
-  ``DistributedSampler(drop_last=True)`` arranges; the extra samples are not trained on.
+- ``loader-drop-last``: ``DataLoader(drop_last=True)``. It drops only a rank's last *partial*
+  batch; full batches stay, so the counts stay unequal and the run still hangs. (A
+  ``DistributedSampler`` gives every rank the same count already: without ``drop_last`` it pads
+  by repeating indices, with it it cuts the tail, ``DistributedSampler.__iter__`` in
+  ``torch/utils/data/distributed.py``. Uneven counts come from hand-sharded or iterable data.)
+- ``min-count``: every rank all-reduces its number of batches with ``ReduceOp.MIN`` and takes
+  that many (:func:`train_epoch_equal_count`); the extra batches are not trained on.
 - ``join``: the loop runs inside ``torch.distributed.algorithms.Join([ddp])``. A rank that runs
   out joins; while others still train it shadows their collectives (DDP's join hook all-reduces
   zeros in place of its gradients, ``_DDPJoinHook.main_hook`` in
   ``torch/nn/parallel/distributed.py``), and at the end the last rank to join broadcasts its
   parameters to all. With ``divide_by_initial_world_size=True`` (the default) the gradient of a
   step that fewer ranks took is still divided by the initial world size; with False, by the
-  number of ranks that took it.
+  number of ranks that took it. Join also adds one all-reduce to every forward
+  (``Join.notify_join_context``, called from ``DistributedDataParallel.forward``).
 
 After the loop every rank checks in at a ``monitored_barrier`` (``hang_watch.finish``), which
-names the ranks that never arrived.
+names the ranks that never arrived. The rank function notes each step from an optimizer hook,
+so the loops the page shows (:func:`train_epoch`, :func:`train_epoch_equal_count`) stay plain.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import itertools
+import textwrap
 
 import numpy as np
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 from torch.distributed.algorithms.join import Join
 from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, TensorDataset
 
 from ddplab.common import hang_watch
 from ddplab.common.checks import an_int, int_in_range, one_of, positive_int
@@ -40,49 +53,81 @@ from ddplab.common.results import Result
 
 COMMAND = "uneven"  # python -m ddplab uneven
 
-FIXES = ("none", "join", "drop-last")
+FIXES = ("none", "loader-drop-last", "min-count", "join")
 LAYERS = (8, 16, 1)
 LR = 0.1
 
 
-def batches_per_rank(world_size: int, batches: int, extra_batches: int, fix: str) -> list[int]:
-    per_rank = [batches] * (world_size - 1) + [batches + extra_batches]
-    return [min(per_rank)] * world_size if fix == "drop-last" else per_rank
+def batches_per_rank(world_size: int, batches: int, extra_batches: int) -> list[int]:
+    """Full batches in each rank's data: ``batches``, the last rank ``extra_batches`` more."""
+    return [batches] * (world_size - 1) + [batches + extra_batches]
 
 
 # ---------------------------------------------------------------- on every rank
 
 
+def train_epoch(ddp, optimizer, loader) -> None:
+    """One pass over this rank's loader. Hangs when another rank has fewer
+    batches: this rank's extra backward waits in an all-reduce."""
+    for X, y in loader:
+        optimizer.zero_grad()
+        F.mse_loss(ddp(X), y).backward()
+        optimizer.step()
+
+
+def train_epoch_equal_count(ddp, optimizer, loader) -> None:
+    """Every rank takes as many batches as the rank with the fewest."""
+    count = torch.tensor(len(loader))
+    dist.all_reduce(count, op=dist.ReduceOp.MIN, group=ddp.process_group)
+    train_epoch(ddp, optimizer, itertools.islice(loader, int(count)))
+
+
+def rank_loader(ctx, batches: int, batch_size: int, seed: int, drop_last: bool,
+                layers=LAYERS) -> DataLoader:
+    """This rank's rows of the first ``batches`` global batches, as a loader."""
+    rows = slice(ctx.rank * batch_size, (ctx.rank + 1) * batch_size)
+    parts = [make_batch(layers, batch_size, ctx.world_size, seed, step) for step in range(batches)]
+    X = torch.cat([X[rows] for X, _ in parts]).to(ctx.device)
+    y = torch.cat([y[rows] for _, y in parts]).to(ctx.device)
+    return DataLoader(TensorDataset(X, y), batch_size=batch_size, drop_last=drop_last)
+
+
 def train(ctx, call_id: str, batches_per_rank: list[int], fix: str,
           divide_by_initial_world_size: bool, batch_size: int, seed: int,
           check_in_seconds: float) -> dict:
-    """Train on this rank's ``batches_per_rank[rank]`` batches; note each
-    finished step in the log."""
+    """Train on this rank's ``batches_per_rank[rank]`` batches; note each step in the log."""
     work, watch = hang_watch.work_groups(check_in_seconds)
     model = make_model(LAYERS, seed).to(ctx.device)
-    # keep a reference until backward is done
-    ddp = DDP(model, process_group=work)
+    ddp = DDP(model, process_group=work)  # keep a reference until backward is done
     optimizer = torch.optim.SGD(model.parameters(), lr=LR)
-    rows = slice(ctx.rank * batch_size, (ctx.rank + 1) * batch_size)
+    loader = rank_loader(ctx, batches_per_rank[ctx.rank], batch_size, seed,
+                         drop_last=fix == "loader-drop-last")
+    batches = list(loader)
     scales = []  # per step: this rank's DDP gradient over its local one
-    join = Join([ddp], enable=fix == "join",
-                divide_by_initial_world_size=divide_by_initial_world_size)
-    with join:
-        for step in range(batches_per_rank[ctx.rank]):
-            batch = make_batch(LAYERS, batch_size, ctx.world_size, seed, step)
-            X, y = (t[rows].to(ctx.device) for t in batch)
-            # the same step without DDP, to compare gradients
-            local = copy.deepcopy(model)
-            F.mse_loss(local(X), y).backward()
-            optimizer.zero_grad()
-            F.mse_loss(ddp(X), y).backward()
-            scales.append(_scale(flat_grad(model), flat_grad(local)))
-            optimizer.step()
-            hang_watch.note(call_id, ctx.rank, step=step)
+
+    def before_step(optimizer, args, kwargs):
+        """The same step without DDP, from the parameters the step starts from."""
+        X, y = batches[len(scales)]
+        local = copy.deepcopy(model)
+        local.zero_grad(set_to_none=True)
+        F.mse_loss(local(X), y).backward()
+        scales.append(_scale(flat_grad(model), flat_grad(local)))
+
+    def after_step(optimizer, args, kwargs):
+        hang_watch.note(call_id, ctx.rank, step=len(scales) - 1)
+
+    optimizer.register_step_pre_hook(before_step)
+    optimizer.register_step_post_hook(after_step)
+    if fix == "min-count":
+        train_epoch_equal_count(ddp, optimizer, loader)
+    else:
+        with Join([ddp], enable=fix == "join",
+                  divide_by_initial_world_size=divide_by_initial_world_size):
+            train_epoch(ddp, optimizer, loader)
     hang_watch.finish(call_id, ctx.rank, work, watch, check_in_seconds)
     params = torch.cat([p.detach().flatten() for p in model.parameters()])
-    return {"steps": batches_per_rank[ctx.rank], "grad": flat_grad(model),
-            "scales": scales, "params": params}
+    return {"steps": len(scales), "grad": flat_grad(model), "scales": scales,
+            "params": params}
 
 
 def _scale(ddp_grad: torch.Tensor, local_grad: torch.Tensor) -> float:
@@ -119,22 +164,23 @@ class Uneven(Result):
         """On the last rank's extra steps, its DDP gradient over its own local gradient."""
         if self.gradient_scales is None:
             return None
-        extra = self.gradient_scales[-1][min(self.batches_per_rank):]
+        extra = self.gradient_scales[-1][min(len(g) for g in self.gradient_scales):]
         return float(np.mean(extra)) if extra else None
 
     def describe(self) -> str:
         lines = [f"fix {self.fix!r}, world size {self.world_size}: {self.outcome} after "
-                 f"{self.seconds:.1f} s (timeout {self.timeout:g} s)",
+                 f"{self.seconds:.1f} s\n  (timeout {self.timeout:g} s)",
                  f"batches per rank: {self.batches_per_rank}; steps completed per rank: "
                  f"{self.steps_completed_per_rank}"]
         for rank, message in enumerate(self.check_in_messages):
             if message:
-                lines.append(f"rank {rank}'s monitored_barrier: {message}")
+                lines.append(textwrap.fill(f"rank {rank}'s monitored_barrier: {message}", 78,
+                                           subsequent_indent="  "))
         if self.missing_ranks:
             lines.append(f"missing ranks named: {self.missing_ranks}")
         if self.extra_step_scale is not None:
             lines.append(f"extra steps: DDP's gradient = {self.extra_step_scale:.3f} x the "
-                         f"rank's own (divide_by_initial_world_size="
+                         f"rank's own\n  (divide_by_initial_world_size="
                          f"{self.divide_by_initial_world_size})")
         return "\n".join(lines)
 
@@ -149,7 +195,7 @@ def run(world_size: int = 2, extra_batches: int = 1, fix: str = "none", batches:
     positive_int("batches", batches)
     positive_int("batch_size", batch_size)
     an_int("seed", seed)
-    per_rank = batches_per_rank(world_size, batches, extra_batches, fix)
+    per_rank = batches_per_rank(world_size, batches, extra_batches)
     watched = hang_watch.run_watched(
         train, world_size, timeout, backend=backend, batches_per_rank=per_rank, fix=fix,
         divide_by_initial_world_size=bool(divide_by_initial_world_size),
@@ -174,7 +220,9 @@ def run(world_size: int = 2, extra_batches: int = 1, fix: str = "none", batches:
 def add_arguments(parser) -> None:
     parser.add_argument("--extra-batches", type=int, default=1,
                         help="batches the last rank has beyond the others (default 1)")
-    parser.add_argument("--fix", choices=FIXES, default="none")
+    parser.add_argument("--fix", choices=FIXES, default="none",
+                        help="loader-drop-last: DataLoader(drop_last=True), still hangs; "
+                             "min-count: all-reduce MIN of the batch counts; join: Join([ddp])")
     parser.add_argument("--batches", type=int, default=2, help="batches of every other rank")
     parser.add_argument("--divide-by-active-ranks", dest="divide_by_initial_world_size",
                         action="store_false",

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
+import textwrap
 
 import numpy as np
 import torch
@@ -110,7 +111,7 @@ class UnusedParameters(Result):
 
     def describe(self) -> str:
         first = (self.error or "none").split(". ")[0]
-        return "\n".join([
+        return "\n".join(textwrap.fill(line, 78, subsequent_indent="  ") for line in [
             f"without find_unused_parameters: {self.steps_done} step(s), then: {first}.",
             f"with find_unused_parameters=True: {self.steps_done_with_flag} steps; the unused "
             f"head's gradient is {'None' if self.aux_grad_is_none else 'a tensor'}",
