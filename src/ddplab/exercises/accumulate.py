@@ -79,6 +79,9 @@ def judge(world_size: int, params: dict, results: list) -> str | None:
     m = params["micro_batches"]
     where = f"world size {world_size}, {m} micro-batches, seed {params['seed']}"
     counts = [r["all_reduces"] for r in results]
+    if not results[0]["got"]:
+        return (f"{where}: no parameter has a gradient: run forward and backward "
+                "(loss_fn(ddp_model(x), y).backward()) on every micro-batch.")
     if counts[0] == 0:
         return (f"{where}: DDP never all-reduced, so each rank kept its own gradient: the "
                 "last micro-batch's backward must run outside ddp_model.no_sync(), where DDP "
