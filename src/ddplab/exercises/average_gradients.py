@@ -9,6 +9,7 @@ size, as picotron's ``DataParallelNaive`` does.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
@@ -51,11 +52,12 @@ def on_rank(ctx, solution, call_id: str, seed: int) -> dict:
     model = make_model(LAYERS, seed)
     shard = slice(ctx.rank * BATCH_SIZE, (ctx.rank + 1) * BATCH_SIZE)
     F.mse_loss(model(X[shard]), y[shard]).backward()
+    local = {n: p.grad.clone() for n, p in model.named_parameters()}
     checker.enter(call_id, ctx.rank)
     solution(model)
     checker.leave(call_id, ctx.rank)
     return {"got": {n: p.grad for n, p in model.named_parameters() if p.grad is not None},
-            "want": {n: p.grad for n, p in whole.named_parameters()}}
+            "want": {n: p.grad for n, p in whole.named_parameters()}, "local": local}
 
 
 def judge(world_size: int, params: dict, results: list) -> str | None:
@@ -66,4 +68,16 @@ def judge(world_size: int, params: dict, results: list) -> str | None:
              1.0 / world_size ** 2: "divided by the world size three times?"}
     if world_size == 1:
         hints = {}
+    for rank, result in enumerate(results):
+        for name, local in result["local"].items():
+            got = result["got"].get(name)
+            if got is None or np.allclose(got, result["want"][name], rtol=1e-4, atol=1e-6):
+                continue
+            if np.allclose(got, local, rtol=1e-4, atol=1e-7):
+                return (f"{where}: the gradient of {name!r} on rank {rank} is still that rank's "
+                        "own: it was never all-reduced.")
+            if np.allclose(got, local / world_size, rtol=1e-4, atol=1e-7):
+                return (f"{where}: the gradient of {name!r} on rank {rank} is that rank's own "
+                        f"divided by {world_size}: divided, but never summed over the ranks "
+                        "(dist.all_reduce).")
     return checker.compare_grads([r["got"] for r in results], results[0]["want"], hints, where)
