@@ -11,6 +11,7 @@ import pytest
 from conftest import alive, ddplab_cli, descendants
 from ddplab import exercises
 from ddplab.__main__ import main
+from ddplab.exercises import prediction
 
 
 def cell(source: str, name: str):
@@ -217,3 +218,11 @@ def test_a_file_without_the_named_function_names_it(tmp_path, capsys):
     assert main(["exercise", "average-gradients", "--solution", str(other)]) == 2
     err = capsys.readouterr().err
     assert "defines no 'average_gradients' (it defines: average_gradient)" in err
+
+
+def test_a_prediction_is_compared_with_the_run():
+    guess = prediction.ask("How many?", default=2)
+    assert prediction.reveal(guess, 3, "rank 3 sees") == \
+        "rank 3 sees: 3. You predicted 2: not this time."
+    guess.box.value = 3
+    assert prediction.reveal(guess, 3.0, "rank 3 sees").endswith("3: right.")
