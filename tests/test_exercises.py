@@ -3,9 +3,11 @@ message that names it; a hang is reported within its timeout; the command's exit
 
 import inspect
 import json
+import os
 import textwrap
 import time
 
+import nbformat
 import pytest
 
 from conftest import alive, ddplab_cli, descendants
@@ -226,3 +228,15 @@ def test_a_prediction_is_compared_with_the_run():
         "rank 3 sees: 3. You predicted 2: not this time."
     guess.box.value = 3
     assert prediction.reveal(guess, 3.0, "rank 3 sees").endswith("3: right.")
+
+
+@pytest.mark.parametrize("lab, name", [("01_averaging", "average-gradients"),
+                                       ("02_sharding", "shard-indices"),
+                                       ("04_buckets", "bucketed-ddp"),
+                                       ("05_time_cost", "accumulate")])
+def test_each_labs_hidden_answer_is_the_packages(lab, name):
+    path = os.path.join(os.path.dirname(os.path.dirname(__file__)), "labs", f"{lab}.ipynb")
+    hidden = [c.source for c in nbformat.read(path, as_version=4).cells
+              if c.metadata.get("jupyter", {}).get("source_hidden")]
+    answer = inspect.getsource(exercises.EXERCISES[name].answer)
+    assert any(answer in source for source in hidden), f"{lab}: no hidden cell holds the answer"
