@@ -52,12 +52,23 @@ def test_rank_output_never_reaches_the_cell(kernel):
     assert out.strip() == "True"
 
 
-def test_a_function_defined_in_a_cell_gets_a_clear_error(kernel):
+def test_a_function_defined_in_a_cell_runs_on_the_pool(kernel):
     _, client = kernel
-    out, error = execute(client, "def in_a_cell(ctx):\n    return ctx.rank\n"
-                                 "ddplab.run(in_a_cell, 2)")
-    assert error == "ValueError"
-    assert "notebook cell" in out and "Move it into a .py module" in out
+    out, error = execute(client, "import torch, torch.distributed as dist\n"
+                                 "OFFSET = 5\n"
+                                 "def plus(x):\n    return x + OFFSET\n")
+    assert error is None, out
+    out, error = execute(client, "def in_a_cell(ctx):\n"
+                                 "    t = torch.tensor([float(plus(ctx.rank))])\n"
+                                 "    dist.all_reduce(t)\n"
+                                 "    return t.item()\n"
+                                 "print(ddplab.run(in_a_cell, 2))")
+    assert error is None, out
+    assert out.strip() == "[11.0, 11.0]"  # (0 + 5) + (1 + 5), summed over the two ranks
+    out, error = execute(client, "import threading\nlock = threading.Lock()\n"
+                                 "def locked(ctx):\n    with lock:\n        return 0\n"
+                                 "ddplab.run(locked, 2)")
+    assert error == "TypeError" and "'lock'" in out and "cannot be pickled" in out
 
 
 def test_an_interrupt_ends_the_cell_and_the_pool_recovers(kernel):

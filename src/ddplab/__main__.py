@@ -5,6 +5,13 @@
 
 Locally, ``--world-size`` sets the number of rank processes (default 2); under torchrun it is
 torchrun's and need not be given. Only rank 0 prints under torchrun.
+
+One command is not an experiment: ``exercise`` checks a solution of yours on real ranks.
+
+    python -m ddplab exercise average-gradients --solution mine.py [--world-size N] [--json]
+
+It exits 0 when the solution passes, 1 when it is wrong (or hangs), 2 when the file cannot be
+used (a syntax error, or the function it must define is missing).
 """
 
 from __future__ import annotations
@@ -41,7 +48,45 @@ def parser() -> argparse.ArgumentParser:
         sub.add_argument("--json", action="store_true", help="print JSON")
         if hasattr(module, "add_arguments"):
             module.add_arguments(sub)
+    add_exercise_command(commands)
     return top
+
+
+def add_exercise_command(commands) -> None:
+    """``exercise NAME --solution FILE.py``: the one command that is not a chapter's."""
+    from ddplab import exercises
+
+    sub = commands.add_parser("exercise", help="check your solution of an exercise on real ranks",
+                              description="Check a solution on real ranks against real DDP or "
+                              "torch. Exit 0: passed; 1: wrong; 2: the file cannot be used.")
+    sub.add_argument("name", choices=list(exercises.EXERCISES), metavar="NAME",
+                     help=", ".join(f"{n}: {m.SIGNATURE.split('(')[0]}"
+                                    for n, m in exercises.EXERCISES.items()))
+    sub.add_argument("--solution", required=True, metavar="FILE.py",
+                     help="a file that defines the function (or class) the exercise names")
+    sub.add_argument("--world-size", type=int, default=2, help="ranks (default 2)")
+    sub.add_argument("--timeout", type=float, default=exercises.DEFAULT_TIMEOUT,
+                     help="seconds before a case that has not finished is a hang "
+                          f"(default {exercises.DEFAULT_TIMEOUT:g})")
+    sub.add_argument("--json", action="store_true", help="print JSON")
+
+
+def exercise_main(cli, args) -> int:
+    from ddplab import exercises
+
+    module = exercises.exercise(args.name)
+    try:
+        solution = exercises.checker.load_solution(args.solution, module.FUNCTION)
+    except exercises.Unusable as exc:
+        print(json.dumps({"passed": False, "message": str(exc)}) if args.json else exc,
+              file=sys.stdout if args.json else sys.stderr)
+        return 2
+    try:
+        verdict = exercises.check(args.name, solution, args.world_size, args.timeout)
+    except (ValueError, TypeError) as exc:  # bad input, caught before any rank started
+        cli.error(str(exc))
+    print(json.dumps(to_json(verdict.to_json()), indent=1) if args.json else verdict)
+    return 0 if verdict.passed else 1
 
 
 def describe(module, result) -> str:
@@ -53,6 +98,8 @@ def describe(module, result) -> str:
 def main(argv=None) -> int:
     cli = parser()
     args = cli.parse_args(argv)
+    if args.command == "exercise":
+        return exercise_main(cli, args)
     if args.world_size is None:
         args.world_size = int(os.environ["WORLD_SIZE"]) if under_torchrun() else 2
     module = EXPERIMENTS[args.command]

@@ -5,9 +5,20 @@
     with ddplab.Cluster(world_size=4) as cluster:
         results = cluster.run(fn, **params)               # a pool of its own, closed on exit
 
-``fn(ctx, **params)`` is a top-level function of an importable module; it runs on every rank
-(see :mod:`.rank`) and the call returns its results as a list ordered by rank. Bad input
-is rejected here, in the caller, before any rank process is started or asked.
+``fn(ctx, **params)`` runs on every rank (see :mod:`.rank`) and the call returns its results
+as a list ordered by rank. Bad input is rejected here, in the caller, before any rank process
+is started or asked.
+
+How ``fn`` reaches the ranks (:func:`ship`): pickled once per call by ``cloudpickle``, which
+pickles a function of an importable module by reference (its name, as ``pickle`` does) and
+anything else by value: a function or class defined in a notebook cell, in the ``__main__`` of
+a script (a file, or read from standard input), a lambda or a nested function, with the
+globals it uses (helpers, constants, classes of the same cell). Rank processes start fresh and
+cannot import a kernel's ``__main__`` (pytorch#20375); by value they need not. This is how Dask,
+Ray and PySpark ship notebook functions to their workers. What is refused, and why: what is not
+callable; a call whose parameters ``fn`` does not take; and what no pickler can send to another
+process (a lock, an open file, a socket, a generator in the closure, the globals or the
+parameters), named in the error.
 
 Where the ranks come from: the local warm pool (:mod:`ddplab.engine.pool`, its processes forked by
 :mod:`ddplab.engine.forkserver`), or, in a process started by torchrun, the torchrun group itself
@@ -16,12 +27,14 @@ Where the ranks come from: the local warm pool (:mod:`ddplab.engine.pool`, its p
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import multiprocessing
 import pickle
+import types
 
-from ddplab.engine import pool, torchrun
+import cloudpickle
+
+from ddplab.engine import messages, pool, torchrun
 from ddplab.engine.backend import BACKENDS
 from ddplab.engine.errors import GUARD_HINT, RankError
 from ddplab.engine.forkserver import prestart
@@ -46,7 +59,7 @@ def run(fn, world_size: int, *, backend: str = "auto", timeout: float = DEFAULT_
         check_call(fn, world_size, backend, timeout, params)
         return torchrun.run(fn, world_size, backend, timeout, params)
     check_call(fn, world_size, backend, timeout, params)
-    return pool.shared().run(fn, world_size, backend, timeout, params)
+    return pool.shared().run(ship(fn, params), world_size, backend, timeout, {})
 
 
 def logs() -> list[str]:
@@ -73,7 +86,7 @@ class Cluster:
         if self._pool is None:
             raise RuntimeError("this Cluster is closed; make a new one")
         check_call(fn, self.world_size, self.backend, self.timeout, params)
-        return self._pool.run(fn, self.world_size, self.backend, self.timeout, params)
+        return self._pool.run(ship(fn, params), self.world_size, self.backend, self.timeout, {})
 
     def logs(self) -> list[str]:
         """What each rank has written (stdout, stderr, warnings), by rank."""
@@ -112,36 +125,64 @@ def check_call(fn, world_size, backend, timeout, params) -> None:
 
 
 def check_fn(fn, params) -> None:
-    """``fn`` must be importable by name in a fresh process and take ``params``."""
-    module = getattr(fn, "__module__", None)
-    qualname = getattr(fn, "__qualname__", None)
-    if not callable(fn) or not module or not qualname:
-        raise TypeError(f"fn must be a function defined at the top level of a module, got {fn!r}")
-    name = f"{module}.{qualname}"
-    if "<lambda>" in qualname or "<locals>" in qualname:
-        raise ValueError(f"{name} is a lambda or is defined inside another function; rank "
-                         "processes can only import functions defined at the top level of a "
-                         "module")
-    if module == "__main__" and pool.main_path() is None:
-        raise ValueError(
-            f"{qualname} is defined in a notebook cell or an interactive session, so the rank "
-            "processes, which start fresh, cannot import it (pytorch#20375). Move it into a .py "
-            "module (for example my_experiment.py beside the notebook) and import it from there.")
-    if module != "__main__":
-        try:
-            found = importlib.import_module(module)
-            for part in qualname.split("."):
-                found = getattr(found, part)
-        except (ImportError, AttributeError) as exc:
-            raise ValueError(f"rank processes cannot import {name}: {exc}") from None
-        if found is not fn:
-            raise ValueError(f"{name} names another object than the fn given (was it redefined "
-                             "or wrapped?); rank processes would run that other object")
+    """``fn`` must be callable and take ``params``."""
+    if not callable(fn):
+        raise TypeError(f"fn must be a function (or class), got {fn!r}")
     try:
         inspect.signature(fn).bind(None, **params)
     except TypeError as exc:
-        raise TypeError(f"{name}(ctx, **params) does not take these parameters: {exc}") from None
+        raise TypeError(f"{describe(fn)}(ctx, **params) does not take these parameters: "
+                        f"{exc}") from None
+    except ValueError:  # a builtin without a signature: the call itself will tell
+        pass
+
+
+def ship(fn, params) -> messages.Shipped:
+    """``(fn, params)`` pickled once for every rank (see the module's docstring); what cannot
+    be pickled is a ``TypeError`` here that names it, before any rank is asked."""
     try:
-        pickle.dumps(params)
+        payload = cloudpickle.dumps((fn, params), protocol=pickle.HIGHEST_PROTOCOL)
     except Exception as exc:
-        raise TypeError(f"parameters must be picklable to reach the ranks: {exc}") from None
+        raise TypeError(f"{describe(fn)} cannot be sent to the rank processes: "
+                        f"{unpicklable_part(fn, params) or exc}") from None
+    return messages.Shipped(describe(fn), payload)
+
+
+def describe(fn) -> str:
+    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
+
+
+def unpicklable_part(fn, params) -> str | None:
+    """Which part of the call cannot be pickled: a closure variable, a global ``fn`` uses, a
+    default, a class attribute or a parameter, by name."""
+    parts = [(f"the parameter {k!r}", v) for k, v in params.items()]
+    function = fn.__call__ if isinstance(fn, type) and "__call__" in vars(fn) else fn
+    code = getattr(function, "__code__", None)
+    if code is not None:
+        for var, cell in zip(code.co_freevars, function.__closure__ or ()):
+            try:
+                parts.append((f"the variable {var!r} in its closure", cell.cell_contents))
+            except ValueError:  # an empty cell
+                pass
+        used = global_names(code)
+        parts += [(f"the global {n!r} it uses", v)
+                  for n, v in getattr(function, "__globals__", {}).items() if n in used]
+        parts += [("a default argument", v) for v in (function.__defaults__ or ())]
+    if isinstance(fn, type):
+        parts += [(f"the class attribute {n!r}", v) for n, v in vars(fn).items()
+                  if not n.startswith("__")]
+    for what, value in parts:
+        try:
+            cloudpickle.dumps(value)
+        except Exception as exc:
+            return f"{what} is a {type(value).__name__}, which cannot be pickled ({exc})"
+    return None
+
+
+def global_names(code: types.CodeType) -> set[str]:
+    """The global names ``code`` and the functions nested in it refer to."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= global_names(const)
+    return names

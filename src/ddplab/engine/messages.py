@@ -16,8 +16,26 @@ from typing import Any, Callable
 
 
 @dataclasses.dataclass(frozen=True)
+class Shipped:
+    """A rank function and its parameters, pickled once by the caller (``cluster.ship``) with
+    cloudpickle: a function of an importable module by reference, one from a notebook cell or
+    a script's ``__main__`` by value. Every rank gets the same bytes; :meth:`load` unpickles
+    them with plain ``pickle`` (cloudpickle's output is ordinary pickle data that calls into
+    cloudpickle, which the ranks have preloaded)."""
+
+    name: str
+    payload: bytes
+
+    def load(self) -> tuple[Callable, dict]:
+        return pickle.loads(self.payload)
+
+
+@dataclasses.dataclass(frozen=True)
 class Run:
-    """Run ``fn(ctx, **params)`` in group ``generation`` (formed anew when it changes)."""
+    """Run ``fn(ctx, **params)`` in group ``generation`` (formed anew when it changes).
+
+    From ``ddplab.run`` and ``Cluster.run``, ``fn`` is a :class:`Shipped` holding the function
+    and its parameters, and ``params`` is empty."""
 
     generation: int
     world_size: int

@@ -1,7 +1,8 @@
 """What runs inside a rank process: the context a rank function receives, and the worker loop.
 
-A rank function is a top-level function ``fn(ctx, **params)`` in an importable module. It runs
-once on every rank with a process group already formed, and returns plain data. Tensors in the
+A rank function is ``fn(ctx, **params)``: a function of an importable module, or one from a
+notebook cell shipped by value (``messages.Shipped``, unpickled here). It runs once on every
+rank with a process group already formed, and returns plain data. Tensors in the
 result are turned into numpy arrays here, because a tensor sent through a multiprocessing pipe
 travels as a shared-memory file descriptor that is gone once the sender moves on
 (``FileNotFoundError`` in ``rebuild_storage_fd``).
@@ -21,6 +22,8 @@ import socket
 import sys
 import traceback
 
+# Unpickling a function shipped by value calls into cloudpickle: preloaded with this module.
+import cloudpickle  # noqa: F401
 import torch
 
 # The forkserver preloads this module, so every rank is forked with these already imported.
@@ -94,8 +97,13 @@ def worker_main(conn, rank: int, store_port: int, log_path: str) -> None:
             group = _leave(group)
             continue
         call = message
-        print(f"--- {getattr(call.fn, '__qualname__', call.fn)} on rank {rank} of "
-              f"{call.world_size}", flush=True)
+        try:
+            fn, params = _loaded(call)
+        except BaseException as exc:  # e.g. a module the function needs is missing here
+            messages.send(conn, _error_reply(rank, exc, "could not load the call"))
+            continue
+        print(f"--- {getattr(fn, '__qualname__', fn)} on rank {rank} of {call.world_size}",
+              flush=True)
         try:
             if group != (call.generation, call.world_size, call.backend):
                 group = _leave(group)
@@ -103,7 +111,7 @@ def worker_main(conn, rank: int, store_port: int, log_path: str) -> None:
                 ctx = _join(store, call.generation, rank, call.world_size, call.backend,
                             call.timeout)
                 group = (call.generation, call.world_size, call.backend)
-            reply = messages.Result(plain(call.fn(ctx, **call.params)))
+            reply = messages.Result(plain(fn(ctx, **params)))
         except BaseException as exc:
             reply = _error_reply(rank, exc, "raised")
         finally:
@@ -111,6 +119,13 @@ def worker_main(conn, rank: int, store_port: int, log_path: str) -> None:
             sys.stderr.flush()
         messages.send(conn, reply)
     _leave(group)
+
+
+def _loaded(call: messages.Run):
+    """(fn, params) of a call: unpickled from a ``Shipped`` payload, or as they came."""
+    if isinstance(call.fn, messages.Shipped):
+        return call.fn.load()
+    return call.fn, call.params
 
 
 def _join(store, generation, rank, world_size, backend, timeout) -> RankContext:

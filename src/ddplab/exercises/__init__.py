@@ -1,0 +1,55 @@
+"""Exercises: write a piece of DDP yourself and check it on real ranks.
+
+    from ddplab import exercises
+    exercises.check("average-gradients", average_gradients)     # in a cell: a Verdict
+    python -m ddplab exercise average-gradients --solution mine.py [--world-size N] [--json]
+
+Each exercise module holds what the reader writes (``SIGNATURE``), its answer (``answer``), the
+cases it is checked on (``cases``), the rank code that runs the reader's solution
+(``on_rank``) and the comparison with real DDP or torch (``judge``). :mod:`.checker` runs them.
+This package imports no chapter.
+"""
+
+from __future__ import annotations
+
+import time
+
+from ddplab.common.checks import int_in_range, positive_number
+from ddplab.exercises import accumulate, average_gradients, bucketed_ddp, checker, shard_indices
+from ddplab.exercises.checker import Unusable, Verdict
+
+EXERCISES = {m.NAME: m for m in (average_gradients, shard_indices, accumulate, bucketed_ddp)}
+DEFAULT_TIMEOUT = 20.0
+
+__all__ = ["EXERCISES", "Unusable", "Verdict", "check", "exercise"]
+
+
+def exercise(name: str):
+    """The module of exercise ``name``."""
+    if name not in EXERCISES:
+        raise ValueError(f"no exercise {name!r}; the exercises: {', '.join(EXERCISES)}")
+    return EXERCISES[name]
+
+
+def check(name: str, solution, world_size: int = 2, timeout: float = DEFAULT_TIMEOUT) -> Verdict:
+    """Run ``solution`` (the function or class itself) on real ranks, case by case, against
+    real DDP or torch; the first case that differs is the verdict's message."""
+    module = exercise(name)
+    int_in_range("world_size", world_size, 1, 7)
+    positive_number("timeout", timeout)
+    if not callable(solution):
+        raise TypeError(f"solution must be the function or class {module.SIGNATURE}, "
+                        f"got {solution!r}")
+    start = time.perf_counter()
+    all_cases = module.cases(world_size)
+    for size, params in all_cases:
+        outcome = checker.run_case(module.on_rank, size, timeout, module.FUNCTION,
+                                   solution=solution, **params)
+        problem = outcome.problem or module.judge(size, params, outcome.results)
+        if problem:
+            return Verdict(name, False, problem, {"world_size": size, **params},
+                           time.perf_counter() - start)
+    sizes = sorted({size for size, _ in all_cases})
+    count = len(getattr(module, "CASES", all_cases))
+    return Verdict(name, True, f"{count} cases on world sizes {sizes} agree with "
+                               f"{module.AGAINST}.", None, time.perf_counter() - start)
