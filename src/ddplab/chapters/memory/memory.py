@@ -55,7 +55,7 @@ def train(ctx, strategy: str, optimizer: str, params_millions: float, bucket_vie
     layers = widths(params_millions)
 
     def build_and_train():
-        model = make_model(layers, seed=seed).to(ctx.device)
+        model = make_model(layers, seed=seed, init="he").to(ctx.device)
         trained = Trained(strategy, model, optimizer, bucket_view, ctx.world_size, ctx.device)
         for step in range(steps):
             X, y = make_batch(layers, BATCH_SIZE, ctx.world_size, seed, step)
