@@ -109,20 +109,19 @@ class Memory(Result):
         return [None if m is None else m / c
                 for m, c in zip(self.measured_bytes_per_rank, self.total_per_rank)]
 
-    @staticmethod
-    def _mb(nbytes) -> str:
-        return "not measured (no glibc 2.33+)" if nbytes is None else f"{nbytes / 1e6:.1f}"
-
     def describe(self) -> str:
         view = ", bucket view" if self.bucket_view else ""
         lines = [f"{self.strategy}{view}, {self.optimizer}, world size {self.world_size}: "
-                 f"{self.parameter_count:,} parameters ({LAYERS} layers of width "
-                 f"{self.width}); MB per rank after step {self.steps}:"]
+                 f"{self.parameter_count:,} parameters",
+                 f"{f'MB after step {self.steps}':<17}" + "".join(f"{h:>10}" for h in (
+                     "params", "grads", "buckets", "optimizer", "total", "malloc"))]
         for rank, held in enumerate(self.bytes_per_rank):
-            parts = ", ".join(f"{k} {v / 1e6:.1f}" for k, v in held.items())
-            lines.append(f"  rank {rank}: {parts}; total {sum(held.values()) / 1e6:.1f}, "
-                         f"malloc {self._mb(self.measured_bytes_per_rank[rank])}")
-        lines.append(f"largest |parameter - DDP's|: {self.max_param_diff_vs_ddp:.1e}")
+            counted = [held[k] for k in accounting.CATEGORIES] + [sum(held.values())]
+            measured = self.measured_bytes_per_rank[rank]
+            lines.append(f"rank {rank:<12}" + "".join(f"{b / 1e6:10.1f}" for b in counted)
+                         + (f"{'n/a':>10}" if measured is None else f"{measured / 1e6:10.1f}"))
+        lines.append(f"largest |parameter - DDP's| after the steps: "
+                     f"{self.max_param_diff_vs_ddp:.1e}")
         return "\n".join(lines)
 
 
