@@ -54,7 +54,7 @@ class StepTimes(Result):
 
     def describe(self) -> str:
         lines = [f"world size {self.world_size}, {self.optimizer}, {self.params_millions:g} M "
-                 f"parameters: median step (slowest rank), and as a ratio to DDP's"]
+                 f"parameters: median step of the slowest rank, / DDP's"]
         for label, ratio in self.ratios().items():
             lines.append(f"  {label:<17} {1e3 * self.step_s[label]:7.1f} ms  x{ratio:.2f}")
         return "\n".join(lines)
