@@ -21,8 +21,8 @@ STRATEGIES = ("ddp", "zero1", "fsdp")
 OPTIMIZERS = ("sgd", "momentum", "adam")
 LEARNING_RATE = 1e-3
 
-# fully_shard moved: torch.distributed.fsdp (2.6 and later), torch.distributed._composable.fsdp
-# (2.4, 2.5). Older torch has no FSDP2.
+# FSDP2's fully_shard is public in torch.distributed.fsdp from torch 2.6 (pytorch#141868, which
+# moved it there); earlier versions keep it in torch.distributed._composable.fsdp.
 _FULLY_SHARD_HOMES = ("torch.distributed.fsdp", "torch.distributed._composable.fsdp")
 
 
@@ -34,7 +34,7 @@ def fully_shard_function():
         except (ImportError, AttributeError):
             continue
     raise RuntimeError(f"torch {torch.__version__} has no FSDP2 fully_shard (looked in "
-                       f"{', '.join(_FULLY_SHARD_HOMES)}); the fsdp strategy needs torch >= 2.4")
+                       f"{', '.join(_FULLY_SHARD_HOMES)}); the fsdp strategy needs FSDP2")
 
 
 def optimizer_class(name: str):
