@@ -51,6 +51,11 @@ def test_bytes_per_rank_are_the_parameter_arithmetic(strategy, optimizer, world_
         assert held == expected, f"rank {rank}"
     predicted = result.predicted_per_rank
     assert {k: predicted[k] for k in expected} == expected  # the calculator, exactly
+    # saved for backward: each layer's output (23 ReLU results, and the model's, kept by the
+    # loss), and the global batch's inputs and targets whole (each rank's rows are views)
+    batch, width = memory.BATCH_SIZE, result.width
+    activations = (memory.LAYERS * batch + 2 * world_size * batch) * width * F32
+    assert result.activation_bytes_per_rank == [activations] * world_size
 
 
 def one_process(width, optimizer, world_size, steps, seed=0):

@@ -52,6 +52,36 @@ def held_bytes(model, optimizer, bucket_buffers) -> dict[str, int]:
     return ledger.bytes
 
 
+class SavedForBackward:
+    """``with SavedForBackward(model) as saved: loss = ...``: ``saved.bytes`` is what autograd
+    kept for backward (the activations), each distinct storage once. A layer also saves its
+    weight (as a transposed view, for ``addmm``): storages of the model's parameters, as
+    registered at that moment (FSDP registers the all-gathered ones during a layer's
+    forward), are left out: they are parameters."""
+
+    def __init__(self, model):
+        self.model, self.storages = model, {}
+        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t)
+
+    def _pack(self, tensor):
+        storage = local(tensor).untyped_storage()
+        parameters = {local(p).untyped_storage().data_ptr() for p in self.model.parameters()}
+        if storage.data_ptr() not in parameters:
+            self.storages[storage.data_ptr()] = storage.nbytes()
+        return tensor
+
+    @property
+    def bytes(self) -> int:
+        return sum(self.storages.values())
+
+    def __enter__(self):
+        self._hooks.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self._hooks.__exit__(*exc)
+
+
 def record_bucket(buffers: dict, bucket):
     """A DDP comm hook (``ddp.register_comm_hook(buffers, record_bucket)``) that keeps the
     bucket tensors of the latest backward in ``buffers``, then all-reduces exactly as DDP's

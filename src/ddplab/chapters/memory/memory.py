@@ -50,7 +50,7 @@ def widths(params_millions: float) -> tuple[int, ...]:
 
 
 def train(ctx, strategy: str, optimizer: str, params_millions: float, bucket_view: bool,
-          steps: int, seed: int, return_parameters: bool) -> dict:
+          steps: int, seed: int, return_parameters: bool, batch_size: int = BATCH_SIZE) -> dict:
     """Train, count what this rank holds, and (rank 0, if asked) return the parameters."""
     layers = widths(params_millions)
 
@@ -58,8 +58,8 @@ def train(ctx, strategy: str, optimizer: str, params_millions: float, bucket_vie
         model = make_model(layers, seed=seed, init="he").to(ctx.device)
         trained = Trained(strategy, model, optimizer, bucket_view, ctx.world_size, ctx.device)
         for step in range(steps):
-            X, y = make_batch(layers, BATCH_SIZE, ctx.world_size, seed, step)
-            rows = slice(ctx.rank * BATCH_SIZE, (ctx.rank + 1) * BATCH_SIZE)
+            X, y = make_batch(layers, batch_size, ctx.world_size, seed, step)
+            rows = slice(ctx.rank * batch_size, (ctx.rank + 1) * batch_size)
             trained.step(X[rows].to(ctx.device), y[rows].to(ctx.device))
         return trained
 
@@ -69,6 +69,7 @@ def train(ctx, strategy: str, optimizer: str, params_millions: float, bucket_vie
     tensors = sum(1 for p in trained.model.parameters())
     flat = trained.full_parameters()  # a collective under FSDP: every rank calls it
     return {"held": held, "allocated": allocated, "tensors": tensors,
+            "activations": trained.activation_bytes,
             "parameters": flat.numpy() if return_parameters and ctx.rank == 0 else None}
 
 
@@ -84,12 +85,14 @@ class Memory(Result):
     optimizer: str
     bucket_view: bool
     steps: int
+    batch_size: int
     width: int
     parameter_count: int
     parameter_tensors: int
     bytes_per_rank: list[dict]  # one per rank: bytes by accounting.CATEGORIES
     measured_bytes_per_rank: list[int]  # malloc's bytes in use for the run, per rank
     max_param_diff_vs_ddp: float
+    activation_bytes_per_rank: list[int]  # saved for backward in the last step (gone now)
     torch_version: str
     json_extras = ("total_per_rank", "predicted_per_rank")
 
@@ -120,6 +123,8 @@ class Memory(Result):
             measured = self.measured_bytes_per_rank[rank]
             lines.append(f"rank {rank:<12}" + "".join(f"{b / 1e6:10.1f}" for b in counted)
                          + (f"{'n/a':>10}" if measured is None else f"{measured / 1e6:10.1f}"))
+        lines.append(f"activations saved for backward, {self.batch_size} samples per rank: "
+                     f"{self.activation_bytes_per_rank[0] / 1e6:.2f} MB (freed by the step)")
         lines.append(f"largest |parameter - DDP's| after the steps: "
                      f"{self.max_param_diff_vs_ddp:.1e}")
         return "\n".join(lines)
@@ -127,12 +132,14 @@ class Memory(Result):
 
 def run(world_size: int = 2, strategy: str = "ddp", optimizer: str = "adam",
         params_millions: float = 8.0, bucket_view: bool = False, steps: int = 2,
-        seed: int = 0, backend: str = "auto", timeout: float = 120.0) -> Memory:
+        batch_size: int = BATCH_SIZE, seed: int = 0, backend: str = "auto",
+        timeout: float = 120.0) -> Memory:
     """Train with ``strategy`` on ``world_size`` ranks, count each rank's bytes, and compare
     the parameters with DDP's on the same data."""
     _check(world_size, strategy, optimizer, params_millions, bucket_view, steps)
+    positive_int("batch_size", batch_size)
     common = dict(optimizer=optimizer, params_millions=params_millions, steps=steps,
-                  seed=seed, backend=backend, timeout=timeout)
+                  batch_size=batch_size, seed=seed, backend=backend, timeout=timeout)
     results = ddplab.run(train, world_size, strategy=strategy, bucket_view=bucket_view,
                          return_parameters=strategy != "ddp", **common)
     diff = 0.0
@@ -143,12 +150,14 @@ def run(world_size: int = 2, strategy: str = "ddp", optimizer: str = "adam",
     layers = widths(params_millions)
     return Memory(
         world_size=len(results), strategy=strategy, optimizer=optimizer,
-        bucket_view=bucket_view, steps=steps, width=layers[0],
+        bucket_view=bucket_view, steps=steps, batch_size=batch_size, width=layers[0],
         parameter_count=sum(p.numel() for p in _shapes(layers)),
         parameter_tensors=results[0]["tensors"],
         bytes_per_rank=[r["held"] for r in results],
         measured_bytes_per_rank=[r["allocated"] for r in results],
-        max_param_diff_vs_ddp=diff, torch_version=torch.__version__)
+        max_param_diff_vs_ddp=diff,
+        activation_bytes_per_rank=[r["activations"] for r in results],
+        torch_version=torch.__version__)
 
 
 def _shapes(layers):
@@ -181,4 +190,5 @@ def add_arguments(parser) -> None:
     parser.add_argument("--bucket-view", action="store_true",
                         help="DDP's gradient_as_bucket_view=True")
     parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("--batch-size", type=int, default=BATCH_SIZE, help="samples per rank")
     parser.add_argument("--seed", type=int, default=0)

@@ -15,7 +15,7 @@ import importlib
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from ddplab.chapters.memory.accounting import record_bucket
+from ddplab.chapters.memory.accounting import SavedForBackward, record_bucket
 
 STRATEGIES = ("ddp", "zero1", "fsdp")
 OPTIMIZERS = ("sgd", "momentum", "adam")
@@ -75,9 +75,13 @@ class Trained:
             self.optimizer = self.local_optimizer = cls(model.parameters(), **kwargs)
 
     def step(self, X, y) -> None:
+        """One step; ``activation_bytes``: what its forward kept for backward."""
         self.optimizer.zero_grad(set_to_none=False)
-        torch.nn.functional.mse_loss(self.module(X), y).backward()
+        with SavedForBackward(self.model) as saved:
+            loss = torch.nn.functional.mse_loss(self.module(X), y)
+        loss.backward()
         self.optimizer.step()
+        self.activation_bytes = saved.bytes
 
     def bucket_buffers(self) -> list[torch.Tensor]:
         return list(self.buckets.values())
