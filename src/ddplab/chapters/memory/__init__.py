@@ -1,2 +1,2 @@
-"""Chapter 8, memory (``book/memory.md``): what each rank holds, why DDP runs out of it, and
+"""Chapter 7, memory (``book/memory.md``): what each rank holds, why DDP runs out of it, and
 when ZeRO or FSDP helps."""
