@@ -28,6 +28,7 @@ bench: setup  ## the warm pool against cold spawn; the time cost; a slider move'
 	$(PY) benchmarks/time_cost.py
 	$(PY) benchmarks/slider_draw.py
 	$(PY) benchmarks/shipping.py
+	$(PY) benchmarks/memory.py
 
 clean:
 	rm -rf .venv _build .pytest_cache

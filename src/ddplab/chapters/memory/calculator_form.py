@@ -1,0 +1,131 @@
+"""The calculator as one piece of HTML: a form, and the formulas of ``calculator`` translated
+from their Python source into JavaScript when the page is built. No kernel, no CDN.
+
+The translation (``javascript``) knows only the little Python the formulas use: functions with
+defaults, assignments, returns, arithmetic, ``==``, ``x if c else y``, dict literals and
+look-ups in the module's tables, and calls of each other. Anything else raises, so a formula
+written in other Python fails the build instead of drifting from the JavaScript.
+"""
+
+from __future__ import annotations
+
+import ast
+import html
+import inspect
+import json
+
+from ddplab.chapters.memory import calculator
+
+FUNCTIONS = ("share", "bytes_per_rank", "bytes_per_parameter", "largest_model")
+_OPERATORS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.Eq: "==="}
+
+
+def _expr(node) -> str:
+    if isinstance(node, ast.Constant):
+        return json.dumps(node.value)
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.BinOp) and type(node.op) in _OPERATORS:
+        return f"({_expr(node.left)} {_OPERATORS[type(node.op)]} {_expr(node.right)})"
+    if isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) is ast.Eq:
+        return f"({_expr(node.left)} === {_expr(node.comparators[0])})"
+    if isinstance(node, ast.IfExp):
+        return f"({_expr(node.test)} ? {_expr(node.body)} : {_expr(node.orelse)})"
+    if isinstance(node, ast.Subscript):
+        return f"{_expr(node.value)}[{_expr(node.slice)}]"
+    if isinstance(node, ast.Dict):
+        return "{" + ", ".join(f"{_expr(k)}: {_expr(v)}"
+                               for k, v in zip(node.keys, node.values)) + "}"
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not node.keywords \
+            and node.func.id in FUNCTIONS:
+        return f"{node.func.id}({', '.join(_expr(a) for a in node.args)})"
+    raise ValueError(f"the calculator's formulas use Python that has no translation: "
+                     f"{ast.unparse(node)}")
+
+
+def _function(source: str) -> str:
+    tree = ast.parse(source).body[0]
+    args = tree.args
+    defaults = [None] * (len(args.args) - len(args.defaults)) + list(args.defaults)
+    names = [a.arg if d is None else f"{a.arg} = {_expr(d)}" for a, d in zip(args.args,
+                                                                             defaults)]
+    lines = [f"function {tree.name}({', '.join(names)}) {{"]
+    for statement in tree.body:
+        if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant):
+            continue  # the docstring
+        if isinstance(statement, ast.Assign) and len(statement.targets) == 1:
+            lines.append(f"  var {_expr(statement.targets[0])} = {_expr(statement.value)};")
+        elif isinstance(statement, ast.Return):
+            lines.append(f"  return {_expr(statement.value)};")
+        else:
+            raise ValueError(f"no translation for {ast.unparse(statement)}")
+    return "\n".join(lines + ["}"])
+
+
+def javascript() -> str:
+    """The tables and the formulas of ``calculator``, as JavaScript."""
+    tables = [f"var {name} = {json.dumps(getattr(calculator, name))};"
+              for name in calculator.TABLES]
+    functions = [_function(inspect.getsource(getattr(calculator, name))) for name in FUNCTIONS]
+    return "\n".join(tables + functions)
+
+
+_FORM = """<div id="{id}" style="border:1px solid #ddd;border-radius:4px;padding:0.5em;
+font-size:0.9em"><form onsubmit="return false" style="display:grid;
+grid-template-columns:repeat(2,max-content);gap:0.2em 1em">
+<label>parameters (billions)</label><input name="billions" type="number" value="7" min="0"
+ step="any">
+<label>optimizer</label><select name="optimizer">{optimizers}</select>
+<label>precision</label><select name="precision">{precisions}</select>
+<label>strategy</label><select name="strategy">{strategies}</select>
+<label>DDP bucket view</label><input name="bucket_view" type="checkbox">
+<label>world size</label><input name="world_size" type="number" value="8" min="1">
+<label>activations per rank (GB)</label><input name="activations" type="number" value="0"
+ min="0" step="any">
+<label>GPU memory (GB)</label><input name="gpu" type="number" value="80" min="0" step="any">
+</form><pre></pre></div>"""
+
+_SHOW = """(function () {{
+{formulas}
+  var root = document.getElementById({id}), form = root.querySelector("form");
+  function show() {{
+    var v = function (n) {{ return form.elements[n].value; }};
+    var P = Number(v("billions")) * 1e9, W = Math.max(1, Math.round(Number(v("world_size"))));
+    var bv = form.elements["bucket_view"].checked, act = Number(v("activations")) * 1e9;
+    var parts = bytes_per_rank(P, v("optimizer"), v("strategy"), W, v("precision"), bv, 0,
+                               act);
+    var lines = [], total = 0;
+    for (var k in parts) {{ total += parts[k];
+      lines.push((k + "          ").slice(0, 16) + (parts[k] / 1e9).toFixed(2) + " GB"); }}
+    var gpu = Number(v("gpu")) * 1e9;
+    lines.push("total per rank  " + (total / 1e9).toFixed(2) + " GB: " +
+               (total <= gpu ? "fits" : "does not fit") + " in " + v("gpu") + " GB");
+    var most = largest_model(gpu, v("optimizer"), v("strategy"), W, v("precision"), bv, act);
+    lines.push("largest model that fits: " + (Math.max(0, most) / 1e9).toFixed(2) +
+               " billion parameters");
+    root.querySelector("pre").textContent = lines.join("\\n");
+  }}
+  form.addEventListener("input", show); show();
+}})();"""
+
+
+def _options(values, chosen) -> str:
+    return "".join(f'<option value="{html.escape(v)}"{" selected" if v == chosen else ""}>'
+                   f"{html.escape(v)}</option>" for v in values)
+
+
+def form_html(element_id: str = "ddplab-memory-calculator") -> str:
+    """The form and its script, as one HTML string."""
+    body = _FORM.format(
+        id=element_id, optimizers=_options(("sgd", "momentum", "adam"), "adam"),
+        precisions=_options(calculator.PRECISIONS, "bf16"),
+        strategies=_options(calculator.CALCULATOR_STRATEGIES, "ddp"))
+    script = _SHOW.format(formulas=javascript(), id=json.dumps(element_id))
+    return f"{body}\n<script>\n{script}\n</script>"
+
+
+def show():
+    """The calculator as a notebook output (``IPython.display.HTML``)."""
+    from IPython.display import HTML
+
+    return HTML(form_html())

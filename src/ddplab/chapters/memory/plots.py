@@ -1,0 +1,72 @@
+"""Figures for the chapter "Memory": result in, matplotlib figure out."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ddplab.chapters.memory.accounting import CATEGORIES
+from ddplab.screen.style import PAGE_WIDTH, figure
+
+CATEGORY_COLORS = {"parameters": "#4c72b0", "gradients": "#dd8452", "buckets": "#c44e52",
+                   "optimizer_state": "#55a868"}
+MALLOC = dict(marker="D", color="black", linestyle="none", markersize=6,
+              label="malloc's count")
+MB = 1e6
+
+
+def _stack(ax, x, held_list, width=0.6):
+    bottom = np.zeros(len(held_list))
+    for category in CATEGORIES:
+        heights = np.array([held[category] for held in held_list]) / MB
+        ax.bar(x, heights, width, bottom=bottom, color=CATEGORY_COLORS[category],
+               label=category.replace("_", " "))
+        bottom += heights
+    return bottom
+
+
+def per_rank(result):
+    """One bar per rank, stacked by category, with malloc's count of the same run."""
+    fig, ax = figure(size=(PAGE_WIDTH, 3.0))
+    ranks = np.arange(result.world_size)
+    _stack(ax, ranks, result.bytes_per_rank)
+    if result.measured_bytes_per_rank[0] is not None:
+        ax.plot(ranks, np.array(result.measured_bytes_per_rank) / MB, **MALLOC)
+    ax.set_xticks(ranks, [f"rank {r}" for r in ranks])
+    ax.set_ylabel("MB held after the step")
+    view = ", bucket view" if result.bucket_view else ""
+    ax.set_title(f"{result.strategy}{view}, {result.optimizer}, "
+                 f"{result.parameter_count / 1e6:.1f} M parameters", fontsize=10)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return fig
+
+
+def strategies(results, labels):
+    """Rank 0's bytes for each run, side by side, stacked by category."""
+    fig, ax = figure(size=(PAGE_WIDTH, 3.2))
+    x = np.arange(len(results))
+    _stack(ax, x, [r.bytes_per_rank[0] for r in results])
+    measured = [r.measured_bytes_per_rank[0] for r in results]
+    if None not in measured:
+        ax.plot(x, np.array(measured) / MB, **MALLOC)
+    ax.set_xticks(x, labels, fontsize=8)
+    ax.set_ylabel("MB on rank 0")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return fig
+
+
+def world_sizes(sweep):
+    """Rank 0's total bytes against the world size, one line per strategy.
+    ``sweep``: ``{label: {world_size: result}}``."""
+    fig, ax = figure(size=(PAGE_WIDTH, 3.0))
+    for label, runs in sweep.items():
+        sizes = sorted(runs)
+        ax.plot(sizes, [runs[n].total_per_rank[0] / MB for n in sizes], marker="o",
+                label=label)
+    ax.set_xlabel("world size")
+    ax.set_xticks(sorted({n for runs in sweep.values() for n in runs}))
+    ax.set_ylabel("MB per rank")
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return fig
+
+
