@@ -84,9 +84,16 @@ def exercise_main(cli, args) -> int:
     try:
         verdict = exercises.check(args.name, solution, args.world_size, args.timeout)
     except (ValueError, TypeError) as exc:  # bad input, caught before any rank started
-        cli.error(str(exc))
+        return bad_input(args, exc)
     print(json.dumps(to_json(verdict.to_json()), indent=1) if args.json else verdict)
     return 0 if verdict.passed else 1
+
+
+def bad_input(args, exc: Exception) -> int:
+    """One clear line and exit status 2, as argparse does for a malformed argument; the usage
+    text it would print first says nothing about a value out of range."""
+    print(f"python -m ddplab {args.command}: error: {exc}", file=sys.stderr)
+    return 2
 
 
 def describe(module, result) -> str:
@@ -107,7 +114,7 @@ def main(argv=None) -> int:
     try:
         result = module.run(**params)
     except ValueError as exc:  # bad input, caught before any rank started
-        cli.error(str(exc))
+        return bad_input(args, exc)
     data = result.to_json() if hasattr(result, "to_json") else result
     if is_reporting_process():
         print(json.dumps(to_json(data), indent=1) if args.json else describe(module, result))
