@@ -14,9 +14,11 @@ The hooks are PyTorch's own (torch/distributed/algorithms/ddp_comm_hooks):
   (Vogels et al. 2019, "PowerSGD: practical low-rank gradient compression").
 
 The bytes a hook puts on the wire are counted at ``torch.distributed.all_reduce``, which these
-hooks call, partly from future callbacks after the hook has returned (PowerSGD all-reduces Q
-once P is done): while a step runs, that name points at a wrapper that adds up the bytes of
-every tensor it is given, then calls the real function. Each rank puts those bytes into the
+hooks call, partly from future callbacks after the hook has returned: PowerSGD issues three
+all-reduces per bucket, the uncompressed tensors, then P, then Q, each from the callback of the
+one before (torch 2.13, powerSGD_hook.py, ``powerSGD_hook``: lines 570, 585 and 607). While
+a step runs, that name points at a wrapper that adds up the bytes of every tensor it is given,
+then calls the real function. Each rank puts those bytes into the
 ring; a ring all-reduce sends ``2(n-1)/n`` times them (see ``cost_model``).
 
 The error is that of the averaged gradient against the exact one, DDP's own on a second copy of
@@ -24,10 +26,10 @@ the model that sees the same batches without a hook: ``|g_hook - g_exact| / |g_e
 
 The hooked model has one bucket (``BUCKET_CAP_MB``). With two, PowerSGD on gloo aborted in 9 of
 15 runs here (``gloo::EnforceNotMet ... Received data size doesn't match expected size. Is
-there a distributed collective mismatch in your code?``): it issues its second all-reduce (Q)
-from a callback when the first (P) has finished, on gloo's thread, while DDP's autograd thread
-hands it the next bucket, so two ranks can issue their collectives in different orders. With
-one bucket, 15 of 15 ran.
+there a distributed collective mismatch in your code?``): it issues its second and third
+all-reduces (P, Q) from callbacks when the one before has finished, on gloo's thread, while
+DDP's autograd thread hands it the next bucket, so two ranks can issue their collectives in
+different orders. With one bucket, 15 of 15 ran.
 """
 
 from __future__ import annotations
