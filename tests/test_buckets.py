@@ -150,7 +150,9 @@ def test_timelines_keep_the_order_of_events():
     assert [c["params"] for c in tiny.all_reduces] == LAYOUTS[600]
     assert tiny.started_during_backward == [2] * 4  # all but the last bucket
     local = overlap.run(layers=SMALL, mode="local", iterations=2)
-    assert local.all_reduces == [] and all(t > 0 for t in local.step_ms)
+    # Nothing to wait for: the time after the last gradient is a small part of backward.
+    assert local.all_reduces == [] and local.median("waiting") < local.median("backward")
+    assert sum(local.phases_ms().values()) == pytest.approx(1e3 * local.median("step"))
 
 
 @pytest.mark.parametrize("call, match", [
