@@ -138,7 +138,9 @@ def test_scaling_reuses_matching_runs():
     result = scaling.run((1, 2), batch_size=4, global_batch_size=8, layers=SMALL, iterations=2,
                          runs=runs)
     assert result.weak[2] is runs[3] and result.alone is runs[0]
-    assert result.strong[1].batch_size == 8 and len(runs) == 6  # one new pair, at 1 x 8
+    assert result.strong[1].batch_size == 8  # a new pair, at 1 x 8
+    assert len(runs) == 4 and result.strong[1] not in runs  # the caller's list is left alone
+    assert result.cores >= 1 and result.shared_from == (2 if result.cores == 1 else None)
     assert result.efficiency("weak", 1) == pytest.approx(
         runs[1].samples_per_s / runs[0].samples_per_s)
 

@@ -55,8 +55,8 @@ def allreduce(results, axes=None):
     if axes is None:
         fig, axes = plt.subplots(1, 2, figsize=(PAGE_WIDTH, 3.1), constrained_layout=True)
     time_ax, bw_ax = axes
-    for k, (w, r) in enumerate(results.items()):
-        color = rank_color(k)
+    for i, (w, r) in enumerate(results.items()):
+        color = rank_color(i)
         sizes = np.array(r.sizes_bytes)
         time_ax.loglog(sizes, 1e3 * np.array(r.seconds), "o", color=color, ms=4,
                        label=f"{w} ranks, measured")
@@ -101,9 +101,11 @@ def scaling(result, model=None, axes=None):
     for ax in axes:
         ax.set_xticks(sorted(set(ws) | set(model or ())))
         ax.set_xlabel("ranks (world size)", fontsize=9)
-        ax.axvspan(2.5, max(ws) + 0.3, color="0.92", zorder=0)
-    rate_ax.text(2.6, 0.02, "ranks share\n2 cores", transform=rate_ax.get_xaxis_transform(),
-                 fontsize=7.5)
+        if result.shared_from:
+            ax.axvspan(result.cores + 0.5, max(ws) + 0.3, color="0.92", zorder=0)
+    if result.shared_from:
+        rate_ax.text(result.cores + 0.6, 0.02, f"ranks share\n{result.cores} cores",
+                     transform=rate_ax.get_xaxis_transform(), fontsize=7.5)
     rate_ax.set_ylabel("samples per second", fontsize=9)
     eff_ax.set_ylabel("scaling efficiency", fontsize=9)
     eff_ax.set_ylim(0, 1.1)
