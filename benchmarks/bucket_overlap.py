@@ -47,7 +47,7 @@ def main() -> None:
                     kwargs = {"record": False, **kwargs}
                     result = overlap.run(world_size=world_size, depth=depth,
                                          iterations=args.steps, **kwargs)
-                    times[label] += result.step_ms
+                    times[label] += [1e3 * t for t in result.step_s]
             base = statistics.median(times["DDP, default (25, first 1)"])
             print(f"\nworld size {world_size}, MLP 64, 1024 x {depth}, 10")
             for label, values in times.items():

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from conftest import ddplab_cli, ddplab_json
-from ddplab.chapters.buckets import bucket_options, buckets, overlap
+from ddplab.chapters.buckets import bucket_views, buckets, overlap
 from ddplab.common import mlp
 
 SMALL = (8, 64, 32, 4)
@@ -109,7 +109,7 @@ def test_the_small_first_bucket_only_with_the_default_cap_and_stale_logging():
 
 
 def test_gradient_as_bucket_view_keeps_one_copy_of_the_gradients():
-    result = bucket_options.views(layers=SMALL, iterations=3)
+    result = bucket_views.views(layers=SMALL, iterations=3)
     rows = {(r["gradient_as_bucket_view"], r["set_to_none"]): r for r in result.rows}
     assert result.param_bytes == 11152 and result.param_count == 6
     for (as_view, set_to_none), r in rows.items():
@@ -120,19 +120,6 @@ def test_gradient_as_bucket_view_keeps_one_copy_of_the_gradients():
     reference = rows[(False, False)]["grads"]
     for r in result.rows:
         np.testing.assert_allclose(r["grads"], reference, atol=1e-7)
-
-
-def test_no_sync_launches_nothing_then_all_reduces_the_mean_over_micro_batches():
-    world_size, batch_size, seed = 3, 4, 1
-    result = bucket_options.accumulate(micro_batches=3, layers=SMALL, world_size=world_size,
-                                       batch_size=batch_size, seed=seed)
-    assert result.launches == [0, 0, 1]
-    # One process, mean loss over all 3 x 3 x 4 samples: the mean of the micro-batch means.
-    reference = sum(one_process_grad(SMALL, seed, world_size, batch_size, m)
-                    for m in range(3)) / 3
-    np.testing.assert_allclose(result.grads, [reference] * world_size, atol=1e-5)
-    last_only = one_process_grad(SMALL, seed, world_size, batch_size, 2)
-    assert np.abs(last_only - reference).max() > 1e-3
 
 
 def test_timelines_keep_the_order_of_events():
@@ -150,7 +137,9 @@ def test_timelines_keep_the_order_of_events():
     assert [c["params"] for c in tiny.all_reduces] == LAYOUTS[600]
     assert tiny.started_during_backward == [2] * 4  # all but the last bucket
     local = overlap.run(layers=SMALL, mode="local", iterations=2)
-    assert local.all_reduces == [] and all(t > 0 for t in local.step_ms)
+    # Nothing to wait for: the time after the last gradient is a small part of backward.
+    assert local.all_reduces == [] and local.median("waiting") < local.median("backward")
+    assert sum(local.phases_ms().values()) == pytest.approx(1e3 * local.median("step"))
 
 
 @pytest.mark.parametrize("call, match", [
@@ -165,8 +154,7 @@ def test_timelines_keep_the_order_of_events():
     (lambda: overlap.run(mode="fast"), "mode must be one of"),
     (lambda: overlap.run(warmup=1), "warmup must be"),
     (lambda: overlap.run(depth=0), "depth must be a positive int"),
-    (lambda: bucket_options.accumulate(micro_batches=0), "micro_batches must be"),
-    (lambda: bucket_options.views(iterations=0), "iterations must be"),
+    (lambda: bucket_views.views(iterations=0), "iterations must be"),
 ])
 def test_bad_input_is_a_clear_error(call, match):
     with pytest.raises(ValueError, match=match):

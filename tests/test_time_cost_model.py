@@ -14,10 +14,10 @@ import math
 import numpy as np
 import pytest
 
-from ddplab.chapters.time_cost import calibration, cluster_prediction, cost_model
+from ddplab.chapters.time_cost import bucket_size, calibration, cluster_prediction, cost_model
 
 NVLINK = cost_model.INTRA_NODE["NVLink 4 (H100)"]
-IB = cost_model.INTER_NODE["InfiniBand NDR, 8 x 400 Gb/s per node"]
+IB = cost_model.INTER_NODE["8 x 400 Gb/s per node (EFA v4 measured)"]
 ETH = cost_model.INTER_NODE["Ethernet, 100 Gb/s per node"]
 
 
@@ -30,13 +30,14 @@ def test_ring_allreduce_by_hand():
 def test_a_ring_over_nodes_pays_network_steps_and_the_slowest_link():
     S = 1e9
     t = cost_model.allreduce_seconds(S, gpus_per_node=4, nodes=2, intra=NVLINK, inter=ETH)
-    expected = 12 * NVLINK.alpha_s + 2 * ETH.alpha_s + 2 * 7 / 8 * S / ETH.bandwidth
+    expected = (cost_model.BASE_LATENCY_S + 12 * NVLINK.alpha_s + 2 * ETH.alpha_s
+                + 2 * 7 / 8 * S / ETH.bandwidth)
     assert t == pytest.approx(expected)
     # One GPU per node: every step crosses the network; one node: none does.
-    t = cost_model.allreduce_seconds(S, 1, 4, NVLINK, IB)
-    assert t == pytest.approx(6 * IB.alpha_s + 1.5 * S / IB.bandwidth)
+    t = cost_model.allreduce_seconds(S, 1, 4, NVLINK, ETH)
+    assert t == pytest.approx(6 * ETH.alpha_s + 1.5 * S / ETH.bandwidth)
     t = cost_model.allreduce_seconds(S, 8, 1, NVLINK, None)
-    assert t == pytest.approx(14 * NVLINK.alpha_s + 1.75 * S / NVLINK.bandwidth)
+    assert t == pytest.approx(8.4e-6 + 14 * 3.4e-6 + 1.75 * S / (18 * 20.6e9))
     with pytest.raises(ValueError, match="inter-node link"):
         cost_model.allreduce_seconds(S, 8, 2, NVLINK, None)
 
@@ -94,35 +95,61 @@ def test_exposed_communication_against_simulation_on_a_grid():
 
 def test_the_best_bucket_count_minimises_the_tradeoff():
     S, w, o = 16.8e6, 1e9, 150e-6
-    best = cost_model.best_bucket_count(S, w, o)
+    best = bucket_size.best_bucket_count(S, w, o)
     assert best == pytest.approx(math.sqrt(S / (w * o)))
     grid = np.linspace(1, 100, 100_000)
-    values = cost_model.exposed_tradeoff(grid, S, w, o)
+    values = bucket_size.exposed_tradeoff(grid, S, w, o)
     assert grid[np.argmin(values)] == pytest.approx(best, rel=1e-3)
-    assert cost_model.exposed_tradeoff(best, S, w, o) == pytest.approx(2 * math.sqrt(S * o / w))
+    assert bucket_size.exposed_tradeoff(best, S, w, o) == pytest.approx(2 * math.sqrt(S * o / w))
+    model = bucket_size.tradeoff(S, w, o, max_buckets=32)
+    assert model.best == best and model.buckets[0] == 1 and model.buckets[-1] == pytest.approx(32)
+    lowest = model.buckets[int(np.argmin(model.exposed_s))]
+    assert lowest == pytest.approx(best, rel=0.07)  # the grid's step is 6%
+
+
+def test_the_algorithm_bandwidth_of_a_ring_of_8_on_nvlink():
+    # busbw 370.8 GB/s (NCCL topo.h, 18 x 20.6) -> algbw 370.8 * 8/14 = 211.9 GB/s
+    w = bucket_size.algorithm_bandwidth(NVLINK.bandwidth, 8)
+    assert w == pytest.approx(211.9e9, rel=1e-3)
+    with pytest.raises(ValueError):
+        bucket_size.algorithm_bandwidth(1e9, 1)
+
+
+def test_a_measured_table_gives_small_messages_less_bandwidth():
+    # stas00/ml-engineering network/README.md, 4 nodes of 8 B200: 64.43 GB/s at 16 MiB,
+    # 91.19 at 32 MiB; between them in log-size; clamped outside the table.
+    assert IB.bandwidth_at(16 * 2**20) == pytest.approx(64.43e9)
+    assert IB.bandwidth_at(32 * 2**20) == pytest.approx(91.19e9)
+    assert 64.43e9 < IB.bandwidth_at(25 * 2**20) < 91.19e9
+    assert IB.bandwidth_at(1e12) == pytest.approx(381.80e9)
+    assert IB.bandwidth_at(10) == pytest.approx(5.37e9)
+    assert NVLINK.bandwidth_at(10) == NVLINK.bandwidth  # no table: one figure
 
 
 def test_a_step_adds_its_parts():
     link = cost_model.Link("x", 1e-4, 1e9, "test")
-    step = cost_model.step_time(params=1e6, batch_size=10, seconds_per_sample=1e-3,
-                                gpus_per_node=2, intra=link, bucket_mb=1.0, overlap=False,
-                                optimizer_s=2e-3, memory_bandwidth=4e9)
+    step = cost_model.predict_step(params=1e6, batch_size=10, seconds_per_sample=1e-3,
+                                   gpus_per_node=2, intra=link, bucket_mb=1.0, overlap=False,
+                                   optimizer_s=2e-3, memory_bandwidth=8e9)
     nbytes = 4e6
     buckets = math.ceil(nbytes / 2 ** 20)  # 4
     per_bucket = 2 * 1e-4 + nbytes / buckets / 1e9
     assert step.buckets == buckets == 4
     assert step.compute_s == pytest.approx(10e-3)
-    assert step.copy_s == pytest.approx(2 * nbytes / 4e9)
+    # two copies of S bytes, each reading and writing S: 4 S at a datasheet's bandwidth
+    assert step.copy_s == pytest.approx(4 * nbytes / 8e9)
+    measured = cost_model.predict_step(1e6, 10, 1e-3, 2, intra=link, copy_bandwidth=4e9)
+    assert measured.copy_s == pytest.approx(2 * nbytes / 4e9)
     assert step.exposed_s == pytest.approx(buckets * per_bucket)
     assert step.step_s == pytest.approx(10e-3 + 2e-3 + 2e-3 + buckets * per_bucket)
     assert step.samples == 20
     assert step.efficiency == pytest.approx(12e-3 / step.step_s)
     # Accumulation: k times the computation, still one all-reduce.
-    acc = cost_model.step_time(1e6, 10, 1e-3, 2, intra=link, bucket_mb=1.0, accumulation=4,
-                               overlap=False)
+    acc = cost_model.predict_step(1e6, 10, 1e-3, 2, intra=link, bucket_mb=1.0,
+                                  accumulation=4, overlap=False)
     assert acc.compute_s == pytest.approx(40e-3) and acc.comm_s == pytest.approx(step.comm_s)
-    assert acc.efficiency > cost_model.step_time(1e6, 10, 1e-3, 2, intra=link,
-                                                 bucket_mb=1.0, overlap=False).efficiency
+    assert acc.efficiency > cost_model.predict_step(1e6, 10, 1e-3, 2, intra=link,
+                                                    bucket_mb=1.0, overlap=False).efficiency
 
 
 def test_compute_per_sample_is_six_flops_per_parameter_and_token():

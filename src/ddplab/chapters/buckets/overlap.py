@@ -3,9 +3,10 @@
     python -m ddplab overlap --layers 64,1024,1024,10 --bucket-cap-mb 1000 --world-size 2
     torchrun --nproc-per-node 2 -m ddplab overlap --layers 64,1024,1024,10 --json
 
-Every rank times whole training steps (forward, backward, SGD step) after a barrier, on one
-clock shared by the processes of a machine (``time.perf_counter``), and records when autograd
-has accumulated each parameter's gradient and when each all-reduce starts and ends:
+Every rank times whole training steps with :mod:`ddplab.common.timed_step` (the one timed step
+the chapter "The time cost" uses too; seconds on one clock shared by the processes of a
+machine), which records when autograd has accumulated each parameter's gradient, and records
+when each all-reduce starts and ends:
 ``hooks.record_and_allreduce`` for DDP, ``hooks.NaiveAllReduce`` for naive data parallel.
 Mode ``local`` communicates nothing: the computation alone. With ``record=False`` no hook at
 all is installed (plain DDP), for step times without the recording's own small cost. On GPUs
@@ -16,15 +17,12 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
-import time
 
 import torch
-import torch.distributed as dist
-import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import ddplab
-from ddplab.common import bucket_rule, hooks, mlp
+from ddplab.common import bucket_rule, hooks, mlp, timed_step
 from ddplab.common.checks import int_at_least, one_of, positive_int
 from ddplab.common.results import Result
 
@@ -37,11 +35,7 @@ def steps(ctx, layers, mode: str, bucket_cap_mb, iterations: int, warmup: int,
           batch_size: int, seed: int, record: bool) -> list[dict]:
     """Time ``warmup + iterations`` training steps; return the last ``iterations``."""
     model = mlp.make_model(layers, seed).to(ctx.device)
-    ready = []  # this iteration's (param, time) pairs
-    if record:
-        for name, param in model.named_parameters():
-            param.register_post_accumulate_grad_hook(
-                lambda _, name=name: ready.append((name, time.perf_counter())))
+    gradients = timed_step.GradientTimes(model, ctx.device, record)
     wrapped, log = model, None
     if mode == "naive":
         log = hooks.NaiveAllReduce(model, ctx.world_size)
@@ -56,20 +50,9 @@ def steps(ctx, layers, mode: str, bucket_cap_mb, iterations: int, warmup: int,
     for i in range(warmup + iterations):
         X, y = (t[rows].to(ctx.device)
                 for t in mlp.make_batch(layers, batch_size, ctx.world_size, seed, i))
-        optimizer.zero_grad()
-        ready.clear()
-        dist.barrier()  # every rank starts the step together
-        start = time.perf_counter()
-        loss = F.mse_loss(wrapped(X), y)
-        forward_end = time.perf_counter()
-        loss.backward()
-        backward_end = time.perf_counter()
-        optimizer.step()
-        step_end = time.perf_counter()
+        stamps = timed_step.timed_step(wrapped, optimizer, X, y, gradients)
         if i >= warmup:  # iteration 0 has one bucket; DDP rebuilds them before iteration 1
-            out.append({"start": start, "forward_end": forward_end,
-                        "backward_end": backward_end, "step_end": step_end,
-                        "ready": list(ready), "comm": _comm(log, mode)})
+            out.append({**stamps, "comm": _comm(log, mode)})
         if log is not None:
             (log.calls if mode == "naive" else log.buckets).clear()
     return out
@@ -88,7 +71,8 @@ def _comm(log, mode) -> list[dict]:
 
 @dataclasses.dataclass
 class Timeline(Result):
-    """Measured training steps on every rank; times in ms from the shown step's start."""
+    """Measured training steps on every rank: seconds, except :meth:`events` (ms from the
+    shown step's start, for the figures) and the JSON's ``*_ms`` fields."""
 
     layers: tuple
     world_size: int
@@ -96,31 +80,40 @@ class Timeline(Result):
     bucket_cap_mb: float | None
     param_names: list[str]
     param_bytes: list[int]
-    ranks: list[list[dict]]  # per rank, per measured iteration (raw perf_counter seconds)
+    ranks: list[list[dict]]  # per rank, per measured iteration (timed_step's clock, seconds)
 
     @property
-    def step_ms(self) -> list[float]:
+    def step_s(self) -> list[float]:
         """Per iteration: first rank's start to the last rank's end of the optimizer step."""
-        return [1e3 * (max(r[i]["step_end"] for r in self.ranks)
-                       - min(r[i]["start"] for r in self.ranks))
+        return [max(r[i]["step_end"] for r in self.ranks)
+                - min(r[i]["start"] for r in self.ranks)
                 for i in range(len(self.ranks[0]))]
 
     @property
     def shown(self) -> int:
         """The iteration whose step time is the median: the one the figures draw."""
-        times = self.step_ms
+        times = self.step_s
         return sorted(range(len(times)), key=times.__getitem__)[len(times) // 2]
 
     def median(self, phase: str) -> float:
-        """Median over iterations, in ms, of ``step`` (``step_ms``) or, on the rank whose
-        last gradient was ready last (the one every all-reduce waits for), of ``forward``,
-        ``backward``, ``after_last_gradient`` (backward's end minus that last gradient) or
-        ``waiting``: that, plus the time naive's blocking all-reduces held backward up."""
+        """Median over iterations, in seconds, of ``step`` (``step_s``) or, on the rank whose
+        last gradient was ready last (the one every all-reduce waits for), of a phase of
+        ``timed_step.phases``: ``forward``, ``backward`` (computing), ``waiting`` (after the
+        last gradient, plus the time naive's blocking all-reduces held backward up),
+        ``optimizer``, or of ``after_last_gradient`` (backward's end minus that last
+        gradient)."""
         if phase == "step":
-            return statistics.median(self.step_ms)
+            return statistics.median(self.step_s)
         iterations = zip(*self.ranks)  # per iteration, one record per rank
-        return statistics.median(_phase(max(its, key=_last_gradient), phase, self.mode)
+        return statistics.median(_phase(max(its, key=timed_step.last_gradient), phase,
+                                        self.mode)
                                  for its in iterations)
+
+    def phases_ms(self) -> dict:
+        """Median ms of forward, backward (computing), waiting, and the ``rest`` of the
+        median step (optimizer step, skew between ranks): what the step-time figure draws."""
+        parts = {p: 1e3 * self.median(p) for p in ("forward", "backward", "waiting")}
+        return {**parts, "rest": max(1e3 * self.median("step") - sum(parts.values()), 0.0)}
 
     def events(self, rank: int) -> dict:
         """The shown iteration on ``rank`` in ms from the first rank's start of that step."""
@@ -138,7 +131,7 @@ class Timeline(Result):
     def started_during_backward(self) -> list[int]:
         """Per rank and measured iteration: how many all-reduces started before that rank's
         last gradient was ready, i.e. while backward was still computing."""
-        return [sum(c["start"] < _last_gradient(it) for c in it["comm"])
+        return [sum(c["start"] < timed_step.last_gradient(it) for c in it["comm"])
                 for r in self.ranks for it in r]
 
     @property
@@ -147,13 +140,15 @@ class Timeline(Result):
         return self.events(0)["comm"]
 
     def to_json(self) -> dict:
+        ms = {p: 1e3 * self.median(p) for p in
+              ("step", "forward", "backward", "after_last_gradient", "waiting")}
         return {"layers": list(self.layers), "world_size": self.world_size, "mode": self.mode,
-                "bucket_cap_mb": self.bucket_cap_mb, "step_ms": self.step_ms,
-                "median_step_ms": self.median("step"),
-                "median_forward_ms": self.median("forward"),
-                "median_backward_ms": self.median("backward"),
-                "median_after_last_gradient_ms": self.median("after_last_gradient"),
-                "median_waiting_ms": self.median("waiting"),
+                "bucket_cap_mb": self.bucket_cap_mb, "step_ms": [1e3 * t for t in self.step_s],
+                "median_step_ms": ms["step"],
+                "median_forward_ms": ms["forward"],
+                "median_backward_ms": ms["backward"],
+                "median_after_last_gradient_ms": ms["after_last_gradient"],
+                "median_waiting_ms": ms["waiting"],
                 "shown_iteration": [self.events(r) for r in range(self.world_size)]}
 
     def describe(self) -> str:
@@ -161,9 +156,10 @@ class Timeline(Result):
                                  f", bucket_cap_mb={self.bucket_cap_mb}")
         lines = [f"MLP {','.join(map(str, self.layers))}, world size {self.world_size}, "
                  f"{setting}",
-                 f"median step {self.median('step'):.1f} ms: forward "
-                 f"{self.median('forward'):.1f}, backward {self.median('backward'):.1f}, of "
-                 f"which waiting for all-reduces {self.median('waiting'):.1f}",
+                 f"median step {1e3 * self.median('step'):.1f} ms: forward "
+                 f"{1e3 * self.median('forward'):.1f}, backward computing "
+                 f"{1e3 * self.median('backward'):.1f}, waiting for all-reduces "
+                 f"{1e3 * self.median('waiting'):.1f}",
                  "all-reduces of rank 0 in the median step (ms from the step's start):"]
         lines += [f"  {c['label']:<10} {c['bytes']:>10,} bytes  "
                   f"{c['start']:7.2f} -> {c['end']:7.2f}"
@@ -178,26 +174,20 @@ class Timeline(Result):
 
     def describe_phases(self) -> str:
         """Median ms of the step and its phases (see ``median``)."""
-        step, forward, backward, waiting = (self.median(p) for p in
+        step, forward, backward, waiting = (1e3 * self.median(p) for p in
                                             ("step", "forward", "backward", "waiting"))
         return (f"step {step:6.1f}, forward {forward:5.1f}, backward {backward:6.1f}, "
                 f"waiting {waiting:5.1f}")
 
 
-def _last_gradient(it: dict) -> float:
-    return max((t for _, t in it["ready"]), default=it["backward_end"])
-
-
 def _phase(it: dict, phase: str, mode: str) -> float:
-    if phase == "forward":
-        return 1e3 * (it["forward_end"] - it["start"])
-    if phase == "backward":
-        return 1e3 * (it["backward_end"] - it["forward_end"])
-    last = _last_gradient(it)
-    after = 1e3 * (it["backward_end"] - last)
-    if phase == "after_last_gradient" or mode != "naive":
-        return after  # DDP's all-reduces run beside backward; naive's block it
-    return after + 1e3 * sum(c["end"] - c["start"] for c in it["comm"] if c["start"] < last)
+    """Seconds of ``phase`` of one rank's iteration; naive's all-reduces block backward."""
+    last = timed_step.last_gradient(it)
+    if phase == "after_last_gradient":
+        return it["backward_end"] - last
+    blocked = (sum(c["end"] - c["start"] for c in it["comm"] if c["start"] < last)
+               if mode == "naive" else 0.0)  # DDP's all-reduces run beside backward
+    return timed_step.phases(it, blocked)[phase]
 
 
 def run(world_size: int = 2, width: int = 1024, depth: int = 2,

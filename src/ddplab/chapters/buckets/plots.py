@@ -6,9 +6,11 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.patches import Patch, Rectangle
 
+from ddplab.screen.style import WIDE
+
 BUCKET_COLORS = [c for i, c in enumerate(plt.get_cmap("tab10").colors) if i != 7]  # no grey
 GREY = "0.82"
-WIDTH = 8.5  # inches: a timeline needs a little more than the text column (PAGE_WIDTH)
+WIDTH = WIDE  # a timeline needs a little more than the text column (PAGE_WIDTH)
 ROW = 0.95  # inches per rank in a timeline
 
 
@@ -152,7 +154,7 @@ def timeline(result, ax=None, legend: bool = True):
 def _timeline_title(result) -> str:
     what = {"naive": "naive: one all-reduce per parameter", "local": "no communication"}.get(
         result.mode, f"DDP, bucket_cap_mb {_cap(result.bucket_cap_mb)}")
-    return (f"{what}; world size {result.world_size}; step {result.median('step'):.1f} ms "
+    return (f"{what}; world size {result.world_size}; step {1e3 * result.median('step'):.1f} ms "
             f"(median), {len(result.all_reduces)} all-reduce calls")
 
 
@@ -185,24 +187,21 @@ def timelines(results):
 
 
 def step_times(results, labels):
-    """Median step time split into forward, backward computing, backward waiting for
-    all-reduces (``Timeline.median("waiting")``) and the rest (optimizer step, rank skew)."""
+    """Median step time split into the phases ``Timeline.phases_ms`` gives."""
     fig, ax = plt.subplots(figsize=(WIDTH, 0.9 + 0.45 * len(results)), constrained_layout=True)
+    styles = {"forward": (dict(color=GREY), "forward"),
+              "backward": (dict(color="tab:blue", alpha=0.75), "backward computes"),
+              "waiting": (dict(fc="white", ec="0.5", hatch="////", lw=0.5),
+                          "backward waits for all-reduces"),
+              "rest": (dict(color="0.55"), "optimizer step, rank skew")}
     for i, result in enumerate(results):
-        step = result.median("step")
-        forward, backward = result.median("forward"), result.median("backward")
-        waiting = min(result.median("waiting"), backward)
-        parts = [(forward, dict(color=GREY), "forward"),
-                 (backward - waiting, dict(color="tab:blue", alpha=0.75), "backward computes"),
-                 (waiting, dict(fc="white", ec="0.5", hatch="////", lw=0.5),
-                  "backward waits for all-reduces"),
-                 (max(step - forward - backward, 0), dict(color="0.55"),
-                  "optimizer step, rank skew")]
         left = 0.0
-        for width, style, name in parts:
+        for phase, width in result.phases_ms().items():
+            style, name = styles[phase]
             ax.barh(i, width, left=left, label=name if i == 0 else None, **style)
             left += width
-        ax.text(left + 0.5, i, f"{step:.1f} ms", va="center", fontsize=9)
+        ax.text(left + 0.5, i, f"{1e3 * result.median('step'):.1f} ms", va="center",
+                fontsize=9)
     ax.set_yticks(range(len(results)), labels, fontsize=9)
     ax.invert_yaxis()
     ax.set_xlabel("median step time, ms (phases of the rank whose gradients were ready last)",

@@ -7,15 +7,66 @@ Each cap is a ``step_time.run`` of the chapter's MLP with that ``bucket_cap_mb``
 communication is the median wait from backward's last gradient to the end of ``backward()``.
 The bucket count of each cap follows DDP's packing rule (``bucket_rule.pack``), which the
 chapter "Buckets" checks against recorded buckets.
+
+Beside it, a simple model of the trade-off, derived on the page (not taken from elsewhere):
+``E(n_b) = S/(n_b w) + n_b o``, :class:`Tradeoff`, whose curve the figure draws.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
+
+import numpy as np
 
 from ddplab.chapters.time_cost import step_time
 from ddplab.common import bucket_rule, mlp
 from ddplab.common.progress import report as progress_report
+
+
+def algorithm_bandwidth(bus_bandwidth: float, ranks: int) -> float:
+    """``algbw = busbw * n / (2(n-1))``: the bytes of the message per second of the whole
+    all-reduce (nccl-tests, doc/PERFORMANCE.md), the ``w`` of :func:`exposed_tradeoff`."""
+    if ranks < 2:
+        raise ValueError("an all-reduce needs at least 2 ranks")
+    return bus_bandwidth * ranks / (2 * (ranks - 1))
+
+
+def exposed_tradeoff(buckets, nbytes: float, bandwidth: float, overhead_s: float):
+    """A simple model of the bucket trade-off, ``S/(n_b w) + n_b o``: the last bucket
+    (``S/n_b`` bytes at the all-reduce's algorithm bandwidth ``w``) cannot start before
+    backward ends, and each of ``n_b`` calls adds a fixed ``o`` to the end of the step (it
+    does where the calls' fixed costs run one after the other, as on the cores of a CPU)."""
+    return nbytes / (buckets * bandwidth) + buckets * overhead_s
+
+
+def best_bucket_count(nbytes: float, bandwidth: float, overhead_s: float) -> float:
+    """Where ``d/dn_b [S/(n_b w) + n_b o] = -S/(n_b^2 w) + o = 0``: ``sqrt(S / (w o))``."""
+    return math.sqrt(nbytes / (bandwidth * overhead_s))
+
+
+@dataclasses.dataclass
+class Tradeoff:
+    """The model ``S/(n_b w) + n_b o`` for ``nbytes`` of gradient, evaluated where it is
+    drawn (``buckets``, from 1 to ``max_buckets`` on a log scale), and its minimum."""
+
+    nbytes: float
+    bandwidth: float  # w: the all-reduce's algorithm bandwidth, bytes/s
+    overhead_s: float  # o: the fixed cost of one call
+    buckets: list[float]
+    exposed_s: list[float]
+
+    @property
+    def best(self) -> float:
+        return best_bucket_count(self.nbytes, self.bandwidth, self.overhead_s)
+
+
+def tradeoff(nbytes: float, bandwidth: float, overhead_s: float,
+             max_buckets: float = 32) -> Tradeoff:
+    """:func:`exposed_tradeoff` on 60 bucket counts from 1 to ``max_buckets``."""
+    grid = [float(n) for n in np.geomspace(1, max_buckets, 60)]
+    return Tradeoff(nbytes, bandwidth, overhead_s, grid,
+                    [exposed_tradeoff(n, nbytes, bandwidth, overhead_s) for n in grid])
 
 
 def bucket_count(layers, bucket_cap_mb) -> int:

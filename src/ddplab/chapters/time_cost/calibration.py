@@ -16,7 +16,7 @@ that a change of the machine's load reaches inputs and checks alike:
   machine share its memory bandwidth: two ranks compute more slowly than one, which GPUs, each
   with a memory of its own, do not.
 
-Then DDP's steps at each world size are measured and set beside ``cost_model.step_time``: the
+Then DDP's steps at each world size are measured and set beside ``cost_model.predict_step``: the
 check is of what the model adds to the computation, the all-reduce and DDP's copies.
 """
 
@@ -63,11 +63,11 @@ class Calibration(Result):
         computation measured at ``computed_at`` ranks (default: ``world_size`` where it was
         measured, else 1)."""
         key = computed_at or (world_size if world_size in self.seconds_per_sample else 1)
-        return cost_model.step_time(
+        return cost_model.predict_step(
             self.params, batch_size or self.batch_size, self.seconds_per_sample[key],
             gpus_per_node=world_size, intra=self.link, bucket_mb=bucket_mb,
             accumulation=accumulation, optimizer_s=self.optimizer_s[key],
-            memory_bandwidth=self.copy_bandwidth)
+            copy_bandwidth=self.copy_bandwidth)
 
     def ratio(self, world_size: int) -> float:
         """Measured over predicted step time."""

@@ -3,7 +3,7 @@
     from ddplab.chapters.time_cost import cluster_prediction
     print(cluster_prediction.run(params_millions=1300, nodes=4).describe())
 
-``cost_model.step_time`` for a model of N parameters, a sample of ``tokens_per_sample`` tokens
+``cost_model.predict_step`` for a model of N parameters, a sample of ``tokens_per_sample`` tokens
 (6 FLOPs per parameter and token at ``cost_model.UTILISATION`` of the accelerator's peak), on
 nodes of GPUs joined by published links (``cost_model.INTRA_NODE``, ``INTER_NODE``).
 """
@@ -52,7 +52,7 @@ NODE_COUNTS = (1, 2, 4, 8, 16, 32, 64)
 
 
 def run(params_millions: float = 1300, gpus_per_node: int = 8, nodes: int = 4,
-        intra: str = "NVLink 4 (H100)", inter: str = "InfiniBand NDR, 8 x 400 Gb/s per node",
+        intra: str = "NVLink 4 (H100)", inter: str = "8 x 400 Gb/s per node (EFA v4 measured)",
         bucket_mb: float = 25.0, accumulation: int = 1, batch_size: int = 4,
         tokens_per_sample: int = 2048, accelerator: str = "H100 SXM") -> ClusterPrediction:
     """The model's step for a model of ``params_millions`` M parameters trained with DDP on
@@ -71,10 +71,10 @@ def run(params_millions: float = 1300, gpus_per_node: int = 8, nodes: int = 4,
     per_sample = cost_model.seconds_per_sample(params, chip, tokens_per_sample)
 
     def step(n: int, link: str) -> cost_model.Step:
-        return cost_model.step_time(params, batch_size, per_sample, gpus_per_node, n,
-                                    cost_model.INTRA_NODE[intra], cost_model.INTER_NODE[link],
-                                    bucket_mb, accumulation,
-                                    memory_bandwidth=chip.memory_bandwidth)
+        return cost_model.predict_step(params, batch_size, per_sample, gpus_per_node, n,
+                                       cost_model.INTRA_NODE[intra],
+                                       cost_model.INTER_NODE[link], bucket_mb, accumulation,
+                                       memory_bandwidth=chip.memory_bandwidth)
 
     curves = {link: {n: step(n, link).efficiency for n in sorted({*NODE_COUNTS, nodes})}
               for link in cost_model.INTER_NODE}
@@ -85,7 +85,7 @@ def run(params_millions: float = 1300, gpus_per_node: int = 8, nodes: int = 4,
 def scaling_curves(params: float, global_batch_size: int, batch_size: int,
                    gpus=(8, 16, 32, 64, 128, 256, 512), gpus_per_node: int = 8,
                    intra: str = "NVLink 4 (H100)",
-                   inter: str = "InfiniBand NDR, 8 x 400 Gb/s per node",
+                   inter: str = "8 x 400 Gb/s per node (EFA v4 measured)",
                    tokens_per_sample: int = 2048, accelerator: str = "H100 SXM") -> dict:
     """Efficiency against the GPU count: ``weak`` keeps ``batch_size`` per GPU; ``strong``
     divides ``global_batch_size`` over the GPUs, ``batch_size`` at a time, accumulating the
@@ -99,11 +99,11 @@ def scaling_curves(params: float, global_batch_size: int, batch_size: int,
         per_node = min(n, gpus_per_node)
         common = dict(gpus_per_node=per_node, nodes=nodes, intra=cost_model.INTRA_NODE[intra],
                       inter=cost_model.INTER_NODE[inter], memory_bandwidth=chip.memory_bandwidth)
-        out[weak][n] = cost_model.step_time(params, batch_size, per_sample, **common).efficiency
+        out[weak][n] = cost_model.predict_step(params, batch_size, per_sample, **common).efficiency
         per_gpu = global_batch_size / n
         if per_gpu >= 1:
             micro = min(batch_size, int(per_gpu))
-            out[strong][n] = cost_model.step_time(params, micro, per_sample,
+            out[strong][n] = cost_model.predict_step(params, micro, per_sample,
                                                   accumulation=max(1, round(per_gpu / micro)),
                                                   **common).efficiency
     return out

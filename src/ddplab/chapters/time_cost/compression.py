@@ -14,9 +14,11 @@ The hooks are PyTorch's own (torch/distributed/algorithms/ddp_comm_hooks):
   (Vogels et al. 2019, "PowerSGD: practical low-rank gradient compression").
 
 The bytes a hook puts on the wire are counted at ``torch.distributed.all_reduce``, which these
-hooks call, partly from future callbacks after the hook has returned (PowerSGD all-reduces Q
-once P is done): while a step runs, that name points at a wrapper that adds up the bytes of
-every tensor it is given, then calls the real function. Each rank puts those bytes into the
+hooks call, partly from future callbacks after the hook has returned: PowerSGD issues three
+all-reduces per bucket, the uncompressed tensors, then P, then Q, each from the callback of the
+one before (torch 2.13, powerSGD_hook.py, ``powerSGD_hook``: lines 570, 585 and 607). While
+a step runs, that name points at a wrapper that adds up the bytes of every tensor it is given,
+then calls the real function. Each rank puts those bytes into the
 ring; a ring all-reduce sends ``2(n-1)/n`` times them (see ``cost_model``).
 
 The error is that of the averaged gradient against the exact one, DDP's own on a second copy of
@@ -24,10 +26,10 @@ the model that sees the same batches without a hook: ``|g_hook - g_exact| / |g_e
 
 The hooked model has one bucket (``BUCKET_CAP_MB``). With two, PowerSGD on gloo aborted in 9 of
 15 runs here (``gloo::EnforceNotMet ... Received data size doesn't match expected size. Is
-there a distributed collective mismatch in your code?``): it issues its second all-reduce (Q)
-from a callback when the first (P) has finished, on gloo's thread, while DDP's autograd thread
-hands it the next bucket, so two ranks can issue their collectives in different orders. With
-one bucket, 15 of 15 ran.
+there a distributed collective mismatch in your code?``): it issues its second and third
+all-reduces (P, Q) from callbacks when the one before has finished, on gloo's thread, while
+DDP's autograd thread hands it the next bucket, so two ranks can issue their collectives in
+different orders. With one bucket, 15 of 15 ran.
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ HOOKS = ("none", "fp16", "bf16", "powersgd")
 BUCKET_CAP_MB = 100  # one bucket: see the module docstring
 
 
-def make_hook(name: str, rank: int = 1, start_iter: int = 2):
+def make_hook(name: str, powersgd_rank: int = 1, start_iter: int = 2):
     """``(state, hook)`` for ``ddp.register_comm_hook``. PowerSGD all-reduces uncompressed
     until ``start_powerSGD_iter`` (which must be above 1 with error feedback)."""
     if name == "none":
@@ -62,7 +64,7 @@ def make_hook(name: str, rank: int = 1, start_iter: int = 2):
         return None, default_hooks.fp16_compress_hook
     if name == "bf16":
         return None, default_hooks.bf16_compress_hook
-    state = powerSGD_hook.PowerSGDState(process_group=None, matrix_approximation_rank=rank,
+    state = powerSGD_hook.PowerSGDState(process_group=None, matrix_approximation_rank=powersgd_rank,
                                         start_powerSGD_iter=start_iter)
     return state, powerSGD_hook.powerSGD_hook
 
@@ -103,13 +105,13 @@ def counting_allreduce(sizes: list):
         dist.all_reduce = real
 
 
-def compressed_steps(ctx, layers, hook: str, rank: int, iterations: int, batch_size: int,
+def compressed_steps(ctx, layers, hook: str, powersgd_rank: int, iterations: int, batch_size: int,
                      seed: int) -> dict:
     """``iterations`` forward and backward passes (no optimizer: both copies of the model stay
     equal) with ``hook`` and without one; per iteration the bytes sent, the error, the time."""
     model = mlp.make_model(layers, seed, init="he").to(ctx.device)
     ddp = DDP(model, bucket_cap_mb=BUCKET_CAP_MB)  # keep both referenced until backward is done
-    state, fn = make_hook(hook, rank)
+    state, fn = make_hook(hook, powersgd_rank)
     refused = register(ddp, state, fn)
     exact_model = mlp.make_model(layers, seed, init="he").to(ctx.device)
     exact = DDP(exact_model)
@@ -182,17 +184,17 @@ class Compression(Result):
         return "\n".join(lines)
 
 
-def run(world_size: int = 2, hook: str = "fp16", seed: int = 0, layers=None, rank: int = 1,
-        iterations: int = 4, batch_size: int = 32, backend: str = "auto",
+def run(world_size: int = 2, hook: str = "fp16", seed: int = 0, layers=None,
+        powersgd_rank: int = 1, iterations: int = 4, batch_size: int = 32, backend: str = "auto",
         timeout: float = 60.0) -> Compression:
     """Train ``iterations`` steps' gradients with ``hook`` and report its last one."""
     layers = mlp.check_layers(LAYERS if layers is None else layers)
     one_of("hook", hook, HOOKS)
-    for name, value in (("rank", rank), ("batch_size", batch_size)):
+    for name, value in (("powersgd_rank", powersgd_rank), ("batch_size", batch_size)):
         positive_int(name, value)
     int_at_least("iterations", iterations, 3, "PowerSGD compresses from its third")
     ranks = ddplab.run(compressed_steps, world_size, backend=backend, timeout=timeout,
-                       layers=layers, hook=hook, rank=rank, iterations=iterations,
+                       layers=layers, hook=hook, powersgd_rank=powersgd_rank, iterations=iterations,
                        batch_size=batch_size, seed=seed)
     params = mlp.param_count(layers)
     return Compression(hook=hook, world_size=len(ranks), params=params,
@@ -202,14 +204,15 @@ def run(world_size: int = 2, hook: str = "fp16", seed: int = 0, layers=None, ran
                                       for i in range(iterations)])
 
 
-def compare(hooks=HOOKS, world_size: int = 2, rank: int = 1, seed: int = 0,
+def compare(hooks=HOOKS, world_size: int = 2, powersgd_rank: int = 1, seed: int = 0,
             progress=None) -> dict:
-    """:func:`run` for each hook: ``{hook: Compression}``; ``rank`` is PowerSGD's."""
+    """:func:`run` for each hook: ``{hook: Compression}``; ``powersgd_rank`` is PowerSGD's
+    matrix rank."""
     out = {}
     for i, hook in enumerate(hooks):
         if progress is not None:
             progress(i, len(hooks), hook)
-        out[hook] = run(world_size, hook, seed, rank=rank)
+        out[hook] = run(world_size, hook, seed, powersgd_rank=powersgd_rank)
     return out
 
 
@@ -219,5 +222,6 @@ def compare(hooks=HOOKS, world_size: int = 2, rank: int = 1, seed: int = 0,
 def add_arguments(parser) -> None:
     parser.add_argument("--hook", choices=HOOKS, default="fp16")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--rank", type=int, default=1, help="PowerSGD's matrix rank")
+    parser.add_argument("--powersgd-rank", "--rank", dest="powersgd_rank", type=int, default=1,
+                        help="PowerSGD's matrix rank (--rank: the same)")
     parser.add_argument("--layers", default=None, help="MLP widths (default 16 x 512 x 512)")

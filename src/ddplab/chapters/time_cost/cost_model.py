@@ -5,15 +5,19 @@ time cost" first calibrates it on what it measured (:func:`fit_latency_bandwidth
 :func:`link_from_fit`) and checks its step times against measured ones, and only then lets it
 predict clusters (``cluster_prediction``), from the published figures below.
 
-The all-reduce is NCCL's ring model (NVIDIA/nccl, src/graph/tuning.cc, ``ncclTopoTuneModel``):
+The all-reduce is NCCL's ring model (NCCL 2.29.7-1, src/graph/tuning.cc, ``ncclTopoTuneModel``):
 an all-reduce over ``n`` ranks takes ``2(n-1)`` steps, each paying a latency ``alpha``, of which
-``2(nodes-1)`` cross the network; each rank moves ``2(n-1)/n`` times the message over the
-slowest link of the ring, at that link's bus bandwidth (nccl-tests, doc/PERFORMANCE.md):
+``2(nodes-1)`` cross the network, plus a base latency per call; each rank moves ``2(n-1)/n``
+times the message over the slowest link of the ring, at that link's bus bandwidth (nccl-tests,
+doc/PERFORMANCE.md):
 
-    T(S) = 2(n - nodes) alpha_intra + 2(nodes - 1) alpha_net + 2(n-1)/n * S / B
+    T(S) = base + 2(n - nodes) alpha_intra + 2(nodes - 1) alpha_net + 2(n-1)/n * S / B(S)
 
-A node's GPUs share its network links, so across nodes ``B`` is the node's network bandwidth
-(NCCL spreads its rings over the node's NICs: ``busBw = nChannels * speedInter``).
+A node's GPUs share its network links, so across nodes ``B`` is the node's network bandwidth.
+Where a link has a measured table, ``B(S)`` is the bus bandwidth measured at a message of that
+size (small messages reach far less than large ones); those measurements already contain the
+latencies of that run, so the model counts them twice there and errs on the slow side.
+Only rings: NCCL also picks trees, NVLS, CollNet or PAT where its tuner finds them faster.
 """
 
 from __future__ import annotations
@@ -27,47 +31,87 @@ MiB = 2 ** 20
 
 @dataclasses.dataclass(frozen=True)
 class Link:
-    """One kind of link: ``alpha_s`` per ring step, ``bandwidth`` in bytes/s per direction."""
+    """One kind of link: ``alpha_s`` per ring step, ``bandwidth`` (bus bandwidth, bytes/s per
+    direction), ``base_s`` once per call, and optionally ``busbw_by_size``: measured
+    ``(message bytes, busbw)`` pairs, for the bandwidth a message of a given size reaches."""
 
     name: str
     alpha_s: float
     bandwidth: float
     source: str
+    base_s: float = 0.0
+    busbw_by_size: tuple = ()
+
+    def bandwidth_at(self, nbytes: float) -> float:
+        """The bus bandwidth a message of ``nbytes`` gets: ``bandwidth``, or the measured
+        table interpolated in log-size (clamped to its first and last rows)."""
+        if not self.busbw_by_size:
+            return self.bandwidth
+        sizes = [math.log(s) for s, _ in self.busbw_by_size]
+        rates = [b for _, b in self.busbw_by_size]
+        x = math.log(max(nbytes, 1.0))
+        if x <= sizes[0]:
+            return rates[0]
+        for (x0, b0), (x1, b1) in zip(zip(sizes, rates), zip(sizes[1:], rates[1:])):
+            if x <= x1:
+                return b0 + (b1 - b0) * (x - x0) / (x1 - x0)
+        return rates[-1]
 
 
-# NCCL's per-step latencies of its ring (Simple protocol), in NVIDIA/nccl src/graph/tuning.cc
-# (hwLat, commit 01afd20): NVLink 3.4 us, PCI 5.7 us, network 9.6 us.
-_NCCL_LATENCY = "latency: NCCL's ring model, src/graph/tuning.cc (hwLat, Ring/Simple)"
+# NCCL 2.29.7-1 (NVIDIA/nccl, tag v2.29.7-1), src/graph/tuning.cc, the tuner's defaults for the
+# Ring algorithm and Simple protocol: line 145 baseLatencies 8.4 us per call; hwLatencies per
+# ring step, line 152 NVLink 3.4 us, line 158 PCI 5.7 us, line 164 NET 14.0 us (NET was 9.6 us
+# from 2.7.5 to 2.17; 14.0 since 2.18.1). Left out: the extra net overhead that 2.29 adds to the
+# intra-node steps of a multi-node ring (tuning.cc lines 372-378).
+NCCL = "NCCL 2.29.7-1"
+BASE_LATENCY_S = 8.4e-6
+_LATENCY = (f"latency: {NCCL} src/graph/tuning.cc, Ring/Simple: base 8.4 us per call "
+            "(line 145) plus per ring step")
+# NCCL's own model of NVLink (src/graph/topo.h, same tag): per link, SM80_NVLINK_BW 20.0 GB/s
+# (line 20), SM90_NVLINK_BW 20.6 GB/s (line 21); 12 links on A100, 18 on H100.
+_TOPO = f"{NCCL} src/graph/topo.h"
+# stas00/ml-engineering (commit 744d01e), network/README.md lines 1405-1423: all_reduce busbw
+# on 4 P6-B200 nodes (8 B200 each, 8 x 400 Gb/s AWS EFA v4 per node; NCCL 2.27.7), per payload.
+EFA_4_NODES = tuple((size * MiB, busbw * GB) for size, busbw in (
+    (1, 5.37), (2, 10.38), (4, 18.90), (8, 35.12), (16, 64.43), (32, 91.19), (64, 156.74), (128,
+    197.94), (256, 229.09), (512, 326.90), (1024, 361.99), (2048, 372.42), (4096, 377.34),
+    (8192, 380.39), (16384, 381.80)))
 
 INTRA_NODE = {link.name: link for link in (
-    Link("NVLink 4 (H100)", 3.4e-6, 450 * GB,
-         "450 GB/s per direction per GPU (NVIDIA H100 datasheet: 900 GB/s bidirectional; "
-         "stas00/ml-engineering network/README.md, NVLink table); " + _NCCL_LATENCY),
-    Link("NVLink 3 (A100)", 3.4e-6, 235 * GB,
-         "235 GB/s all-reduce busbw measured with nccl-tests on 8 A100 (stas00/ml-engineering "
-         "network/README.md; 80% of the 300 GB/s spec, NCCL's own cap for sm80 in "
-         "tuning.cc); " + _NCCL_LATENCY),
+    Link("NVLink 4 (H100)", 3.4e-6, 18 * 20.6 * GB,
+         f"18 links x 20.6 GB/s = 370.8 GB/s, NCCL's own figure ({_TOPO} line 21; the "
+         "datasheet's 450 GB/s per direction is the signalling rate; stas00 measured ~376 "
+         "GB/s H100 P2P, network/README.md); NVLink 3.4 us per step (tuning.cc line 152); "
+         + _LATENCY, BASE_LATENCY_S),
+    Link("NVLink 3 (A100)", 3.4e-6, 12 * 20.0 * GB,
+         f"12 links x 20.0 GB/s = 240 GB/s, NCCL's own figure ({_TOPO} line 20; stas00 "
+         "measured 235 GB/s all-reduce busbw on 8 A100, network/README.md line 82); NVLink "
+         "3.4 us per step (tuning.cc line 152); " + _LATENCY, BASE_LATENCY_S),
     Link("PCIe 5 x16", 5.7e-6, 63 * GB,
-         "63 GB/s per direction (stas00/ml-engineering network/README.md, PCIe table); "
-         + _NCCL_LATENCY),
+         "63 GB/s per direction (stas00/ml-engineering network/README.md, PCIe table); PCI "
+         "5.7 us per step (tuning.cc line 158); " + _LATENCY, BASE_LATENCY_S),
     Link("PCIe 4 x16", 5.7e-6, 31 * GB,
-         "31 GB/s per direction (stas00/ml-engineering network/README.md, PCIe table); "
-         + _NCCL_LATENCY),
+         "31 GB/s per direction (stas00/ml-engineering network/README.md, PCIe table); PCI "
+         "5.7 us per step (tuning.cc line 158); " + _LATENCY, BASE_LATENCY_S),
 )}
 
 INTER_NODE = {link.name: link for link in (
-    Link("InfiniBand NDR, 8 x 400 Gb/s per node", 9.6e-6, 400 * GB,
-         "8 x 400 Gb/s = 400 GB/s per node (stas00/ml-engineering network/README.md: NVIDIA "
-         "Quantum-2 on H100 nodes); measured 376.7 GB/s all-reduce busbw on 4 nodes of 8 B200 "
-         "(network/benchmarks/README.md); " + _NCCL_LATENCY),
-    Link("InfiniBand NDR, 1 x 400 Gb/s per node", 9.6e-6, 50 * GB,
+    Link("8 x 400 Gb/s per node (EFA v4 measured)", 14.0e-6, 400 * GB,
+         "8 x 400 Gb/s = 400 GB/s per node; the bandwidth a message gets is the all_reduce "
+         "busbw measured on 4 nodes of 8 B200 over AWS EFA v4 at that size (stas00/ml-"
+         "engineering network/README.md lines 1405-1423: 64.43 GB/s at 16 MiB, 91.19 at 32 "
+         "MiB, 377.34 at 4 GiB; NCCL 2.27.7); network 14.0 us per step (tuning.cc line 164)",
+         busbw_by_size=EFA_4_NODES),
+    Link("InfiniBand NDR, 1 x 400 Gb/s per node", 14.0e-6, 50 * GB,
          "400 Gb/s = 50 GB/s, one NIC per node (InfiniBand NDR signalling rate, "
-         "stas00/ml-engineering network/README.md); " + _NCCL_LATENCY),
-    Link("Ethernet, 100 Gb/s per node", 9.6e-6, 12.5 * GB,
-         "100 Gb/s = 12.5 GB/s (100GbE); latency: NCCL's network figure, optimistic for "
-         "TCP"),
-    Link("Ethernet, 25 Gb/s per node", 9.6e-6, 3.125 * GB,
-         "25 Gb/s = 3.125 GB/s (25GbE); latency: NCCL's network figure, optimistic for TCP"),
+         "stas00/ml-engineering network/README.md); network 14.0 us per step (tuning.cc "
+         "line 164)"),
+    Link("Ethernet, 100 Gb/s per node", 14.0e-6, 12.5 * GB,
+         "100 Gb/s = 12.5 GB/s (100GbE); network 14.0 us per step (tuning.cc line 164), "
+         "optimistic for TCP"),
+    Link("Ethernet, 25 Gb/s per node", 14.0e-6, 3.125 * GB,
+         "25 Gb/s = 3.125 GB/s (25GbE); network 14.0 us per step (tuning.cc line 164), "
+         "optimistic for TCP"),
 )}
 
 
@@ -117,9 +161,9 @@ def ring_allreduce_seconds(nbytes: float, ranks: int, alpha_s: float, bandwidth:
 
 def allreduce_seconds(nbytes: float, gpus_per_node: int, nodes: int,
                       intra: Link, inter: Link | None = None) -> float:
-    """The ring over ``nodes`` x ``gpus_per_node`` ranks: ``2(nodes-1)`` of
+    """The ring over ``nodes`` x ``gpus_per_node`` ranks: a base latency, ``2(nodes-1)`` of
     its steps cross the network, the rest stay in a node; bytes move at the
-    slowest link's bandwidth."""
+    slowest link's bandwidth for a message of ``nbytes``."""
     ranks = gpus_per_node * nodes
     if ranks == 1:
         return 0.0
@@ -128,8 +172,9 @@ def allreduce_seconds(nbytes: float, gpus_per_node: int, nodes: int,
     net_steps = 2 * (nodes - 1)
     links = [intra] if gpus_per_node > 1 else []
     links += [inter] if nodes > 1 else []
-    bandwidth = min(link.bandwidth for link in links)
-    latency = (2 * (ranks - 1) - net_steps) * intra.alpha_s
+    bandwidth = min(link.bandwidth_at(nbytes) for link in links)
+    latency = max(link.base_s for link in links)
+    latency += (2 * (ranks - 1) - net_steps) * intra.alpha_s
     if nodes > 1:
         latency += net_steps * inter.alpha_s
     return latency + 2 * (ranks - 1) / ranks * nbytes / bandwidth
@@ -183,18 +228,6 @@ def exposed_seconds(bucket_seconds: float, buckets: int, backward_s: float,
     return end - backward_s
 
 
-def exposed_tradeoff(buckets, nbytes: float, bandwidth: float, overhead_s: float):
-    """The bucket trade-off (Stanford CS336, assignment 2): ``S/(n_b w) + n_b o``. The last
-    bucket (``S/n_b`` bytes) cannot start before backward ends; each of ``n_b`` calls costs a
-    fixed ``o``."""
-    return nbytes / (buckets * bandwidth) + buckets * overhead_s
-
-
-def best_bucket_count(nbytes: float, bandwidth: float, overhead_s: float) -> float:
-    """Where ``d/dn_b [S/(n_b w) + n_b o] = -S/(n_b^2 w) + o = 0``: ``sqrt(S / (w o))``."""
-    return math.sqrt(nbytes / (bandwidth * overhead_s))
-
-
 # ---------------------------------------------------------------- a step
 
 
@@ -205,7 +238,7 @@ class Step:
     ranks: int
     samples: int  # global batch: batch_size x accumulation x ranks
     compute_s: float  # forward and backward of every micro-batch
-    copy_s: float  # DDP copies the gradients into its buckets and back
+    copy_s: float  # DDP copies the gradients into its buckets and back: 2 copies of S bytes
     comm_s: float  # every bucket's all-reduce, end to end
     exposed_s: float  # the part of comm_s that backward did not hide
     optimizer_s: float
@@ -226,25 +259,28 @@ class Step:
         return alone / self.step_s
 
 
-def step_time(params: float, batch_size: int, seconds_per_sample: float, gpus_per_node: int = 1,
-              nodes: int = 1, intra: Link | None = None, inter: Link | None = None,
-              bucket_mb: float = 25.0, accumulation: int = 1, overlap: bool = True,
-              optimizer_s: float = 0.0, memory_bandwidth: float | None = None,
-              bytes_per_param: int = 4) -> Step:
+def predict_step(params: float, batch_size: int, seconds_per_sample: float,
+                 gpus_per_node: int = 1, nodes: int = 1, intra: Link | None = None,
+                 inter: Link | None = None, bucket_mb: float = 25.0, accumulation: int = 1,
+                 overlap: bool = True, optimizer_s: float = 0.0,
+                 memory_bandwidth: float | None = None, copy_bandwidth: float | None = None,
+                 bytes_per_param: int = 4) -> Step:
     """One optimizer step of DDP: ``accumulation`` micro-batches of ``batch_size`` samples per
     rank, the all-reduce once, in buckets of ``bucket_mb`` MiB overlapped with the last
-    backward (``overlap``), plus DDP's copies of the gradients at ``memory_bandwidth``."""
+    backward (``overlap``), plus DDP's two copies of the gradients (into the buckets and
+    back). A copy of S bytes reads S and writes S: ``4 S / memory_bandwidth`` for a
+    datasheet's memory bandwidth (reads and writes counted together), ``2 S /
+    copy_bandwidth`` for a measured copy rate (bytes copied per second)."""
     ranks = gpus_per_node * nodes
     nbytes = params * bytes_per_param
     compute = accumulation * batch_size * seconds_per_sample
     buckets = max(1, math.ceil(nbytes / (bucket_mb * MiB)))
-    if ranks == 1:
-        bucket_s = 0.0
-    else:
-        bucket_s = allreduce_seconds(nbytes / buckets, gpus_per_node, nodes, intra, inter)
+    bucket_s = (allreduce_seconds(nbytes / buckets, gpus_per_node, nodes, intra, inter)
+                if ranks > 1 else 0.0)
     backward = BACKWARD_SHARE * batch_size * seconds_per_sample  # the last micro-batch's
     exposed = exposed_seconds(bucket_s, buckets, backward, overlap) if ranks > 1 else 0.0
-    copy = 2 * nbytes / memory_bandwidth if memory_bandwidth else 0.0
+    copy = (2 * nbytes / copy_bandwidth if copy_bandwidth
+            else 4 * nbytes / memory_bandwidth if memory_bandwidth else 0.0)
     return Step(ranks=ranks, samples=batch_size * accumulation * ranks, compute_s=compute,
                 copy_s=copy, comm_s=buckets * bucket_s, exposed_s=exposed,
                 optimizer_s=optimizer_s, buckets=buckets)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import numpy as np
 
-from ddplab.chapters.time_cost import cost_model
 from ddplab.screen.style import PAGE_WIDTH, figure, rank_color
 
 PHASE_STYLE = {  # phase -> (label, bar style)
@@ -56,8 +55,8 @@ def allreduce(results, axes=None):
     if axes is None:
         fig, axes = plt.subplots(1, 2, figsize=(PAGE_WIDTH, 3.1), constrained_layout=True)
     time_ax, bw_ax = axes
-    for k, (w, r) in enumerate(results.items()):
-        color = rank_color(k)
+    for i, (w, r) in enumerate(results.items()):
+        color = rank_color(i)
         sizes = np.array(r.sizes_bytes)
         time_ax.loglog(sizes, 1e3 * np.array(r.seconds), "o", color=color, ms=4,
                        label=f"{w} ranks, measured")
@@ -102,9 +101,11 @@ def scaling(result, model=None, axes=None):
     for ax in axes:
         ax.set_xticks(sorted(set(ws) | set(model or ())))
         ax.set_xlabel("ranks (world size)", fontsize=9)
-        ax.axvspan(2.5, max(ws) + 0.3, color="0.92", zorder=0)
-    rate_ax.text(2.6, 0.02, "ranks share\n2 cores", transform=rate_ax.get_xaxis_transform(),
-                 fontsize=7.5)
+        if result.shared_from:
+            ax.axvspan(result.cores + 0.5, max(ws) + 0.3, color="0.92", zorder=0)
+    if result.shared_from:
+        rate_ax.text(result.cores + 0.6, 0.02, f"ranks share\n{result.cores} cores",
+                     transform=rate_ax.get_xaxis_transform(), fontsize=7.5)
     rate_ax.set_ylabel("samples per second", fontsize=9)
     eff_ax.set_ylabel("scaling efficiency", fontsize=9)
     eff_ax.set_ylim(0, 1.1)
@@ -113,21 +114,18 @@ def scaling(result, model=None, axes=None):
     return rate_ax.figure
 
 
-def bucket_tradeoff(sweep, nbytes: float, bandwidth: float, overhead_s: float, ax=None):
+def bucket_tradeoff(sweep, model, ax=None):
     """Measured exposed communication against the bucket count (``bucket_size.BucketSweep``),
-    beside the model ``S/(n_b w) + n_b o`` with ``w``, ``o`` from the all-reduce fit."""
+    beside the model (``bucket_size.Tradeoff``)."""
     fig, ax = figure(ax, (PAGE_WIDTH, 3.0))
     ax.semilogx(sweep.buckets, [1e3 * e for e in sweep.exposed_s], "o-", color="tab:blue",
                 base=2, label="measured: waiting after the last gradient (median)")
-    fine = np.geomspace(1, max(sweep.buckets), 60)
-    model = [1e3 * cost_model.exposed_tradeoff(n, nbytes, bandwidth, overhead_s) for n in fine]
-    ax.plot(fine, model, "--", color="tab:red", lw=1.2,
-            label=f"model S/(n_b w) + n_b o: w {bandwidth / 1e9:.2f} GB/s, "
-                  f"o {1e6 * overhead_s:.0f} us")
-    best = cost_model.best_bucket_count(nbytes, bandwidth, overhead_s)
-    ax.axvline(best, color="tab:red", lw=0.8, ls=":")
-    ax.text(best, 0.97, f" model's best: {best:.1f}", color="tab:red", fontsize=8,
-            transform=ax.get_xaxis_transform(), va="top")
+    ax.plot(model.buckets, [1e3 * e for e in model.exposed_s], "--", color="tab:red", lw=1.2,
+            label=f"model S/(n_b w) + n_b o: w {model.bandwidth / 1e9:.2f} GB/s, "
+                  f"o {1e6 * model.overhead_s:.0f} us")
+    ax.axvline(model.best, color="tab:red", lw=0.8, ls=":")
+    ax.text(model.best, 0.97, f" model's best: {model.best:.1f}", color="tab:red",
+            fontsize=8, transform=ax.get_xaxis_transform(), va="top")
     ax.set_xticks(sweep.buckets, [str(n) for n in sweep.buckets])
     ax.set_xlabel("buckets per step (from bucket_cap_mb)", fontsize=9)
     ax.set_ylabel("exposed communication, ms", fontsize=9)

@@ -4,17 +4,9 @@
     torchrun --nproc-per-node 2 -m ddplab step-time --batch-size 32 --json
 
 Every rank trains an MLP of equal-width ``nn.Linear`` layers (``mlp.make_model``, He init)
-with SGD and times each step on :func:`ddplab.common.clock.now`, which waits for a GPU
-before it reads the clock. A gradient hook notes when autograd has accumulated each
-parameter's gradient; DDP's all-reduces run beside backward, and ``loss.backward()`` returns
-only once the last of them has finished and its result is copied back
-(``Reducer::finalize_backward``). So a step splits into:
-
-- **forward**: the forward pass and the loss;
-- **backward**: from the end of forward to the last gradient, computing;
-- **waiting**: from the last gradient to the end of ``backward()``: the communication that
-  backward did not hide, and the copy of the averaged buckets back into ``.grad``;
-- **optimizer**: ``optimizer.step()``.
+with SGD and times each step with :mod:`ddplab.common.timed_step` (the one timed step the
+chapter "Buckets" uses too), in seconds: forward, backward (computing, up to the last
+gradient), waiting (from there to the end of ``backward()``) and optimizer.
 
 ``communicate=False`` trains the same model without DDP: the computation alone.
 """
@@ -25,55 +17,35 @@ import dataclasses
 import statistics
 
 import torch
-import torch.distributed as dist
-import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import ddplab
-from ddplab.common import bucket_rule, mlp
+from ddplab.common import bucket_rule, mlp, timed_step
 from ddplab.common.checks import positive_int
-from ddplab.common.clock import now
 from ddplab.common.progress import report as progress_report
 from ddplab.common.results import Result
 
 COMMAND = "step-time"  # python -m ddplab step-time
 
 LAYERS = (512,) * 17  # 16 Linear(512, 512): 4,202,496 parameters, 16.8 MB of float32 gradients
-PHASES = ("forward", "backward", "waiting", "optimizer")
+PHASES = timed_step.PHASES
 
 
 class _Trainer:
-    """One copy of the model with its optimizer, with DDP (``communicate``) or without, and a
-    hook on every parameter that notes when autograd has accumulated its gradient."""
+    """One copy of the model with its optimizer, with DDP (``communicate``) or without."""
 
     def __init__(self, ctx, layers, seed: int, communicate: bool, bucket_cap_mb):
-        self.device = ctx.device
         self.model = mlp.make_model(layers, seed, init="he").to(ctx.device)
-        self.last_gradient = 0.0
-        for param in self.model.parameters():
-            param.register_post_accumulate_grad_hook(self._note)
+        self.gradients = timed_step.GradientTimes(self.model, ctx.device)
         # keep a reference: a DDP freed before backward never all-reduces
         self.wrapped = (DDP(self.model, bucket_cap_mb=bucket_cap_mb) if communicate
                         else self.model)
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=1e-4)
 
-    def _note(self, _param) -> None:
-        self.last_gradient = now(self.device)
-
     def step(self, X, y) -> dict:
         """One timed SGD step: seconds of each phase."""
-        self.optimizer.zero_grad()
-        dist.barrier()  # every rank starts the step together
-        start = now(self.device)
-        loss = F.mse_loss(self.wrapped(X), y)
-        forward_end = now(self.device)
-        loss.backward()
-        backward_end = now(self.device)
-        self.optimizer.step()
-        end = now(self.device)
-        return {"forward": forward_end - start, "backward": self.last_gradient - forward_end,
-                "waiting": backward_end - self.last_gradient,
-                "optimizer": end - backward_end, "step": end - start}
+        return timed_step.phases(timed_step.timed_step(self.wrapped, self.optimizer, X, y,
+                                                       self.gradients))
 
 
 def timed_steps(ctx, layers, batch_size: int, bucket_cap_mb, modes, iterations: int,

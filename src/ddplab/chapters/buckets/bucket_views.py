@@ -1,16 +1,13 @@
-"""Two things that change what DDP does with its buckets: ``gradient_as_bucket_view`` and
-``no_sync``.
+"""``gradient_as_bucket_view``: gradients as views into DDP's buckets, one copy of memory.
 
-    from ddplab.chapters.buckets import bucket_options
-    views = bucket_options.views()          # gradient memory with and without bucket views
-    acc = bucket_options.accumulate(micro_batches=3)   # all-reduces per backward under no_sync
+    from ddplab.chapters.buckets import bucket_views
+    views = bucket_views.views()   # gradient memory with and without bucket views
 
 ``gradient_as_bucket_view=True`` makes every ``param.grad`` a view into its bucket's flat
 buffer, so the gradients and the buckets share one copy of memory instead of two
 (torch/nn/parallel/distributed.py, the argument's docstring; reducer.cpp,
-``mark_variable_ready_dense``: "Let grad point to bucket_view buffer"). Under ``no_sync()``
-DDP launches nothing and gradients add up locally; the next backward outside it all-reduces the
-accumulated sum (``DistributedDataParallel.no_sync``).
+``mark_variable_ready_dense``: "Let grad point to bucket_view buffer"). ``no_sync``
+accumulation is the chapter "The time cost"'s (``chapters.time_cost.accumulation``).
 """
 
 from __future__ import annotations
@@ -21,7 +18,6 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import ddplab
-from ddplab.chapters.time_cost import accumulation
 from ddplab.common import hooks, mlp
 from ddplab.common.checks import positive_int
 from ddplab.common.results import Result
@@ -117,12 +113,3 @@ def views(layers=mlp.DEFAULT_LAYERS, world_size: int = 2, iterations: int = 3,
     return Views(layers=layers, world_size=world_size, iterations=iterations,
                  param_count=len(list(model.parameters())),
                  param_bytes=sum(4 * p.numel() for p in model.parameters()), rows=rows)
-
-
-def accumulate(micro_batches: int = 3, layers=mlp.DEFAULT_LAYERS, world_size: int = 2,
-               batch_size: int = 32, seed: int = 0) -> accumulation.Accumulation:
-    """Gradient accumulation with ``no_sync`` over ``micro_batches`` forwards and backwards,
-    each loss divided by ``micro_batches``, as DDP's first synchronised iteration (no warm-up
-    step): one optimizer step's global batch is ``batch_size x micro_batches x world_size``.
-    ``accumulation`` (chapter "The time cost") is where no_sync accumulation lives."""
-    return accumulation.run(world_size, batch_size, micro_batches, seed, layers, warmup=False)
