@@ -52,8 +52,10 @@ def accumulate_with_mistake(ddp, batches, mistake: str) -> None:
     """:func:`accumulate` made wrong: ``"loss not divided"`` leaves out the
     ``/ k``; ``"forward outside no_sync"`` enters ``no_sync`` only for
     backward, but DDP decides at the end of *forward* whether the next
-    backward all-reduces (``_DDPSink``, ``reducer.prepare_for_backward``), so
-    every micro-batch is all-reduced anyway."""
+    backward all-reduces (``DistributedDataParallel._post_forward`` calls
+    ``reducer.prepare_for_backward`` only when ``require_backward_grad_sync``
+    is set, torch 2.13 distributed.py), so every micro-batch is all-reduced
+    anyway."""
     k = len(batches)
     for m, (X, y) in enumerate(batches):
         skip = contextlib.nullcontext() if m == k - 1 else ddp.no_sync()
