@@ -105,6 +105,7 @@ def test_leaving_out_the_naive_loop_changes_no_other_gradient():
     assert "naive" not in ddp_only.describe() and "naive" in both.describe()
 
 
+def test_cli_json_has_the_documented_fields_in_parameter_order():
     data = ddplab_json("averaging", "--world-size", "3", "--batch-size", "4", "--reduction", "sum",
                        "--seed", "2")
     assert (data["world_size"], data["batch_size"], data["reduction"]) == (3, 4, "sum")

@@ -161,7 +161,6 @@ def test_bad_input_is_a_clear_error(call, match):
         call()
 
 
-
 def test_cli_json_lists_each_iterations_buckets_in_launch_order():
     done = ddplab_cli("buckets", "--layers", "8,64,32,4", "--bucket-cap-mb", str(600 / 2 ** 20),
                "--iterations", "2", "--world-size", "2", "--json")

@@ -192,7 +192,6 @@ def test_bad_input_fails_before_any_rank_starts(run, kwargs, match):
     assert descendants() <= before
 
 
-
 def test_the_labs_dropdown_shows_the_chosen_panel_only():
     import ipywidgets
 

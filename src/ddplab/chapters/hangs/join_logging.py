@@ -148,6 +148,7 @@ def train(ctx, call_id: str, fix: str, batches_per_rank: list[int], batch_size: 
         hang_watch.note(call_id, ctx.rank, step=len(own) - 1, own=own[-1])
 
     optimizer.register_step_pre_hook(before_step)
+
     def log(value: float) -> None:  # where the reader would print
         logged.append(value)
         hang_watch.note(call_id, ctx.rank, logged=value)
