@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from conftest import ddplab_json
-from ddplab.chapters.averaging import averaging
+from ddplab.chapters.averaging import averaging, per_node
 
 
 def one_process_grad(batch_sizes, reduction, seed, rows=None):
@@ -68,7 +68,7 @@ def test_unequal_counts_bias_the_mean_of_means_and_the_global_count_fixes_it():
 
 @pytest.mark.parametrize("nodes, gpus_per_node", [(2, 2), (2, 3), (3, 1)])
 def test_ddp_divides_by_the_world_size_not_the_gpus_per_node(nodes, gpus_per_node):
-    layout = averaging.node_average(nodes=nodes, gpus_per_node=gpus_per_node, batch_size=4)
+    layout = per_node.node_average(nodes=nodes, gpus_per_node=gpus_per_node, batch_size=4)
     world_size = nodes * gpus_per_node
     assert layout.divisor == pytest.approx(world_size, rel=1e-4)
     assert layout.node_of_rank == [r // gpus_per_node for r in range(world_size)]
