@@ -1,5 +1,7 @@
 """The averaging experiment against gradients this test computes itself, in one process."""
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -129,3 +131,40 @@ def test_torchrun_gives_the_local_pools_gradients():
     assert launched["world_size"] == 2
     for key in ("local_grads", "ddp_grads", "reference_grad"):
         np.testing.assert_allclose(launched[key], local[key], atol=1e-6)
+
+
+def test_the_plain_training_script_under_torchrun_trains_as_one_process_on_the_global_batch():
+    """The page's whole-DDP listing runs as it stands under torchrun (2 processes, gloo), and
+    its weights are one process's, trained on each step's two per-rank batches together."""
+    import subprocess
+
+    from torch.utils.data import DistributedSampler
+
+    from conftest import TORCHRUN
+    from ddplab.chapters.averaging import train_ddp
+
+    done = subprocess.run([TORCHRUN, "--standalone", "--nproc-per-node", "2", "-m",
+                           "ddplab.chapters.averaging.train_ddp"], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    trained = json.loads(done.stdout.strip().splitlines()[-1])
+
+    dataset, batch_size, world_size = train_ddp.make_dataset(), 8, 2
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    samplers = [DistributedSampler(dataset, num_replicas=world_size, rank=r, shuffle=True,
+                                   seed=0) for r in range(world_size)]
+    for epoch in range(3):
+        shards = []
+        for sampler in samplers:
+            sampler.set_epoch(epoch)
+            shards.append(list(sampler))
+        for start in range(0, len(shards[0]), batch_size):
+            X, y = dataset[[i for shard in shards for i in shard[start:start + batch_size]]]
+            optimizer.zero_grad()
+            torch.nn.functional.mse_loss(model(X), y).backward()
+            optimizer.step()
+    torch.testing.assert_close(torch.tensor(trained["weight"]), model.weight.detach())
+    torch.testing.assert_close(torch.tensor(trained["bias"]), model.bias.detach())
+    assert not torch.allclose(model.weight, torch.zeros_like(model.weight))
