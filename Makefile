@@ -23,10 +23,11 @@ check-browser: setup  ## the built book in Chromium: every page, its static pane
 two-nodes: setup  ## one experiment as two torchrun nodes on this machine, checked against the local pool
 	$(PY) scripts/two_nodes.py
 
-bench: setup  ## the warm pool against cold spawn; the time cost; a slider move's run and draw
+bench: setup  ## the warm pool against cold spawn; the time cost; a slider move's run and draw; every lab slider moved
 	$(PY) benchmarks/pool_latency.py
 	$(PY) benchmarks/time_cost.py
 	$(PY) benchmarks/slider_draw.py
+	$(PY) benchmarks/all_sliders.py
 
 clean:
 	rm -rf .venv _build .pytest_cache
