@@ -124,10 +124,53 @@ def test_a_plot_without_update_is_drawn_anew_every_time(results):
     live = LiveFigure(draw)
     png = live.png(results["first"])
     assert live.figure is None and pixels(png).shape == (340, 900, 4)
-    fresh = plots.gradients(results["first"])  # drawn as the plot lays it out, no slack
+    fresh = plots.gradients(results["first"])  # laid out by its engine, with the slack
+    fresh.get_layout_engine().set(w_pad=live_figure.SLACK, h_pad=live_figure.SLACK)
     fresh.canvas.draw()
     assert np.array_equal(pixels(png), np.asarray(fresh.canvas.buffer_rgba()))
     plt.close(fresh)
+
+
+def test_a_new_figure_of_the_same_frame_takes_the_last_layout_pixel_for_pixel(results):
+    def draw(result):
+        return plots.gradients(result)
+
+    live = LiveFigure(draw)
+    first = live.png(results["first"])
+    assert live.frame is not None
+    assert np.array_equal(pixels(live.png(results["first"])), pixels(first))
+    # another result: the kept layout, not the engine's, where everything fits
+    png = pixels(live.png(results["next"]))
+    fresh = plots.gradients(results["next"])
+    fresh.set_layout_engine("none")
+    live_figure._set_layout(fresh, live.frame[1])
+    fresh.canvas.draw()
+    assert np.array_equal(png, np.asarray(fresh.canvas.buffer_rgba()))
+    assert not np.array_equal(png, pixels(first))  # the comparison can fail
+    plt.close(fresh)
+
+
+def test_a_new_figure_that_overflows_the_last_layout_is_laid_out_again():
+    def draw(label):
+        fig, ax = plt.subplots(figsize=(4, 3), constrained_layout=True)
+        ax.plot([0, 1], [0, 1])
+        ax.set_ylabel(label)
+        return fig
+
+    live = LiveFigure(draw)
+    live.png("y")
+    left = live.frame[1][0][0].x0
+    live.png("a label far longer\nthan the first one\non three lines")
+    assert live.frame[1][0][0].x0 > left  # laid out again, with room for the label
+    assert plt.get_fignums() == []
+
+
+def test_figures_of_another_size_do_not_share_a_layout():
+    def draw(height):
+        return plt.subplots(figsize=(4, height), constrained_layout=True)[0]
+
+    assert live_figure._frame(draw(3)) != live_figure._frame(draw(4))
+    plt.close("all")
 
 
 @pytest.mark.parametrize("options, kept", [
