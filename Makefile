@@ -1,7 +1,7 @@
 # Every target sets up .venv first (scripts/setup.sh; a no-op once done).
 PY := .venv/bin/python
 
-.PHONY: setup run test book check-browser two-nodes bench lab clean
+.PHONY: setup run test book check-browser two-nodes bench lab clean colab-sim
 
 setup:
 	@sh scripts/setup.sh
@@ -28,6 +28,9 @@ bench: setup  ## the warm pool against cold spawn; the time cost; a slider move'
 	$(PY) benchmarks/time_cost.py
 	$(PY) benchmarks/slider_draw.py
 	$(PY) benchmarks/all_sliders.py
+
+colab-sim: setup  ## lab 1 installed from a wheel and run in a fresh venv with Colab's versions
+	$(PY) scripts/colab_sim.py
 
 clean:
 	rm -rf .venv _build .pytest_cache

@@ -154,6 +154,8 @@ def main() -> None:
     parser.add_argument("--moves", type=int, default=4)
     parser.add_argument("--baseline", help="a git revision to compare with, move by move")
     parser.add_argument("--profile", type=int, default=0, help="moves per slider to profile")
+    parser.add_argument("--installed", action="store_true",
+                        help="the kernel imports the ddplab installed in its Python, not src/")
     args = parser.parse_args()
     base_src = source_at(args.baseline) if args.baseline else None
     rows = []
@@ -161,7 +163,7 @@ def main() -> None:
     print(head + (f" {'base ms':>8} {'ratio':>6}" if base_src else ""))
     for lab in args.labs:
         name = os.path.basename(lab)[:-6]
-        kernels = [Kernel(lab_folder(lab), pythonpath=f"{ROOT}/src")]
+        kernels = [Kernel(lab_folder(lab), pythonpath="" if args.installed else f"{ROOT}/src")]
         if base_src:
             kernels.append(Kernel(lab_folder(lab), pythonpath=base_src))
         try:
