@@ -35,5 +35,5 @@ colab-sim: setup  ## lab 1 installed from a wheel and run in a fresh venv with C
 clean:
 	rm -rf .venv _build .pytest_cache
 
-lab: setup  ## JupyterLab on the labs
-	.venv/bin/jupyter lab labs/
+lab: setup  ## JupyterLab on the labs (defaults from scripts/jupyterlab: no news prompt)
+	.venv/bin/jupyter lab --LabApp.app_settings_dir=$(CURDIR)/scripts/jupyterlab labs/
