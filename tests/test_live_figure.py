@@ -183,3 +183,15 @@ def test_only_a_legend_that_stays_and_hides_what_is_under_it_is_pasted(options, 
     ax.plot([0, 1], label="a")
     assert live_figure._stays_and_hides(ax.legend(**options)) is kept
     plt.close(fig)
+
+
+def test_a_new_figure_for_other_ranks_keeps_the_last_layout_where_it_fits(results):
+    live = LiveFigure(plots.gradients)
+    live.png(results["first"])
+    kept = live.figure.axes[0].get_position().frozen()
+    live.png(results["fewer ranks"])  # update says no: a new figure, same frame
+    assert "world size 2" in live.figure.axes[0].get_title()
+    np.testing.assert_allclose(live.figure.axes[0].get_position().get_points(),
+                               kept.get_points())
+    assert live_figure._fits(live.figure)
+    plt.close("all")

@@ -53,23 +53,30 @@ class LiveFigure:
             self._draw_without_legends()
             if self.layout is not None and not _fits(self.figure):
                 self._draw_laid_out()  # a longer tick label or title: lay out afresh
-        else:
-            self.figure = _own_canvas(self.plot(result))
+        else:  # another world size: a new figure, laid out as the last one where it fits
+            kept, self.figure = self.figure, _own_canvas(self.plot(result))
             self.layout = self.figure.get_layout_engine()
             if isinstance(self.layout, ConstrainedLayoutEngine):
                 # Room for a tick label or title a few pixels longer than this result's, so
                 # that most later results fit without laying out again.
                 self.layout.set(w_pad=SLACK, h_pad=SLACK)
-            self._draw_laid_out()
+            frame = _frame(self.figure)
+            same = kept is not None and frame is not None and frame == _frame(kept)
+            self._draw_laid_out(_layout(kept) if same else None)
         return _encode(self.figure)
 
-    def _draw_laid_out(self) -> None:
-        """Draw with the plot's layout engine, then keep that layout and the legends' pixels
-        for in-place updates."""
+    def _draw_laid_out(self, layout=None) -> None:
+        """Draw with ``layout`` (from :func:`_layout`) where everything fits in it, else with
+        the plot's layout engine; then keep the legends' pixels for in-place updates."""
         figure = self.figure
-        if self.layout is not None:
-            figure.set_layout_engine(self.layout)
-        figure.canvas.draw()
+        if layout is not None:
+            figure.set_layout_engine("none")
+            _set_layout(figure, layout)
+            figure.canvas.draw()
+        if layout is None or not _fits(figure):
+            if self.layout is not None:
+                figure.set_layout_engine(self.layout)
+            figure.canvas.draw()
         figure.set_layout_engine("none")
         renderer = figure.canvas.get_renderer()
         self.legends = [(legend, [figure.canvas.copy_from_bbox(box)
