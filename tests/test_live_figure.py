@@ -195,3 +195,25 @@ def test_a_new_figure_for_other_ranks_keeps_the_last_layout_where_it_fits(result
                                kept.get_points())
     assert live_figure._fits(live.figure)
     plt.close("all")
+
+
+def test_the_cluster_models_figure_updates_in_place_pixel_for_pixel():
+    from ddplab.chapters.time_cost import cluster_prediction
+    from ddplab.chapters.time_cost import plots as time_cost_plots
+
+    live = LiveFigure(time_cost_plots.cluster)
+    first = pixels(live.png(cluster_prediction.run()))
+    kept = live.figure
+    for change in [{"nodes": 5}, {"gpus_per_node": 3}, {"batch_size": 1}, {"nodes": 1}]:
+        result = cluster_prediction.run(**change)
+        updated = pixels(live.png(result))
+        assert live.figure is kept, change
+        fresh = time_cost_plots.cluster(result)
+        fresh.set_layout_engine("none")
+        live_figure._set_layout(fresh, live_figure._layout(kept))
+        fresh.canvas.draw()
+        assert np.array_equal(updated, np.asarray(fresh.canvas.buffer_rgba())), change
+        assert not np.array_equal(updated, first)
+        plt.close(fresh)
+    other = list(cluster_prediction.cost_model.INTER_NODE)[-1]
+    assert not time_cost_plots.update_cluster(kept, cluster_prediction.run(inter=other))
