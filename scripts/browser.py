@@ -105,17 +105,23 @@ _WATCH = """slider => {
 
 
 def move_and_time(page, slider_index: int, moves: int, after_each=None) -> list[float]:
-    """Press ArrowRight then ArrowLeft on the ``slider_index``-th slider, ``moves`` times in
-    all, and return the ms from each key press to the new figure on the page."""
+    """Press ArrowRight then ArrowLeft (left first at the slider's maximum) on the
+    ``slider_index``-th slider, ``moves`` times in all, and return the ms from each key press
+    to the new figure on the page."""
     slider = page.locator(".widget-slider").nth(slider_index)
     handle = slider.locator(".noUi-handle")
     handle.click()
     page.wait_for_timeout(1000)  # a click can move the slider too: let that run finish
+    # At its maximum a slider moves left first (a right press there changes nothing).
+    at_max = handle.get_attribute("aria-valuenow") == handle.get_attribute("aria-valuemax")
+    keys = ["ArrowLeft", "ArrowRight"] if at_max else ["ArrowRight", "ArrowLeft"]
     times = []
     for i in range(moves):
         page.evaluate(_WATCH, slider.element_handle())
-        handle.press("ArrowRight" if i % 2 == 0 else "ArrowLeft")
-        times.append(page.evaluate("window.ddplabMove.done"))
+        handle.press(keys[i % 2])
+        times.append(page.evaluate(  # no figure within two minutes: an error, not a hang
+            "Promise.race([window.ddplabMove.done, new Promise((_, no) => setTimeout("
+            "() => no(new Error('no new figure within 120 s')), 120000))])"))
         page.wait_for_timeout(300)  # the status line and the kernel settle
         if after_each:
             after_each()
