@@ -81,6 +81,7 @@ class Kernel:
     """A ``python3`` kernel (this Python's) in ``folder``, ``pythonpath`` first on its path."""
 
     def __init__(self, folder: str, pythonpath: str = ""):
+        self.folder = folder
         env = dict(os.environ, MPLBACKEND="module://matplotlib_inline.backend_inline")
         if pythonpath:
             env["PYTHONPATH"] = pythonpath
@@ -191,6 +192,9 @@ def main() -> None:
         finally:
             for kernel in kernels:
                 kernel.close()
+                shutil.rmtree(kernel.folder, ignore_errors=True)
+    if base_src:
+        shutil.rmtree(os.path.dirname(base_src), ignore_errors=True)
     within = sum(ms <= LIMIT_MS for ms in rows)
     print(f"{within} of {len(rows)} sliders at or under {LIMIT_MS} ms "
           f"({100 * within / max(len(rows), 1):.0f}%)")
