@@ -1,7 +1,7 @@
 # Every target sets up .venv first (scripts/setup.sh; a no-op once done).
 PY := .venv/bin/python
 
-.PHONY: setup run test book check-browser two-nodes bench lab clean
+.PHONY: setup run test book check-browser two-nodes bench lab clean colab-sim
 
 setup:
 	@sh scripts/setup.sh
@@ -23,15 +23,19 @@ check-browser: setup  ## the built book in Chromium: every page, its static pane
 two-nodes: setup  ## one experiment as two torchrun nodes on this machine, checked against the local pool
 	$(PY) scripts/two_nodes.py
 
-bench: setup  ## the warm pool against cold spawn; the time cost; a slider move's run and draw; shipping a cell function
+bench: setup  ## the warm pool, the time cost, slider moves (first and every), shipping a cell function, memory
 	$(PY) benchmarks/pool_latency.py
 	$(PY) benchmarks/time_cost.py
 	$(PY) benchmarks/slider_draw.py
+	$(PY) benchmarks/all_sliders.py
 	$(PY) benchmarks/shipping.py
 	$(PY) benchmarks/memory.py
+
+colab-sim: setup  ## lab 1 installed from a wheel and run in a fresh venv with Colab's versions
+	$(PY) scripts/colab_sim.py
 
 clean:
 	rm -rf .venv _build .pytest_cache
 
-lab: setup  ## JupyterLab on the labs
-	.venv/bin/jupyter lab labs/
+lab: setup  ## JupyterLab on the labs (defaults from scripts/jupyterlab: no news prompt)
+	.venv/bin/jupyter lab --LabApp.app_settings_dir=$(CURDIR)/scripts/jupyterlab labs/

@@ -3,7 +3,9 @@
 Chromium is Debian's (`apt-get install chromium`), driven by Playwright from PyPI with
 ``executable_path`` (never `playwright install`, which downloads a browser). JupyterLab listens
 on 127.0.0.1 only, serves a copy of the lab (it autosaves what it runs, and the repository's
-labs must stay clean), and is stopped at the end.
+labs must stay clean), and is stopped at the end. It takes its defaults from
+``scripts/jupyterlab/overrides.json`` (no "notified about official Jupyter news?" prompt over
+the lab) and keeps its user settings in the copy's folder: the user's own config is untouched.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import tempfile
 import time
 
 CHROMIUM = "/usr/bin/chromium"
+# JupyterLab's settings defaults for the labs (``--LabApp.app_settings_dir``; make lab too)
+LAB_SETTINGS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jupyterlab")
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu",
                   "--disable-background-networking", "--disable-component-update",
                   "--disable-sync", "--no-first-run"]
@@ -42,7 +46,9 @@ def jupyterlab(lab: str):
     port = free_port()
     server = subprocess.Popen(
         [sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root", "--ip", "127.0.0.1",
-         f"--port={port}", "--IdentityProvider.token=", f"--ServerApp.root_dir={root}"],
+         f"--port={port}", "--IdentityProvider.token=", f"--ServerApp.root_dir={root}",
+         f"--LabApp.app_settings_dir={LAB_SETTINGS}",
+         f"--LabApp.user_settings_dir={os.path.join(root, '.user-settings')}"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         yield f"http://127.0.0.1:{port}/lab/tree/{os.path.basename(lab)}?reset"  # no old tabs
@@ -99,17 +105,23 @@ _WATCH = """slider => {
 
 
 def move_and_time(page, slider_index: int, moves: int, after_each=None) -> list[float]:
-    """Press ArrowRight then ArrowLeft on the ``slider_index``-th slider, ``moves`` times in
-    all, and return the ms from each key press to the new figure on the page."""
+    """Press ArrowRight then ArrowLeft (left first at the slider's maximum) on the
+    ``slider_index``-th slider, ``moves`` times in all, and return the ms from each key press
+    to the new figure on the page."""
     slider = page.locator(".widget-slider").nth(slider_index)
     handle = slider.locator(".noUi-handle")
     handle.click()
     page.wait_for_timeout(1000)  # a click can move the slider too: let that run finish
+    # At its maximum a slider moves left first (a right press there changes nothing).
+    at_max = handle.get_attribute("aria-valuenow") == handle.get_attribute("aria-valuemax")
+    keys = ["ArrowLeft", "ArrowRight"] if at_max else ["ArrowRight", "ArrowLeft"]
     times = []
     for i in range(moves):
         page.evaluate(_WATCH, slider.element_handle())
-        handle.press("ArrowRight" if i % 2 == 0 else "ArrowLeft")
-        times.append(page.evaluate("window.ddplabMove.done"))
+        handle.press(keys[i % 2])
+        times.append(page.evaluate(  # no figure within two minutes: an error, not a hang
+            "Promise.race([window.ddplabMove.done, new Promise((_, no) => setTimeout("
+            "() => no(new Error('no new figure within 120 s')), 120000))])"))
         page.wait_for_timeout(300)  # the status line and the kernel settle
         if after_each:
             after_each()

@@ -124,10 +124,53 @@ def test_a_plot_without_update_is_drawn_anew_every_time(results):
     live = LiveFigure(draw)
     png = live.png(results["first"])
     assert live.figure is None and pixels(png).shape == (340, 900, 4)
-    fresh = plots.gradients(results["first"])  # drawn as the plot lays it out, no slack
+    fresh = plots.gradients(results["first"])  # laid out by its engine, with the slack
+    fresh.get_layout_engine().set(w_pad=live_figure.SLACK, h_pad=live_figure.SLACK)
     fresh.canvas.draw()
     assert np.array_equal(pixels(png), np.asarray(fresh.canvas.buffer_rgba()))
     plt.close(fresh)
+
+
+def test_a_new_figure_of_the_same_frame_takes_the_last_layout_pixel_for_pixel(results):
+    def draw(result):
+        return plots.gradients(result)
+
+    live = LiveFigure(draw)
+    first = live.png(results["first"])
+    assert live.frame is not None
+    assert np.array_equal(pixels(live.png(results["first"])), pixels(first))
+    # another result: the kept layout, not the engine's, where everything fits
+    png = pixels(live.png(results["next"]))
+    fresh = plots.gradients(results["next"])
+    fresh.set_layout_engine("none")
+    live_figure._set_layout(fresh, live.frame[1])
+    fresh.canvas.draw()
+    assert np.array_equal(png, np.asarray(fresh.canvas.buffer_rgba()))
+    assert not np.array_equal(png, pixels(first))  # the comparison can fail
+    plt.close(fresh)
+
+
+def test_a_new_figure_that_overflows_the_last_layout_is_laid_out_again():
+    def draw(label):
+        fig, ax = plt.subplots(figsize=(4, 3), constrained_layout=True)
+        ax.plot([0, 1], [0, 1])
+        ax.set_ylabel(label)
+        return fig
+
+    live = LiveFigure(draw)
+    live.png("y")
+    left = live.frame[1][0][0].x0
+    live.png("a label far longer\nthan the first one\non three lines")
+    assert live.frame[1][0][0].x0 > left  # laid out again, with room for the label
+    assert plt.get_fignums() == []
+
+
+def test_figures_of_another_size_do_not_share_a_layout():
+    def draw(height):
+        return plt.subplots(figsize=(4, height), constrained_layout=True)[0]
+
+    assert live_figure._frame(draw(3)) != live_figure._frame(draw(4))
+    plt.close("all")
 
 
 @pytest.mark.parametrize("options, kept", [
@@ -140,3 +183,37 @@ def test_only_a_legend_that_stays_and_hides_what_is_under_it_is_pasted(options, 
     ax.plot([0, 1], label="a")
     assert live_figure._stays_and_hides(ax.legend(**options)) is kept
     plt.close(fig)
+
+
+def test_a_new_figure_for_other_ranks_keeps_the_last_layout_where_it_fits(results):
+    live = LiveFigure(plots.gradients)
+    live.png(results["first"])
+    kept = live.figure.axes[0].get_position().frozen()
+    live.png(results["fewer ranks"])  # update says no: a new figure, same frame
+    assert "world size 2" in live.figure.axes[0].get_title()
+    np.testing.assert_allclose(live.figure.axes[0].get_position().get_points(),
+                               kept.get_points())
+    assert live_figure._fits(live.figure)
+    plt.close("all")
+
+
+def test_the_cluster_models_figure_updates_in_place_pixel_for_pixel():
+    from ddplab.chapters.time_cost import cluster_prediction
+    from ddplab.chapters.time_cost import plots as time_cost_plots
+
+    live = LiveFigure(time_cost_plots.cluster)
+    first = pixels(live.png(cluster_prediction.run()))
+    kept = live.figure
+    for change in [{"nodes": 5}, {"gpus_per_node": 3}, {"batch_size": 1}, {"nodes": 1}]:
+        result = cluster_prediction.run(**change)
+        updated = pixels(live.png(result))
+        assert live.figure is kept, change
+        fresh = time_cost_plots.cluster(result)
+        fresh.set_layout_engine("none")
+        live_figure._set_layout(fresh, live_figure._layout(kept))
+        fresh.canvas.draw()
+        assert np.array_equal(updated, np.asarray(fresh.canvas.buffer_rgba())), change
+        assert not np.array_equal(updated, first)
+        plt.close(fresh)
+    other = list(cluster_prediction.cost_model.INTER_NODE)[-1]
+    assert not time_cost_plots.update_cluster(kept, cluster_prediction.run(inter=other))

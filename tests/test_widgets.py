@@ -86,3 +86,55 @@ def test_a_fixed_value_reaches_every_run_and_shows_no_control():
     (slider,) = panel.children[0].children
     slider.value = 3
     assert seen == [False, False]
+
+
+def test_a_sweep_restarts_its_bar_at_once_and_fills_its_figure_in_run_by_run():
+    from ddplab.common import progress as progress_module
+
+    def sweep(world_sizes=2, progress=None):
+        results = []
+        for world_size in range(1, world_sizes + 1):
+            results.append(averaging.run(world_size=world_size))
+            progress_module.report(progress, world_size, world_sizes, f"world size {world_size}",
+                                   partial=results[-1])
+        return results[-1]
+
+    panel = widgets.explore_sweep(sweep, plots.gradients, world_sizes=(1, 4))
+    (bar, _), inner = panel.children[0].children, panel.children[1]
+    slider, image = inner.children[0].children[0], inner.children[2]
+    bars, figures = [], []
+    bar.observe(lambda change: bars.append(change["new"]), names="value")
+    image.observe(lambda change: figures.append(bytes(change["new"])), names="value")
+    slider.value = 3
+    assert bars[0] == 0 and bars[-1] == 3  # restarted before the first run, then each run
+    assert len(figures) >= 3  # world sizes 1, 2, 3 drawn as they came (the last one twice)
+    assert len(set(figures)) == 3
+
+
+def test_a_long_run_ticks_in_the_status_line_while_it_runs():
+    import time
+
+    def slow(world_size=2):
+        time.sleep(0.8)
+        return averaging.run(world_size=world_size)
+
+    panel = widgets.explore(slow, plots.gradients, world_size=(1, 4))
+    slider, status = panel.children[0].children[0], panel.children[1]
+    seen = []
+    status.observe(lambda change: seen.append(change["new"]), names="value")
+    slider.value = 3
+    ticks = [text for text in seen if "running... " in text and " s</i>" in text]
+    assert len(ticks) >= 2, seen
+    assert "real DDP run and drawn in" in status.value  # the tick stopped before the end
+
+
+def test_a_hang_shows_each_ranks_last_noted_step_while_it_is_waited_out():
+    from ddplab.chapters.hangs import uneven
+
+    panel = widgets.explore(uneven.run, lambda result: plots.plt.figure(), world_size=(2, 3),
+                            timeout=[3.0])
+    slider, status = panel.children[0].children[0], panel.children[1]
+    seen = []
+    status.observe(lambda change: seen.append(change["new"]), names="value")
+    slider.value = 3  # one rank has an extra batch: the others wait in its all-reduce
+    assert any("rank 0" in text and "last step noted" in text for text in seen), seen

@@ -1,13 +1,19 @@
 """How a sweep reports progress: between its short runs it calls ``progress(done, total,
 label)``, when the caller gave one (``widgets.explore_sweep`` shows it as a bar). A rank cannot
 report while it runs, so a long experiment is a sequence of short ``ddplab.run`` calls
-(ARCHITECTURE.md, "Sweeps and progress")."""
+(ARCHITECTURE.md, "Sweeps and progress"). A sweep may also pass ``partial``, a result of the
+runs done so far, which a panel draws at once (the figure fills in run by run)."""
 
 from __future__ import annotations
 
 
-def report(progress, done: int, total: int, label: str) -> None:
+def report(progress, done: int, total: int, label: str, partial=None) -> None:
     """Tell ``progress`` (if any) that ``done`` of ``total`` runs are over; ``label`` names the
-    next one."""
-    if progress is not None:
+    next one; ``partial``, when given, is passed on as a keyword (progress functions that take
+    three arguments keep working where a sweep passes none)."""
+    if progress is None:
+        return
+    if partial is None:
         progress(done, total, label)
+    else:
+        progress(done, total, label, partial=partial)

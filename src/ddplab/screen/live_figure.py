@@ -13,7 +13,11 @@ them be: the same artists, so the same entries) are not laid out again: each fra
 anew and its inside pasted back from the last full draw, matplotlib's blitting
 (``copy_from_bbox``, ``restore_region``), for a legend that stays where it is (a fixed
 ``loc``) and hides what lies under it (an opaque frame).
-Without ``update``, every move draws a new figure, once.
+Without ``update``, every move builds a new figure and draws it once; when it has the same
+frame as the last one (size, grid, axes: :func:`_frame`), it takes the last one's layout
+(the axes' positions, as constrained layout set them) rather than running the layout engine
+again (half of such a draw, profiled in ``benchmarks/all_sliders.py --profile``), unless
+something then overflows the figure.
 """
 
 from __future__ import annotations
@@ -39,39 +43,63 @@ class LiveFigure:
         self.figure = None
         self.layout = None  # the plot's own layout engine, re-run when something outgrows it
         self.legends = []  # (legend, pixels of its inside) from the last full draw
+        self.frame = None  # without update: the last new figure's frame and its layout
 
     def png(self, result) -> bytes:
         update = getattr(self.plot, "update", None)
-        if update is None:  # nothing to keep: one draw, as the plot lays it out
-            figure = _own_canvas(self.plot(result))
-            figure.canvas.draw()
-            return _encode(figure)
+        if update is None:  # a new figure: one draw, laid out as the last one where it fits
+            return _encode(self._draw_new(_own_canvas(self.plot(result))))
         if self.figure is not None and update(self.figure, result):
             self._draw_without_legends()
             if self.layout is not None and not _fits(self.figure):
                 self._draw_laid_out()  # a longer tick label or title: lay out afresh
-        else:
-            self.figure = _own_canvas(self.plot(result))
+        else:  # another world size: a new figure, laid out as the last one where it fits
+            kept, self.figure = self.figure, _own_canvas(self.plot(result))
             self.layout = self.figure.get_layout_engine()
             if isinstance(self.layout, ConstrainedLayoutEngine):
                 # Room for a tick label or title a few pixels longer than this result's, so
                 # that most later results fit without laying out again.
                 self.layout.set(w_pad=SLACK, h_pad=SLACK)
-            self._draw_laid_out()
+            frame = _frame(self.figure)
+            same = kept is not None and frame is not None and frame == _frame(kept)
+            self._draw_laid_out(_layout(kept) if same else None)
         return _encode(self.figure)
 
-    def _draw_laid_out(self) -> None:
-        """Draw with the plot's layout engine, then keep that layout and the legends' pixels
-        for in-place updates."""
+    def _draw_laid_out(self, layout=None) -> None:
+        """Draw with ``layout`` (from :func:`_layout`) where everything fits in it, else with
+        the plot's layout engine; then keep the legends' pixels for in-place updates."""
         figure = self.figure
-        if self.layout is not None:
-            figure.set_layout_engine(self.layout)
-        figure.canvas.draw()
+        if layout is not None:
+            figure.set_layout_engine("none")
+            _set_layout(figure, layout)
+            figure.canvas.draw()
+        if layout is None or not _fits(figure):
+            if self.layout is not None:
+                figure.set_layout_engine(self.layout)
+            figure.canvas.draw()
         figure.set_layout_engine("none")
         renderer = figure.canvas.get_renderer()
         self.legends = [(legend, [figure.canvas.copy_from_bbox(box)
                                   for box in _insides(legend, renderer)])
                         for legend in _legends(figure) if _stays_and_hides(legend)]
+
+    def _draw_new(self, figure):
+        """Draw a new ``figure``: with the last one's layout where it has the same frame and
+        everything fits in it, else laid out by its own engine (whose layout is then kept)."""
+        frame = _frame(figure)
+        if frame is not None and self.frame is not None and self.frame[0] == frame:
+            engine = figure.get_layout_engine()
+            figure.set_layout_engine("none")
+            _set_layout(figure, self.frame[1])
+            figure.canvas.draw()
+            if _fits(figure):
+                return figure
+            figure.set_layout_engine(engine)
+        if isinstance(figure.get_layout_engine(), ConstrainedLayoutEngine):
+            figure.get_layout_engine().set(w_pad=SLACK, h_pad=SLACK)  # room, as above
+        figure.canvas.draw()
+        self.frame = (frame, _layout(figure)) if frame is not None else None
+        return figure
 
     def _draw_without_legends(self) -> None:
         """Draw all but the legends' insides, then paste those from the last full draw. Each
@@ -136,6 +164,40 @@ def _fits(figure) -> bool:
     return all(box is None or (box.x0 >= bounds.x0 - 0.5 and box.y0 >= bounds.y0 - 0.5
                                and box.x1 <= bounds.x1 + 0.5 and box.y1 <= bounds.y1 + 0.5)
                for box in boxes)
+
+
+def _frame(figure):
+    """What fixes a figure's layout besides its texts: its size, and each axes' place in its
+    grid; None where the layout also moves other things (figure legends, subfigures)."""
+    if figure.legends or figure.subfigs:
+        return None
+    places = []
+    for ax in figure.axes:
+        spec = ax.get_subplotspec()
+        grid = spec.get_gridspec() if spec is not None else None
+        places.append(None if spec is None else
+                      (spec.rowspan, spec.colspan, grid.get_geometry(),
+                       tuple(grid.get_height_ratios() or ()),
+                       tuple(grid.get_width_ratios() or ())))
+    return tuple(figure.get_size_inches()), figure.dpi, tuple(places)
+
+
+def _layout(figure) -> tuple:
+    """The axes' positions and the figure titles' places, as a draw laid them out."""
+    titles = [t.get_position() if t is not None else None
+              for t in (figure._suptitle, figure._supxlabel, figure._supylabel)]
+    return [ax.get_position(original=True).frozen() for ax in figure.axes], titles
+
+
+def _set_layout(figure, layout) -> None:
+    """Put axes and titles where :func:`_layout` found them (``_set_position``: what
+    constrained layout itself calls, matplotlib/_constrained_layout.py)."""
+    positions, titles = layout
+    for ax, position in zip(figure.axes, positions):
+        ax._set_position(position)
+    for text, place in zip((figure._suptitle, figure._supxlabel, figure._supylabel), titles):
+        if text is not None and place is not None:
+            text.set_position(place)
 
 
 def _encode(figure) -> bytes:

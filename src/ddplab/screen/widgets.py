@@ -22,6 +22,7 @@ import ipywidgets
 from ipywidgets import fixed
 
 from ddplab.screen.live_figure import LiveFigure
+from ddplab.screen.while_running import WhileRunning
 
 
 def explore(run, plot, **controls) -> ipywidgets.Widget:
@@ -41,7 +42,8 @@ def explore(run, plot, **controls) -> ipywidgets.Widget:
         status.value = "<i>running...</i>"
         start = time.perf_counter()
         try:
-            result = run(**values)
+            with WhileRunning(status):  # a long run ticks, with the ranks' steps
+                result = run(**values)
             ran = time.perf_counter()
             image.value = figure.png(result)
         except Exception as exc:  # shown in the panel: the next move must still work
@@ -55,9 +57,11 @@ def explore(run, plot, **controls) -> ipywidgets.Widget:
         widget.observe(update, names="value")
     update()
     shown = [w for w in widgets.values() if not isinstance(w, fixed)]
-    return ipywidgets.VBox([ipywidgets.HBox(shown,
-                                            layout=ipywidgets.Layout(flex_flow="row wrap")),
-                            status, image])
+    panel = ipywidgets.VBox([ipywidgets.HBox(shown,
+                                             layout=ipywidgets.Layout(flex_flow="row wrap")),
+                             status, image])
+    panel.show = lambda result: setattr(image, "value", figure.png(result))  # explore_sweep
+    return panel
 
 
 def defaults_of(run) -> dict:
@@ -89,17 +93,24 @@ def _control(name: str, spec, default):
 
 def explore_sweep(run, plot, **controls) -> ipywidgets.Widget:
     """:func:`explore` for a sweep: ``run`` also takes ``progress(done, total, label)``, which a
-    bar above the panel shows while a change re-runs it (a sweep is several real runs)."""
+    bar above the panel shows while a change re-runs it (a sweep is several real runs). The bar
+    starts again as soon as a control moves; where the sweep also passes ``partial`` (the result
+    of the runs done so far, see ``ddplab.common.progress``), the figure fills in with it."""
     bar = ipywidgets.IntProgress(value=0, min=0, max=1, description="progress",
                                  style={"description_width": "initial"})
     label = ipywidgets.HTML()
 
-    def report(done: int, total: int, text: str) -> None:
+    panel = None
+
+    def report(done: int, total: int, text: str, partial=None) -> None:
         bar.max = max(total, 1)
         bar.value = min(done, bar.max)
         label.value = f"<small>{done}/{total}: {text}</small>"
+        if partial is not None and panel is not None:
+            panel.show(partial)
 
     def run_reporting(**values):
+        report(0, bar.max, "starting")  # at once: the page shows the move was taken
         return run(**values, progress=report)
 
     signature = inspect.signature(run)  # explore reads its defaults from the signature

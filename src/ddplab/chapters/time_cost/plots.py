@@ -167,7 +167,10 @@ def accumulated(result, axes=None):
     count_ax.set_ylabel("bucket all-reduces launched", fontsize=9)
     count_ax.legend(fontsize=7)
     ref, got = result.reference_grad, result.accumulated_grad
-    grad_ax.plot(ref, got, ".", ms=2, color="tab:blue", alpha=0.5)
+    # Every k-th entry: a million points (the model's gradient) draw the same cloud as 20,000
+    # but took 300 ms per figure here, the most of a slider move (all_sliders.py --profile).
+    every = max(1, ref.size // 20_000)
+    grad_ax.plot(ref[::every], got[::every], ".", ms=2, color="tab:blue", alpha=0.5)
     lim = np.abs(np.concatenate([ref, got])).max()
     grad_ax.plot([-lim, lim], [-lim, lim], ":", color="0.4", lw=1, label="equal")
     grad_ax.set_xlabel(f"one process, global batch of {result.global_batch_size}", fontsize=8.5)
@@ -258,6 +261,44 @@ def cluster(prediction, axes=None):
     eff_ax.legend(fontsize=7, loc="lower left")
     eff_ax.set_title(prediction.title, fontsize=8, loc="left")
     return bar_ax.figure
+
+
+def update_cluster(fig, prediction) -> bool:
+    """Put ``prediction`` into a figure :func:`cluster` drew, if it shows the same links with
+    the same one chosen (a slider panel then redraws without building a figure,
+    ``screen.live_figure``); the artists are the ones :func:`cluster` made, in its order."""
+    if len(fig.axes) != 2:
+        return False
+    bar_ax, eff_ax = fig.axes
+    chosen = [line.get_label() for line in eff_ax.lines if line.get_linewidth() == 2.2]
+    if ([line.get_label() for line in eff_ax.lines] != list(prediction.curves)
+            or chosen != [prediction.inter] or len(bar_ax.patches) != len(MODEL_STYLE)
+            or len(bar_ax.texts) != 1):
+        return False
+    step, left = prediction.step, 0.0
+    for bar, key in zip(bar_ax.patches, MODEL_STYLE):
+        bar.set_x(left)
+        bar.set_width(1e3 * getattr(step, key))
+        left += 1e3 * getattr(step, key)
+    bar_ax.set_xlim(0, 1.3 * left)
+    bar_ax.texts[0].set_position((left, 0))
+    bar_ax.texts[0].set_text(f" {1e3 * step.step_s:.0f} ms, efficiency {step.efficiency:.0%}")
+    bar_ax.set_yticks([0], [f"{prediction.nodes} x {prediction.gpus_per_node} GPUs"],
+                      fontsize=8)
+    bar_ax.set_xlabel(f"model: ms per step ({prediction.inter})", fontsize=8.5)
+    for line, curve in zip(eff_ax.lines, prediction.curves.values()):
+        line.set_data(list(curve), list(curve.values()))
+    nodes = sorted({n for curve in prediction.curves.values() for n in curve})
+    eff_ax.relim()
+    eff_ax.autoscale_view(scaley=False)
+    eff_ax.set_xticks(nodes, [str(n) for n in nodes])
+    eff_ax.minorticks_off()
+    eff_ax.set_xlabel(f"nodes of {prediction.gpus_per_node} GPUs", fontsize=9)
+    eff_ax.set_title(prediction.title, fontsize=8, loc="left")
+    return True
+
+
+cluster.update = update_cluster
 
 
 def _plain_log2(ax, ticks) -> None:

@@ -1,0 +1,117 @@
+"""A Colab session, as closely as this machine allows: a lab installed and run as in Colab.
+
+    python scripts/colab_sim.py [labs/01_averaging.ipynb] [--python python3] [--keep DIR]
+
+Colab cannot be reached from here. What Colab runs comes from its published package lists
+(googlecolab/backend-info, pip-freeze.txt, August 2026): the versions in ``COLAB`` below.
+This script
+
+1. makes a fresh venv (no system site packages) with those versions, and torch from this
+   machine's CPU wheel (Colab has torch 2.11; no CPU wheel of 2.11 is on this machine, so
+   2.13: the range in requirements.txt is what is checked, not 2.11 itself);
+2. builds a wheel of this checkout (``pip wheel --no-deps``), standing in for the
+   repository address;
+3. runs the lab's own install cell in that venv's Python, as Colab runs it (with
+   ``google.colab`` present, the address replaced by the wheel), and checks that it left
+   Colab's widgets 7.7.1 in place (ipywidgets 8 breaks Colab's widget front end);
+4. copies the lab alone into an empty folder, runs it top to bottom in a real kernel of that
+   venv and moves every integer slider one step and back from the kernel
+   (``benchmarks/all_sliders.py --installed``): each move runs the panel's observer.
+
+Needs the network to PyPI (or its mirror) for the pinned packages. Exits non-zero on any
+failure. Python 3.13 (Colab's) works with ``--python`` where a torch wheel for it exists.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+COLAB = {"ipywidgets": "7.7.1", "widgetsnbextension": "3.6.10", "ipykernel": "6.17.1",
+         "jupyter_client": "7.4.9", "matplotlib": "3.10.0", "numpy": "2.1.3",
+         "cloudpickle": "3.1.2"}
+TORCH = "torch==2.13.0"  # this machine's CPU wheel (pip's find-links); Colab has 2.11
+RUNNER = ["nbclient", "nbformat"]  # what drives the kernel here (Colab's own front end there)
+
+
+def sh(*command: str, **kwargs) -> subprocess.CompletedProcess:
+    print("$", " ".join(command), flush=True)
+    return subprocess.run(command, check=True, **kwargs)
+
+
+def install_cell(lab: str) -> str:
+    """The lab's install cell: its first code cell."""
+    cells = json.load(open(lab))["cells"]
+    return "".join(next(c for c in cells if c["cell_type"] == "code")["source"])
+
+
+def as_in_colab(cell: str, wheel: str) -> str:
+    """The install cell as Colab runs it: ``google.colab`` imported, and the repository
+    address (``git+https://...``) replaced by the wheel built from this checkout."""
+    address = re.search(r"git\+https://[^\"' ]+", cell)
+    if address is None:
+        raise SystemExit("the install cell names no git+https:// address")
+    return ("import sys, types\nsys.modules['google.colab'] = types.ModuleType('google.colab')\n"
+            + cell.replace(address.group(0), "file://" + wheel))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("lab", nargs="?", default=f"{ROOT}/labs/01_averaging.ipynb")
+    parser.add_argument("--python", default="python3", help="the Python of the fresh venv")
+    parser.add_argument("--keep", help="make the venv here and leave it (default: a temp dir)")
+    parser.add_argument("--moves", type=int, default=2)
+    args = parser.parse_args()
+    # ipykernel 6's debugger warns on every start about frozen modules: noise here.
+    os.environ["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"
+    start = time.perf_counter()
+    work = args.keep or tempfile.mkdtemp(prefix="ddplab-colab-")
+    venv = os.path.join(work, "venv")
+    python = os.path.join(venv, "bin", "python")
+    try:
+        sh(args.python, "-m", "venv", venv)
+        pins = [f"{name}=={version}" for name, version in COLAB.items()]
+        sh(python, "-m", "pip", "install", "-q", "--disable-pip-version-check", *pins, TORCH,
+           *RUNNER)
+        # The checkout's build inputs only: a build in place would leave build/ behind.
+        source = os.path.join(work, "source")
+        os.makedirs(source)
+        for name in ("pyproject.toml", "README.md", "requirements.txt"):
+            shutil.copy(os.path.join(ROOT, name), source)
+        shutil.copytree(os.path.join(ROOT, "src"), os.path.join(source, "src"),
+                        ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+        sh(python, "-m", "pip", "wheel", "-q", "--no-deps", "--disable-pip-version-check",
+           source, "-w", os.path.join(work, "wheel"))
+        wheel = os.path.join(work, "wheel", os.listdir(os.path.join(work, "wheel"))[0])
+        sh(python, "-c", as_in_colab(install_cell(args.lab), wheel))
+        report = (f"import json, importlib.metadata as m, ddplab\nnames = {list(COLAB)!r}\n"
+                  "print(json.dumps({**{n: m.version(n) for n in names}, "
+                  "'ddplab': ddplab.__file__}))")
+        versions = json.loads(subprocess.run([python, "-c", report], check=True,
+                                             capture_output=True, text=True, cwd=work).stdout)
+        print("in the venv:", versions)
+        changed = {n: versions[n] for n, v in COLAB.items() if versions[n] != v}
+        if changed:
+            raise SystemExit(f"the install cell changed Colab's packages: {changed}")
+        if not versions["ddplab"].startswith(venv):
+            raise SystemExit(f"ddplab imported from {versions['ddplab']}, not the wheel")
+        sh(python, "-m", "ipykernel", "install", "--sys-prefix", "--name", "python3")
+        sh(python, os.path.join(ROOT, "benchmarks", "all_sliders.py"), "--installed",
+           "--moves", str(args.moves), args.lab, cwd=work)
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    print(f"colab-sim: {os.path.basename(args.lab)} installed, run and its sliders moved "
+          f"with Colab's widgets {COLAB['ipywidgets']}, in {time.perf_counter() - start:.0f} s")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
