@@ -115,6 +115,19 @@ def check_page(page, checks: Checks, html: Path, base: str, rel: str, shots: Pat
     }""")
     checks.check(formulas[1] >= formulas[0],
                  f"{rel}: {formulas[0]} formulas, {formulas[1]} typeset by MathJax")
+    # One search box on the page (the sidebar's), not a second one in an empty header bar.
+    searches = page.evaluate("""() => [...document.querySelectorAll('.search-button-field')]
+        .filter(e => e.getClientRects().length && getComputedStyle(e).visibility != 'hidden')
+        .length""")
+    checks.check(searches == 1, f"{rel}: {searches} visible search boxes, not 1")
+    # Output and code blocks fit the column: a line cut off at the right edge is lost to a
+    # reader who does not think of scrolling it sideways.
+    wide = page.evaluate("""() => [...document.querySelectorAll(
+            'div.cell_output pre, div.output pre, div.highlight pre')]
+        .filter(e => e.scrollWidth > e.clientWidth + 1)
+        .map(e => e.textContent.split('\\n').reduce((a, b) => a.length >= b.length ? a : b)
+                   .slice(0, 60))""")
+    checks.check(not wide, f"{rel}: blocks scroll sideways, longest lines begin {wide}")
     # Internal links: the file exists, and so does the anchor.
     here = (html / shown).parent
     broken, colab = [], []

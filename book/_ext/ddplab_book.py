@@ -21,6 +21,7 @@ def setup(app):
     # After sphinx-book-theme's add_launch_buttons (default priority 500).
     app.connect("html-page-context", point_colab_at_lab, priority=600)
     app.connect("config-inited", use_local_mathjax)
+    app.connect("config-inited", one_search_box)
     app.connect("build-finished", copy_mathjax)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
 
@@ -38,6 +39,13 @@ def use_local_mathjax(app, config):
     """Sphinx puts MathJax only on pages with math, from a CDN by default; a relative path is
     served from the build's own _static folder instead."""
     config.mathjax_path = "mathjax/tex-mml-chtml.js"
+
+
+def one_search_box(app, config):
+    """pydata-sphinx-theme 0.17 fills an unset ``navbar_persistent`` with its search field
+    (``update_config``), which puts a second, otherwise empty header bar with a search box
+    above the sidebar's own. sphinx-book-theme means it empty (its theme.conf), so say so."""
+    config.html_theme_options.setdefault("navbar_persistent", [])
 
 
 def copy_mathjax(app, exception):
