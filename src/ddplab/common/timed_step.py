@@ -38,8 +38,9 @@ class GradientTimes:
 
 
 def timed_step(wrapped, optimizer, X, y, gradients: GradientTimes) -> dict:
-    """One SGD step on the mean squared error, after a barrier: its timestamps in seconds
-    (``start``, ``forward_end``, ``backward_end``, ``step_end``) and ``ready``."""
+    """One SGD step on the mean squared error, after a barrier: its timestamps
+    in seconds (``start``, ``forward_end``, ``backward_end``, ``step_end``)
+    and ``ready``."""
     optimizer.zero_grad()
     gradients.ready = []
     dist.barrier()  # every rank starts the step together
@@ -51,8 +52,9 @@ def timed_step(wrapped, optimizer, X, y, gradients: GradientTimes) -> dict:
     backward_end = now(device)
     optimizer.step()
     step_end = now(device)
-    return {"start": start, "forward_end": forward_end, "backward_end": backward_end,
-            "step_end": step_end, "ready": gradients.ready}
+    return {"start": start, "forward_end": forward_end,
+            "backward_end": backward_end, "step_end": step_end,
+            "ready": gradients.ready}
 
 
 def last_gradient(stamps: dict) -> float:

@@ -161,9 +161,9 @@ def ring_allreduce_seconds(nbytes: float, ranks: int, alpha_s: float, bandwidth:
 
 def allreduce_seconds(nbytes: float, gpus_per_node: int, nodes: int,
                       intra: Link, inter: Link | None = None) -> float:
-    """The ring over ``nodes`` x ``gpus_per_node`` ranks: a base latency, ``2(nodes-1)`` of
-    its steps cross the network, the rest stay in a node; bytes move at the
-    slowest link's bandwidth for a message of ``nbytes``."""
+    """The ring over ``nodes`` x ``gpus_per_node`` ranks: a base latency,
+    ``2(nodes-1)`` of its steps cross the network, the rest stay in a node;
+    bytes move at the slowest link's bandwidth for a message of ``nbytes``."""
     ranks = gpus_per_node * nodes
     if ranks == 1:
         return 0.0
