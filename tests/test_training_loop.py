@@ -1,0 +1,104 @@
+"""The chapter "Your training loop under DDP": each broken version fails the way the page says
+(the real error text, the hang caught within its timeout with nothing left running) and each
+fix matches one process on the whole batch, computed here without DDP."""
+
+import math
+
+import numpy as np
+import pytest
+import torch.nn.functional as F
+
+import ddplab
+import rank_fns
+from conftest import alive, ddplab_json
+from ddplab.chapters.training_loop import (
+    checkpointing,
+    clipping,
+    early_stop,
+    evaluation,
+    mixed_precision,
+)
+from ddplab.common.mlp import make_batch, make_model
+
+T = 2.0
+
+
+def test_clip_after_ddp_backward_is_the_one_process_clip_and_the_two_wrong_norms():
+    result = clipping.run(world_size=2, max_norm=0.5)
+    # one process, written out here: the full batch's gradient norm, then the clipped step
+    model = make_model(clipping.LAYERS, 0)
+    X, y = make_batch(clipping.LAYERS, 4, 2, 0, 0)
+    F.mse_loss(model(X), y).backward()
+    norm = math.sqrt(sum(float((p.grad ** 2).sum()) for p in model.parameters()))
+    assert result.norm_per_rank == pytest.approx([norm] * 2, rel=1e-5)
+    assert result.norm_one_process == pytest.approx(norm, rel=1e-5)
+    assert result.max_param_diff_vs_one_process < 1e-6
+    # all-reducing the norm again: sqrt(W) too large; clipping locally: each rank's own norm
+    assert result.norm_reduced_again_per_rank[0] == pytest.approx(norm * math.sqrt(2), rel=1e-5)
+    assert result.max_param_diff_reduced_again_vs_one_process > 1e-3
+    assert result.norm_local_per_rank[0] != pytest.approx(norm, rel=1e-3)
+    assert result.max_param_diff_local_vs_one_process > 1e-3
+
+
+def test_clip_cli_json():
+    data = ddplab_json("clip", "--world-size", "2", "--max-norm", "0.5")
+    for field in ("norm_one_process", "norm_per_rank", "norm_local_per_rank",
+                  "max_param_diff_vs_one_process"):
+        assert field in data
+    assert data["max_param_diff_vs_one_process"] < 1e-6
+
+
+def test_gathered_auc_is_one_process_auc_and_padding_changes_it():
+    result = evaluation.run(world_size=3, dataset_size=10)
+    scores, labels = evaluation.validation_set(10, 0)
+    pos, neg = scores[labels == 1], scores[labels == 0]
+    reference = np.mean([[float(p > n) for n in neg] for p in pos])
+    assert result.metric_one_process == pytest.approx(reference)
+    assert result.metric_gathered == pytest.approx(reference)
+    assert result.metric_all_gather_object == pytest.approx(reference)
+    assert result.predictions_per_rank == [4, 3, 3]
+    assert result.padded_predictions == 12
+    assert result.metric_padded_sampler != pytest.approx(reference)
+
+
+def test_plain_all_gather_of_unequal_shards_raises_on_gloo():
+    message = evaluation.unequal_all_gather_error(world_size=3, dataset_size=10)
+    assert message.startswith("ProcessGroupGloo::allgather: invalid tensor size")
+
+
+def test_reentrant_checkpointing_raises_and_both_fixes_match_one_process():
+    broken = checkpointing.run(setup="reentrant")
+    assert broken.error.startswith("Expected to mark a variable ready only once")
+    for setup in ("non-reentrant", "reentrant-static-graph"):
+        fixed = checkpointing.run(setup=setup)
+        assert fixed.error is None and fixed.max_diff_vs_one_process < 1e-6
+
+
+def test_one_ranks_overflow_makes_every_rank_skip_under_ddp():
+    result = mixed_precision.run(world_size=2, overflow_rank=1)
+    assert result.skipped_per_rank == [True, True]
+    assert result.scale_per_rank == [2.0 ** 15] * 2
+    assert result.skipped_without_ddp_per_rank == [False, True]
+    clean = mixed_precision.run(world_size=2, overflow_rank=-1)
+    assert clean.skipped_per_rank == [False, False] and clean.replicas_equal
+
+
+def test_early_stop_on_one_rank_hangs_and_the_all_reduced_decision_finishes():
+    pids = {r["pid"] for r in ddplab.run(rank_fns.identify, 2)}
+    hung = early_stop.run(world_size=2, fix="none", timeout=T)
+    assert hung.outcome == "hung" and hung.seconds < T + 5
+    assert hung.stopped_at_step_per_rank == [None, 1]
+    assert hung.missing_ranks == [0]
+    assert not any(alive(pid) for pid in pids)
+    fixed = early_stop.run(world_size=2, fix="all-reduce", timeout=30)
+    assert fixed.outcome == "finished"
+    assert fixed.stopped_at_step_per_rank == [1, 1]
+
+
+def test_bad_input_is_a_value_error():
+    with pytest.raises(ValueError, match="fix"):
+        early_stop.run(fix="patience")
+    with pytest.raises(ValueError, match="max_norm"):
+        clipping.run(max_norm=0)
+    with pytest.raises(ValueError, match="dataset_size"):
+        evaluation.run(world_size=3, dataset_size=4)
