@@ -17,6 +17,7 @@ from ddplab.chapters.training_loop import (
     early_stop,
     evaluation,
     mixed_precision,
+    torch_compile,
 )
 from ddplab.common.mlp import make_batch, make_model
 
@@ -102,3 +103,13 @@ def test_bad_input_is_a_value_error():
         clipping.run(max_norm=0)
     with pytest.raises(ValueError, match="dataset_size"):
         evaluation.run(world_size=3, dataset_size=4)
+
+
+def test_ddp_optimizer_splits_the_compiled_graph_at_bucket_boundaries():
+    split = torch_compile.run(world_size=2, bucket_cap_mb=1.0)
+    assert split.graphs == split.buckets == 3
+    assert split.max_diff_vs_one_process < 1e-6
+    whole = torch_compile.run(world_size=2, bucket_cap_mb=1.0, optimize_ddp=False)
+    assert whole.graphs == 1 and whole.buckets == 3
+    with pytest.raises(ValueError, match="bucket_cap_mb"):
+        torch_compile.run(bucket_cap_mb=0.5)
