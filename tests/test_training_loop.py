@@ -17,6 +17,7 @@ from ddplab.chapters.training_loop import (
     early_stop,
     evaluation,
     mixed_precision,
+    seeds,
     torch_compile,
 )
 from ddplab.common.mlp import make_batch, make_model
@@ -113,3 +114,17 @@ def test_ddp_optimizer_splits_the_compiled_graph_at_bucket_boundaries():
     assert whole.graphs == 1 and whole.buckets == 3
     with pytest.raises(ValueError, match="bucket_cap_mb"):
         torch_compile.run(bucket_cap_mb=0.5)
+
+
+def test_same_seed_on_every_rank_draws_the_same_augmentations_also_in_workers():
+    import random
+
+    import torch
+    state = torch.get_rng_state(), random.getstate()
+    same = seeds.run(world_size=2, seeding="same", workers=2)
+    assert same.main_same_on_every_rank and same.workers_same_on_every_rank
+    # worker i seeds torch with base_seed + i: the two workers' draws differ
+    assert same.workers_per_rank[0][0] != same.workers_per_rank[0][1]
+    per_rank = seeds.run(world_size=2, seeding="seed+rank", workers=2)
+    assert not per_rank.main_same_on_every_rank and not per_rank.workers_same_on_every_rank
+    assert (torch.get_rng_state() == state[0]).all() and random.getstate() == state[1]
