@@ -128,3 +128,11 @@ def test_same_seed_on_every_rank_draws_the_same_augmentations_also_in_workers():
     per_rank = seeds.run(world_size=2, seeding="seed+rank", workers=2)
     assert not per_rank.main_same_on_every_rank and not per_rank.workers_same_on_every_rank
     assert (torch.get_rng_state() == state[0]).all() and random.getstate() == state[1]
+
+
+def test_with_accumulation_only_the_clip_at_the_syncing_micro_batch_is_one_process():
+    result = clipping.accumulate(world_size=2, max_norm=0.5, batch_size=4, micro_batches=2)
+    assert result.max_diff_clip_at_last < 1e-6
+    assert result.max_diff_clip_every_micro_batch > 1e-3
+    with pytest.raises(ValueError, match="multiple of micro_batches"):
+        clipping.accumulate(batch_size=3, micro_batches=2)

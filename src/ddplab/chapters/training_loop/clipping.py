@@ -19,6 +19,7 @@ averaged only at the last micro-batch: clip there, after its backward, never bef
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 
 import numpy as np
@@ -94,6 +95,28 @@ def clip_ranks(ctx, max_norm: float, batch_size: int, seed: int) -> dict:
     return {"norm": norm, "local_norm": local_norm, "norm_again": norm_again,
             "params": flat_params(model), "params_local": flat_params(local),
             "params_again": flat_params(again)}
+
+
+def accumulation_ranks(ctx, max_norm: float, batch_size: int, micro_batches: int,
+                       seed: int) -> dict:
+    """Accumulate ``micro_batches`` (``no_sync`` on all but the last), clipping after every
+    micro-batch's backward (wrong) or after the last only (right)."""
+    X, y = make_batch(LAYERS, batch_size, ctx.world_size, seed, 0)
+    rows = slice(ctx.rank * batch_size, (ctx.rank + 1) * batch_size)
+    chunks = list(zip(X[rows].chunk(micro_batches), y[rows].chunk(micro_batches)))
+    out = {}
+    for every in (True, False):
+        model = make_model(LAYERS, seed)
+        ddp = DDP(model)
+        for i, (xb, yb) in enumerate(chunks):
+            last = i == len(chunks) - 1
+            with contextlib.nullcontext() if last else ddp.no_sync():
+                (F.mse_loss(ddp(xb), yb) / micro_batches).backward()
+            if every or last:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+        torch.optim.SGD(model.parameters(), lr=LR).step()
+        out["every" if every else "last"] = flat_params(model)
+    return out
 
 
 # ---------------------------------------------------------------- in the caller
@@ -178,6 +201,44 @@ def run(world_size: int = 2, max_norm: float = 0.5, batch_size: int = 4, seed: i
         params_one_process=params, params=np.stack([r["params"] for r in results]),
         params_local=np.stack([r["params_local"] for r in results]),
         params_reduced_again=np.stack([r["params_again"] for r in results]))
+
+
+@dataclasses.dataclass
+class Accumulation(Result):
+    """Clipping with gradient accumulation, against one process on the whole batch."""
+
+    world_size: int
+    micro_batches: int
+    max_norm: float
+    max_diff_clip_every_micro_batch: float
+    max_diff_clip_at_last: float
+
+    def describe(self) -> str:
+        return (f"{self.micro_batches} micro-batches, max_norm {self.max_norm:g}: step off one "
+                f"process's by {self.max_diff_clip_every_micro_batch:.1e} clipping after every "
+                f"micro-batch, {self.max_diff_clip_at_last:.1e} clipping after the last only")
+
+
+def accumulate(world_size: int = 2, max_norm: float = 0.5, batch_size: int = 4,
+               micro_batches: int = 2, seed: int = 0, backend: str = "auto",
+               timeout: float = 60.0) -> Accumulation:
+    """One clipped step with accumulation on ``world_size`` ranks, clipped two ways."""
+    int_in_range("world_size", world_size, 1, 64)
+    positive_number("max_norm", max_norm)
+    int_in_range("micro_batches", micro_batches, 1, 64)
+    if batch_size % micro_batches:
+        raise ValueError(f"batch_size ({batch_size}) must be a multiple of micro_batches "
+                         f"({micro_batches})")
+    results = ddplab.run(accumulation_ranks, world_size, backend=backend, timeout=timeout,
+                         max_norm=float(max_norm), batch_size=batch_size,
+                         micro_batches=micro_batches, seed=seed)
+    _, reference = one_process(world_size, float(max_norm), batch_size, seed)
+    return Accumulation(
+        world_size=world_size, micro_batches=micro_batches, max_norm=float(max_norm),
+        max_diff_clip_every_micro_batch=float(max(np.abs(r["every"] - reference).max()
+                                                  for r in results)),
+        max_diff_clip_at_last=float(max(np.abs(r["last"] - reference).max()
+                                        for r in results)))
 
 
 # ---------------------------------------------------------------- CLI
