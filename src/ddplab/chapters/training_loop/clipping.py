@@ -214,9 +214,10 @@ class Accumulation(Result):
     max_diff_clip_at_last: float
 
     def describe(self) -> str:
-        return (f"{self.micro_batches} micro-batches, max_norm {self.max_norm:g}: step off one "
-                f"process's by {self.max_diff_clip_every_micro_batch:.1e} clipping after every "
-                f"micro-batch, {self.max_diff_clip_at_last:.1e} clipping after the last only")
+        return (f"{self.micro_batches} micro-batches, max_norm {self.max_norm:g}; step off one "
+                f"process's\n  clipping after every micro-batch: "
+                f"{self.max_diff_clip_every_micro_batch:.1e}\n"
+                f"  clipping after the last only:     {self.max_diff_clip_at_last:.1e}")
 
 
 def accumulate(world_size: int = 2, max_norm: float = 0.5, batch_size: int = 4,

@@ -112,6 +112,12 @@ class GatherMetric(Result):
     predictions_per_rank: list[int]
     padded_predictions: int  # what the padded sampler gathers in all
 
+    def summary(self) -> str:
+        """One line: the AUCs that differ, for a panel."""
+        return (f"AUC: one process {self.metric_one_process:.4f}, gathered "
+                f"{self.metric_gathered:.4f}, padded sampler {self.metric_padded_sampler:.4f} "
+                f"({self.padded_predictions} predictions)")
+
     def describe(self) -> str:
         return "\n".join([
             f"{self.dataset_size} samples on {self.world_size} ranks: "

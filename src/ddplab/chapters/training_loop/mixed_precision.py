@@ -78,8 +78,9 @@ class MixedPrecision(Result):
     def describe(self) -> str:
         return "\n".join([
             f"rank {self.overflow_rank}'s batch overflows, world size {self.world_size}",
-            f"DDP:     step skipped per rank {self.skipped_per_rank}, scale "
-            f"{self.scale_per_rank}, replicas equal: {self.replicas_equal}",
+            f"DDP:     step skipped per rank {self.skipped_per_rank}, scale after "
+            f"{self.scale_per_rank}",
+            f"         replicas equal after the step: {self.replicas_equal}",
             f"no DDP:  step skipped per rank {self.skipped_without_ddp_per_rank}, "
             f"replicas equal: {self.replicas_equal_without_ddp}"])
 

@@ -83,9 +83,9 @@ class Compile(Result):
 
     def describe(self) -> str:
         return (f"bucket_cap_mb {self.bucket_cap_mb:g}, optimize_ddp={self.optimize_ddp}: "
-                f"{self.graphs} compiled graph(s), {self.buckets} bucket(s) of "
-                f"{[round(b / 2**20, 2) for b in self.bucket_bytes]} MiB; gradient off "
-                f"one process's by {self.max_diff_vs_one_process:.1e}")
+                f"{self.graphs} graph(s) compiled\n  DDP's buckets (MiB): "
+                f"{[round(b / 2**20, 2) for b in self.bucket_bytes]}; gradient off one "
+                f"process's by {self.max_diff_vs_one_process:.1e}")
 
 
 def run(world_size: int = 2, bucket_cap_mb: float = 1.0, optimize_ddp: bool = True,
