@@ -136,3 +136,9 @@ def test_with_accumulation_only_the_clip_at_the_syncing_micro_batch_is_one_proce
     assert result.max_diff_clip_every_micro_batch > 1e-3
     with pytest.raises(ValueError, match="multiple of micro_batches"):
         clipping.accumulate(batch_size=3, micro_batches=2)
+
+
+def test_early_stop_cli_json_reports_the_hang():
+    data = ddplab_json("early-stop", "--world-size", "2", "--fix", "none", "--timeout", "2")
+    assert data["outcome"] == "hung" and data["seconds"] < 2 + 5
+    assert data["stopped_at_step_per_rank"] == [None, 1]

@@ -57,7 +57,7 @@ def train(ctx, call_id: str, steps: int, bad_step: int, fix: str, batch_size: in
     ddp = DDP(model, process_group=work)  # keep a reference until backward is done
     optimizer = torch.optim.SGD(model.parameters(), lr=LR)
     rows = slice(ctx.rank * batch_size, (ctx.rank + 1) * batch_size)
-    stopped_at = None
+    stopped_at, done = None, 0
     for step in range(steps):
         X, y = (t[rows] for t in make_batch(LAYERS, batch_size, ctx.world_size, seed, step))
         if step == bad_step and ctx.rank == ctx.world_size - 1:
@@ -72,9 +72,10 @@ def train(ctx, call_id: str, steps: int, bad_step: int, fix: str, batch_size: in
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
+        done += 1
         hang_watch.note(call_id, ctx.rank, step=step)
     hang_watch.finish(call_id, ctx.rank, work, watch, check_in_seconds)
-    return {"stopped_at": stopped_at}
+    return {"stopped_at": stopped_at, "steps": done}
 
 
 # ---------------------------------------------------------------- in the caller
@@ -119,12 +120,18 @@ def run(world_size: int = 2, fix: str = "none", steps: int = 4, bad_step: int = 
     watched = hang_watch.run_watched(
         train, world_size, timeout, backend=backend, steps=steps, bad_step=bad_step, fix=fix,
         batch_size=batch_size, seed=seed, check_in_seconds=max(0.5, timeout / 2))
-    stopped = [next((n["stopped_at"] for n in notes if "stopped_at" in n), None)
-               for notes in watched.notes]
+    # a finished run reports itself; a hung one is read from the ranks' notes (the pool's logs)
+    if watched.results is not None:
+        stopped = [r["stopped_at"] for r in watched.results]
+        completed = [r["steps"] for r in watched.results]
+    else:
+        stopped = [next((n["stopped_at"] for n in notes if "stopped_at" in n), None)
+                   for notes in watched.notes]
+        completed = watched.steps_completed_per_rank
     return EarlyStop(
         world_size=world_size, fix=fix, timeout=timeout, bad_step=bad_step,
         outcome=watched.outcome, seconds=watched.seconds, stopped_at_step_per_rank=stopped,
-        steps_completed_per_rank=watched.steps_completed_per_rank,
+        steps_completed_per_rank=completed,
         missing_ranks=hang_watch.missing_ranks(watched.check_in_messages),
         check_in_messages=watched.check_in_messages, error=watched.error)
 

@@ -122,11 +122,11 @@ class GatherMetric(Result):
         return "\n".join([
             f"{self.dataset_size} samples on {self.world_size} ranks: "
             f"{self.predictions_per_rank} predictions",
-            f"AUC, one process:                {self.metric_one_process:.6f}",
-            f"AUC, gathered (pad and trim):    {self.metric_gathered:.6f}",
+            f"AUC, one process:                  {self.metric_one_process:.6f}",
+            f"AUC, gathered (pad and trim):      {self.metric_gathered:.6f}",
             f"AUC, gathered (all_gather_object): {self.metric_all_gather_object:.6f}",
-            f"mean of each rank's AUC:         {self.metric_mean_of_ranks:.6f}",
-            f"AUC, DistributedSampler padding: {self.metric_padded_sampler:.6f} "
+            f"mean of each rank's AUC:           {self.metric_mean_of_ranks:.6f}",
+            f"AUC, DistributedSampler padding:   {self.metric_padded_sampler:.6f} "
             f"({self.padded_predictions} predictions)"])
 
 
