@@ -3,11 +3,13 @@
 
 Found by running torch 2.13 (gloo, CPU): with ``checkpoint(..., use_reentrant=True)`` the
 checkpointed forward runs under ``no_grad``, so the autograd graph DDP searches after forward
-(``find_unused_parameters=True``, ``Reducer::prepare_for_backward`` in
-``torch/csrc/distributed/c10d/reducer.cpp``) does not reach the checkpointed layer's parameters:
-DDP marks them ready as unused at once. The reentrant backward then recomputes the layer and
-its gradient hooks mark the same parameters ready a second time, and the reducer raises
-(``Reducer::mark_variable_ready``, "Expected to mark a variable ready only once").
+(``find_unused_parameters=True``, ``Reducer::prepare_for_backward``) does not reach the
+checkpointed layer's parameters, and DDP lists them as unused. When the first gradient hook of
+the backward fires, ``Reducer::autograd_hook`` marks every unused parameter ready; the
+reentrant backward then recomputes the layer, its parameters' hooks fire too, and
+``Reducer::mark_variable_ready`` raises for a parameter marked twice. (The reducer is C++,
+``torch/csrc/distributed/c10d/reducer.cpp``, not shipped in the wheel: read in public copies of
+that file; the error itself is run here.)
 
 The fixes, each run here and compared with one process on the whole batch:
 
