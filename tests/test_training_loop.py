@@ -1,0 +1,146 @@
+"""The chapter "Your training loop under DDP": each broken version fails the way the page says
+(the real error text, the hang caught within its timeout with nothing left running) and each
+fix matches one process on the whole batch, computed here without DDP."""
+
+import math
+
+import numpy as np
+import pytest
+import torch.nn.functional as F
+
+import ddplab
+import rank_fns
+from conftest import alive, ddplab_json
+from ddplab.chapters.training_loop import (
+    checkpointing,
+    clipping,
+    early_stop,
+    evaluation,
+    mixed_precision,
+    seeds,
+    torch_compile,
+)
+from ddplab.common.mlp import make_batch, make_model
+
+T = 2.0
+
+
+def test_clip_after_ddp_backward_is_the_one_process_clip_and_the_two_wrong_norms():
+    result = clipping.run(world_size=2, max_norm=0.5)
+    # one process, written out here: the full batch's gradient norm, then the clipped step
+    model = make_model(clipping.LAYERS, 0)
+    X, y = make_batch(clipping.LAYERS, 4, 2, 0, 0)
+    F.mse_loss(model(X), y).backward()
+    norm = math.sqrt(sum(float((p.grad ** 2).sum()) for p in model.parameters()))
+    assert result.norm_per_rank == pytest.approx([norm] * 2, rel=1e-5)
+    assert result.norm_one_process == pytest.approx(norm, rel=1e-5)
+    assert result.max_param_diff_vs_one_process < 1e-6
+    # all-reducing the norm again: sqrt(W) too large; clipping locally: each rank's own norm
+    assert result.norm_reduced_again_per_rank[0] == pytest.approx(norm * math.sqrt(2), rel=1e-5)
+    assert result.max_param_diff_reduced_again_vs_one_process > 1e-3
+    assert result.norm_local_per_rank[0] != pytest.approx(norm, rel=1e-3)
+    assert result.max_param_diff_local_vs_one_process > 1e-3
+
+
+def test_clip_cli_json():
+    data = ddplab_json("clip", "--world-size", "2", "--max-norm", "0.5")
+    for field in ("norm_one_process", "norm_per_rank", "norm_local_per_rank",
+                  "max_param_diff_vs_one_process"):
+        assert field in data
+    assert data["max_param_diff_vs_one_process"] < 1e-6
+
+
+def test_gathered_auc_is_one_process_auc_and_padding_changes_it():
+    result = evaluation.run(world_size=3, dataset_size=10)
+    scores, labels = evaluation.validation_set(10, 0)
+    pos, neg = scores[labels == 1], scores[labels == 0]
+    reference = np.mean([[float(p > n) for n in neg] for p in pos])
+    assert result.metric_one_process == pytest.approx(reference)
+    assert result.metric_gathered == pytest.approx(reference)
+    assert result.metric_all_gather_object == pytest.approx(reference)
+    assert result.predictions_per_rank == [4, 3, 3]
+    assert result.padded_predictions == 12
+    assert result.metric_padded_sampler != pytest.approx(reference)
+
+
+def test_plain_all_gather_of_unequal_shards_raises_on_gloo():
+    message = evaluation.unequal_all_gather_error(world_size=3, dataset_size=10)
+    assert message.startswith("ProcessGroupGloo::allgather: invalid tensor size")
+
+
+def test_reentrant_checkpointing_raises_and_both_fixes_match_one_process():
+    broken = checkpointing.run(setup="reentrant")
+    assert broken.error.startswith("Expected to mark a variable ready only once")
+    for setup in ("non-reentrant", "reentrant-static-graph"):
+        fixed = checkpointing.run(setup=setup)
+        assert fixed.error is None and fixed.max_diff_vs_one_process < 1e-6
+
+
+def test_one_ranks_overflow_makes_every_rank_skip_under_ddp():
+    result = mixed_precision.run(world_size=2, overflow_rank=1)
+    assert result.skipped_per_rank == [True, True]
+    assert result.scale_per_rank == [2.0 ** 15] * 2
+    assert result.skipped_without_ddp_per_rank == [False, True]
+    clean = mixed_precision.run(world_size=2, overflow_rank=-1)
+    assert clean.skipped_per_rank == [False, False] and clean.replicas_equal
+
+
+def test_early_stop_on_one_rank_hangs_and_the_all_reduced_decision_finishes():
+    pids = {r["pid"] for r in ddplab.run(rank_fns.identify, 2)}
+    hung = early_stop.run(world_size=2, fix="none", timeout=T)
+    assert hung.outcome == "hung" and hung.seconds < T + 5
+    assert hung.stopped_at_step_per_rank == [None, 1]
+    assert hung.missing_ranks == [0]
+    assert not any(alive(pid) for pid in pids)
+    fixed = early_stop.run(world_size=2, fix="all-reduce", timeout=30)
+    assert fixed.outcome == "finished"
+    assert fixed.stopped_at_step_per_rank == [1, 1]
+
+
+def test_bad_input_is_a_value_error():
+    with pytest.raises(ValueError, match="fix"):
+        early_stop.run(fix="patience")
+    with pytest.raises(ValueError, match="max_norm"):
+        clipping.run(max_norm=0)
+    with pytest.raises(ValueError, match="dataset_size"):
+        evaluation.run(world_size=3, dataset_size=4)
+
+
+def test_ddp_optimizer_splits_the_compiled_graph_at_bucket_boundaries():
+    split = torch_compile.run(world_size=2, bucket_cap_mb=1.0)
+    assert split.graphs == split.buckets == 3
+    assert split.max_diff_vs_one_process < 1e-6
+    whole = torch_compile.run(world_size=2, bucket_cap_mb=1.0, optimize_ddp=False)
+    assert whole.graphs == 1 and whole.buckets == 3
+    with pytest.raises(ValueError, match="bucket_cap_mb"):
+        torch_compile.run(bucket_cap_mb=0.5)
+    # torch.compile(DDP(model)): dynamo gives the backend no graph in torch 2.13 on CPU
+    assert torch_compile.run(world_size=2, outside=True).graphs == 0
+
+
+def test_same_seed_on_every_rank_draws_the_same_augmentations_also_in_workers():
+    import random
+
+    import torch
+    state = torch.get_rng_state(), random.getstate()
+    same = seeds.run(world_size=2, seeding="same", workers=2)
+    assert same.main_same_on_every_rank and same.workers_same_on_every_rank
+    # worker i seeds torch with base_seed + i: the two workers' draws differ
+    assert same.workers_per_rank[0][0] != same.workers_per_rank[0][1]
+    per_rank = seeds.run(world_size=2, seeding="seed+rank", workers=2)
+    assert not per_rank.main_same_on_every_rank and not per_rank.workers_same_on_every_rank
+    assert (torch.get_rng_state() == state[0]).all() and random.getstate() == state[1]
+
+
+def test_with_accumulation_only_the_clip_at_the_syncing_micro_batch_is_one_process():
+    result = clipping.accumulate(world_size=2, max_norm=0.5, batch_size=4, micro_batches=2)
+    assert result.max_diff_clip_at_last < 1e-6
+    assert result.max_diff_clip_every_micro_batch > 1e-3
+    with pytest.raises(ValueError, match="multiple of micro_batches"):
+        clipping.accumulate(batch_size=3, micro_batches=2)
+
+
+def test_early_stop_cli_json_reports_the_hang():
+    data = ddplab_json("early-stop", "--world-size", "2", "--fix", "none", "--timeout", "2")
+    assert data["outcome"] == "hung" and data["seconds"] < 2 + 5
+    assert data["stopped_at_step_per_rank"] == [None, 1]
