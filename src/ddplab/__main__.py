@@ -96,12 +96,6 @@ def bad_input(args, exc: Exception) -> int:
     return 2
 
 
-def describe(module, result) -> str:
-    """The result's own summary; ``check`` returns plain per-rank reports, summed up by its
-    module."""
-    return result.describe() if hasattr(result, "describe") else module.describe(result)
-
-
 def main(argv=None) -> int:
     cli = parser()
     args = cli.parse_args(argv)
@@ -115,9 +109,9 @@ def main(argv=None) -> int:
         result = module.run(**params)
     except ValueError as exc:  # bad input, caught before any rank started
         return bad_input(args, exc)
-    data = result.to_json() if hasattr(result, "to_json") else result
+    data = result.to_json()
     if is_reporting_process():
-        print(json.dumps(to_json(data), indent=1) if args.json else describe(module, result))
+        print(json.dumps(to_json(data), indent=1) if args.json else result.describe())
     return 0 if data.get("ok", True) else 1
 
 

@@ -9,6 +9,7 @@ The all-reduced sum of the ranks 0..N-1 must be N(N-1)/2 on every rank. The modu
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import statistics
 import time
@@ -19,6 +20,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import ddplab
+from ddplab.common.results import Result
 
 COMMAND = "check"  # python -m ddplab check
 
@@ -32,25 +34,35 @@ def report(ctx) -> dict:
             "pid": os.getpid(), "rank_sum": int(rank_sum.item())}
 
 
-def run(world_size: int, backend: str = "auto", timeout: float = 60.0) -> dict:
+@dataclasses.dataclass
+class FirstGroup(Result):
+    """Every rank's report, and whether each all-reduced sum was N(N-1)/2."""
+
+    world_size: int
+    expected_rank_sum: int
+    ok: bool
+    ranks: list[dict]
+
+    def describe(self) -> str:
+        columns = ["rank", "local_rank", "world_size", "backend", "device", "host", "pid",
+                   "rank_sum"]
+        rows = [columns] + [[str(r[c]) for c in columns] for r in self.ranks]
+        widths = [max(len(row[i]) for row in rows) for i in range(len(columns))]
+        lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)) for row in rows]
+        n = self.world_size
+        lines.append(f"all-reduced sum of ranks 0..{n - 1}: expected {n}*{n - 1}/2 = "
+                     f"{self.expected_rank_sum} on every rank: "
+                     f"{'OK' if self.ok else 'MISMATCH'}")
+        return "\n".join(lines)
+
+
+def run(world_size: int, backend: str = "auto", timeout: float = 60.0) -> FirstGroup:
     """Run ``report`` on every rank and check the sums against N(N-1)/2."""
     reports = ddplab.run(report, world_size, backend=backend, timeout=timeout)
     n = len(reports)
     expected = n * (n - 1) // 2
-    return {"world_size": n, "expected_rank_sum": expected,
-            "ok": all(r["rank_sum"] == expected for r in reports), "ranks": reports}
-
-
-def describe(result: dict) -> str:
-    columns = ["rank", "local_rank", "world_size", "backend", "device", "host", "pid", "rank_sum"]
-    rows = [columns] + [[str(r[c]) for c in columns] for r in result["ranks"]]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(columns))]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)) for row in rows]
-    n = result["world_size"]
-    verdict = "OK" if result["ok"] else "MISMATCH"
-    lines.append(f"all-reduced sum of ranks 0..{n - 1}: expected {n}*{n - 1}/2 = "
-                 f"{result['expected_rank_sum']} on every rank: {verdict}")
-    return "\n".join(lines)
+    return FirstGroup(world_size=n, expected_rank_sum=expected,
+                      ok=all(r["rank_sum"] == expected for r in reports), ranks=reports)
 
 
 def make_model(seed: int) -> torch.nn.Module:
