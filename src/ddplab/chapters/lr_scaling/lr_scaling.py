@@ -44,14 +44,14 @@ DIVERGES_ABOVE = 100.0  # a run has diverged once its loss is this many times th
 # ---------------------------------------------------------------- rules and schedule
 
 
-def rule_factor(rule: str, k: int) -> float:
+def rule_factor(rule: str, world_size: int) -> float:
     """How much a rule multiplies the one-process learning rate when the batch grows k times.
 
     linear: Goyal et al. 2017, section 2.1 ("When the minibatch size is multiplied by k,
     multiply the learning rate by k"). sqrt: the learning-rate part of the square root
     scaling rule for Adam (Malladi et al. 2022), which also rescales Adam's betas and epsilon.
     """
-    return {"none": 1.0, "linear": float(k), "sqrt": math.sqrt(k)}[rule]
+    return {"none": 1.0, "linear": float(world_size), "sqrt": math.sqrt(world_size)}[rule]
 
 
 def lr_schedule(lr: float, rule: str, world_size: int,
@@ -80,21 +80,21 @@ def train(ctx, batch_size: int, lr: float, rule: str, optimizer: str,
           gradients: str = "mean") -> dict:
     """Train the task with DDP on every rank; record every step's loss
     over the whole global batch."""
-    W = ctx.world_size
+    world_size = ctx.world_size
     rows = slice(ctx.rank * batch_size, (ctx.rank + 1) * batch_size)
     model = make_model().to(ctx.device)
     ddp = DDP(model)  # kept referenced until backward is done
     opt = make_optimizer(optimizer, ddp.parameters(), lr)
-    lrs = lr_schedule(lr, rule, W, warmup_steps, steps)
+    lrs = lr_schedule(lr, rule, world_size, warmup_steps, steps)
     limit = DIVERGES_ABOVE * start_loss()
     losses, population, diverged_at = [], [], None
     for t in range(steps):
-        X_all, y_all = global_batch(seed, t, W * batch_size)
+        X_all, y_all = global_batch(seed, t, world_size * batch_size)
         X_all, y_all = X_all.to(ctx.device), y_all.to(ctx.device)
         loss = F.mse_loss(ddp(X_all[rows]), y_all[rows])
         opt.zero_grad()
-        # DDP divides by the world size: times W makes it a sum.
-        (loss * W if gradients == "sum" else loss).backward()
+        # DDP divides by the world size: times world_size makes it a sum.
+        (loss * world_size if gradients == "sum" else loss).backward()
         with torch.no_grad():  # each rank holds the whole global batch
             losses.append(float(F.mse_loss(model(X_all), y_all)))
         population.append(population_loss(model))

@@ -10,6 +10,7 @@ import dataclasses
 import numpy as np
 
 from ddplab.chapters.lr_scaling import lr_scaling as task
+from ddplab.chapters.lr_scaling import regression
 from ddplab.common.checks import positive_int
 from ddplab.common.progress import report as progress_report
 from ddplab.common.results import Result
@@ -71,10 +72,15 @@ def same_global_batch(global_batch_size: int = 32, world_sizes=(1, 2, 4, 8), lr:
 
 
 @dataclasses.dataclass
-class Comparison(Result):
+class WorldSizeSweep(Result):
     """One rule at world sizes 1, 2, 4, ...: the same per-rank batch, a growing global batch."""
 
     runs: dict  # world size -> [lr_scaling.Training, one per seed]
+    target: float = regression.TARGET  # the expected loss steps and samples are counted to
+
+    @property
+    def loss_floor(self) -> float:
+        return regression.LOSS_FLOOR
 
     @property
     def world_sizes(self) -> list:
@@ -110,8 +116,9 @@ class Comparison(Result):
             return np.inf
         return float(self.losses(world_size)[-last:].mean())
 
-    def describe(self, target: float) -> str:
+    def describe(self) -> str:
         """One line per world size (under 70 characters)."""
+        target = self.target
         steps, samples = self.steps_to(target), self.samples_to(target)
         lines = []
         for world_size, runs in self.runs.items():
@@ -131,7 +138,8 @@ class Comparison(Result):
 
 def compare(largest_world_size: int = 8, batch_size: int = 4, lr: float = 0.15,
             rule: str = "linear", warmup_steps: int = 0, optimizer: str = "sgd",
-            steps: int = 60, seeds=(0,), progress=None) -> Comparison:
+            steps: int = 60, seeds=(0,), target: float = regression.TARGET,
+            progress=None) -> WorldSizeSweep:
     """``lr_scaling.run`` at world sizes 1, 2, 4, ... up to ``largest_world_size`` for every
     seed, one call each."""
     task.check(batch_size=batch_size, lr=lr, rule=rule, optimizer=optimizer,
@@ -147,7 +155,7 @@ def compare(largest_world_size: int = 8, batch_size: int = 4, lr: float = 0.15,
                                              lr=lr, rule=rule, optimizer=optimizer,
                                              warmup_steps=warmup_steps, steps=steps, seed=seed))
     progress_report(progress, total, total, "done")
-    return Comparison(runs)
+    return WorldSizeSweep(runs, target)
 
 
 # ---------------------------------------------------------------- where it diverges
@@ -162,6 +170,7 @@ class Divergence(Result):
     optimizer: str
     steps: int
     lrs: list  # increasing
+    base_lr: float  # one process's rate, which the rules scale
     diverged: dict  # world size -> [True/False per lr tried]; rates above a diverging one
     # are not run (for this task the loss only grows faster as the rate grows)
 
@@ -172,8 +181,14 @@ class Divergence(Result):
         stable = [lr for lr, d in zip(self.lrs, self.diverged[world_size]) if not d]
         return stable[-1] if stable else None
 
-    def describe(self, base_lr: float) -> str:
+    def rule_lrs(self) -> dict:
+        """Per rule, the rate it gives at each world size, from ``base_lr``."""
+        return {rule: [self.base_lr * task.rule_factor(rule, w) for w in self.world_sizes]
+                for rule in task.RULES}
+
+    def describe(self) -> str:
         """One line per world size (under 70 characters)."""
+        base_lr = self.base_lr
         return "\n".join(
             f"{w} rank{'s' if w > 1 else ' '} (global {w * self.batch_size:2d}): trains at "
             f"{self.largest_stable(w):.3g}, diverges at {self.smallest_diverging(w):.3g}; "
@@ -182,7 +197,8 @@ class Divergence(Result):
 
 def divergence(world_sizes=(1, 2, 4, 8), batch_size: int = 4,
                lrs=tuple(0.05 * 2 ** (i / 2) for i in range(11)), optimizer: str = "sgd",
-               steps: int = 50, seed: int = 0, progress=None) -> Divergence:
+               steps: int = 50, seed: int = 0, base_lr: float = 0.15,
+               progress=None) -> Divergence:
     """Train at every rate in ``lrs`` (used as it is: rule none), smallest first, at every world
     size, until one diverges (loss not finite, or above ``DIVERGES_ABOVE`` x the start)."""
     task.check(batch_size=batch_size, optimizer=optimizer, steps=steps)
@@ -203,4 +219,4 @@ def divergence(world_sizes=(1, 2, 4, 8), batch_size: int = 4,
             if r.diverged:
                 break
     progress_report(progress, total, total, "done")
-    return Divergence(list(world_sizes), batch_size, optimizer, steps, lrs, diverged)
+    return Divergence(list(world_sizes), batch_size, optimizer, steps, lrs, base_lr, diverged)

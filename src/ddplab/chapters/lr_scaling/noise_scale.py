@@ -30,7 +30,7 @@ from ddplab.common.results import Result
 
 COMMAND = "noise-scale"  # python -m ddplab noise-scale
 
-TARGET = regression.NOISE ** 2 + 0.2  # steps are counted to this expected loss
+TARGET = regression.TARGET  # steps are counted to this expected loss
 
 
 # ---------------------------------------------------------------- McCandlish et al., app. A.1
@@ -132,6 +132,10 @@ class NoiseScale(Result):
     exact_g2: np.ndarray  # (steps,): the true |G|^2 there (see ``exact``)
     exact_trace: np.ndarray  # (steps,): the true tr(Sigma) there
     target: float | None = None  # estimate over the steps before this loss is reached
+
+    @property
+    def loss_floor(self) -> float:
+        return regression.LOSS_FLOOR
 
     @property
     def b_small(self) -> int:

@@ -6,9 +6,6 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.ticker import FixedLocator, NullLocator, ScalarFormatter
 
-from ddplab.chapters.lr_scaling import lr_scaling as task
-from ddplab.chapters.lr_scaling import regression
-
 WORLD_COLORS = {1: "#1b9e77", 2: "#7570b3", 4: "#d95f02", 8: "#e7298a"}
 LOG_FLOOR = 1e-9  # a difference of exactly 0 drawn at the bottom of the log axis
 LOSS_LIMITS = (0.2, 4.0)  # the expected loss starts near 2; the noise floor is 0.25
@@ -51,15 +48,16 @@ def _plain_ticks(axis, values) -> None:
     axis.set_minor_locator(NullLocator())
 
 
-def _loss_axes(ax, floor: bool = True):
-    """Log scale from just under the noise floor to twice the start, plain tick labels."""
+def _loss_axes(ax, floor: float | None):
+    """Log scale from just under the noise floor to twice the start, plain tick labels; a
+    dotted line at ``floor``, the task's lowest expected loss, where given."""
     ax.set_yscale("log")
     ax.set_ylim(*LOSS_LIMITS)
     ax.yaxis.set_major_locator(FixedLocator([0.25, 0.5, 1, 2, 4]))
     ax.yaxis.set_major_formatter(ScalarFormatter())
     ax.yaxis.set_minor_locator(NullLocator())
-    if floor:
-        ax.axhline(regression.NOISE ** 2, color="0.5", lw=0.8, ls=":")
+    if floor is not None:
+        ax.axhline(floor, color="0.5", lw=0.8, ls=":")
 
 
 def _curve(ax, x, y, world_size, diverged: bool, label=None):
@@ -82,7 +80,7 @@ def _loss_panels(comparison, by_step, by_sample, target: float | None):
         # Samples seen before each step; the start (0 samples) has no place on a log axis.
         _curve(by_sample, steps[1:] * first.global_batch_size, y[1:], world_size, diverged)
     for ax, label in ((by_step, "step"), (by_sample, "samples seen (all ranks)")):
-        _loss_axes(ax)
+        _loss_axes(ax, comparison.loss_floor)
         if target is not None:
             ax.axhline(target, color="0.3", lw=0.8, ls="--")
         ax.set_xlabel(label)
@@ -144,7 +142,7 @@ def schedules(comparisons: dict):
     return fig
 
 
-def divergence(result, base_lr: float):
+def divergence(result):
     """Which rates diverged at each world size, and the rates each rule asks for."""
     fig, ax = plt.subplots(figsize=(7, 3.8), constrained_layout=True)
     ks = result.world_sizes
@@ -157,9 +155,10 @@ def divergence(result, base_lr: float):
     ax.plot([], [], "o", color="#1b9e77", mfc="none", label=f"trains ({result.steps} steps)")
     ax.plot([], [], "X", color="crimson", label="diverges")
     grid = np.array(ks, float)
+    rule_lrs = result.rule_lrs()
     for rule, style in (("linear", "-"), ("sqrt", "--"), ("none", ":")):
-        ax.plot(grid, [base_lr * task.rule_factor(rule, w) for w in ks], style, color="0.25",
-                lw=1.2, label=f"rule {rule!r} from lr {base_lr:g}")
+        ax.plot(grid, rule_lrs[rule], style, color="0.25", lw=1.2,
+                label=f"rule {rule!r} from lr {result.base_lr:g}")
     ax.set_xscale("log", base=2)
     ax.set_xticks(ks, [f"{w}\n(global {w * result.batch_size})" for w in ks])
     ax.set_yscale("log")
@@ -172,7 +171,7 @@ def divergence(result, base_lr: float):
 def summed(averaged, as_if_summed, linear):
     """Seed 002's claim: DDP's average at an unscaled rate, against a sum (= the linear rule).
 
-    ``averaged``: a ``Comparison`` at the unscaled rate.
+    ``averaged``: a ``lr_sweeps.WorldSizeSweep`` at the unscaled rate.
     """
     fig, ax = plt.subplots(figsize=(7, 3.4), constrained_layout=True)
     for world_size in averaged.world_sizes:
@@ -185,7 +184,7 @@ def summed(averaged, as_if_summed, linear):
     y = np.minimum(as_if_summed.population_losses, LOSS_LIMITS[1] * 0.97)
     ax.plot(np.arange(len(y)), y, "--", color="crimson", lw=1.3,
             label=f"summed, {as_if_summed.world_size} ranks, lr {as_if_summed.lr:g}")
-    _loss_axes(ax)
+    _loss_axes(ax, averaged.loss_floor)
     ax.set_xlabel("step")
     ax.set_ylabel("expected loss")
     ax.legend(fontsize=8, loc="upper right")
@@ -258,7 +257,7 @@ def noise_scale(result):
     w = result.window
     left.plot(steps, result.population_losses, color="0.2")
     left.axvspan(w.start - 0.5, w.stop - 0.5, color="#7570b3", alpha=0.12, label="window")
-    _loss_axes(left)
+    _loss_axes(left, result.loss_floor)
     left.set_xlabel("step")
     left.set_ylabel("expected loss")
     left.legend(fontsize=8)

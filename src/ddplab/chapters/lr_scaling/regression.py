@@ -15,6 +15,8 @@ import torch
 
 FEATURES = 16
 NOISE = 0.5  # standard deviation of the label noise
+LOSS_FLOOR = NOISE ** 2  # the expected loss of the true weights: no model does better
+TARGET = LOSS_FLOOR + 0.2  # steps and samples are counted to this expected loss
 TEACHER_SEED = 1234
 
 
