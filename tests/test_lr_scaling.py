@@ -359,3 +359,14 @@ def test_torchrun_gives_the_local_pools_run():
     launched = ddplab_json("lr-scaling", *args, torchrun=2)
     assert launched["world_size"] == 2 and launched["lrs"] == local["lrs"]
     np.testing.assert_allclose(launched["losses"], local["losses"], rtol=1e-6)
+
+
+def test_a_sweep_passes_the_runs_done_so_far_so_a_panel_fills_in():
+    seen = []
+
+    def progress(done, total, label, partial=None):
+        seen.append(None if partial is None else partial.world_sizes)
+
+    final = lr_sweeps.compare(largest_world_size=4, steps=5, seeds=(0,), progress=progress)
+    assert seen == [None, [1], [1, 2], None]  # before each run, then "done"
+    assert final.world_sizes == [1, 2, 4]

@@ -149,8 +149,10 @@ def compare(largest_world_size: int = 8, batch_size: int = 4, lr: float = 0.15,
     for i, world_size in enumerate(sizes):
         runs[world_size] = []
         for j, seed in enumerate(seeds):
+            done = {w: list(r) for w, r in runs.items() if r}  # drawn while the next runs
             progress_report(progress, i * len(seeds) + j, total,
-                            f"world size {world_size}, seed {seed}")
+                            f"world size {world_size}, seed {seed}",
+                            partial=WorldSizeSweep(done, target) if done else None)
             runs[world_size].append(task.run(world_size=world_size, batch_size=batch_size,
                                              lr=lr, rule=rule, optimizer=optimizer,
                                              warmup_steps=warmup_steps, steps=steps, seed=seed))
