@@ -10,7 +10,7 @@ run: setup  ## the main job: a real 4-rank process group checked from the termin
 	$(PY) -m ddplab check --world-size 4
 
 test: setup  ## lint, the library's tests, then every lab under nbval
-	.venv/bin/ruff check src tests benchmarks scripts book/_ext
+	.venv/bin/ruff check .  # the whole repository, labs included (pyproject.toml)
 	$(PY) -m pytest
 
 book: setup  ## the book, every page executed by real runs; warnings are errors

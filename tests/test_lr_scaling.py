@@ -326,7 +326,6 @@ def test_a_sweep_panel_shows_progress_and_reruns_on_change():
 # ---------------------------------------------------------------- CLI
 
 
-
 def test_cli_lr_scaling_prints_the_losses_and_rates_of_every_step():
     data = ddplab_json("lr-scaling", "--world-size", "2", "--batch-size", "3", "--lr", "0.05",
                "--rule", "sqrt", "--optimizer", "adam", "--warmup-steps", "4", "--steps", "9",

@@ -146,7 +146,6 @@ def test_bad_evaluation_input_is_a_clear_error():
         validation.run(dataset_size=3, world_size=4)
 
 
-
 def test_cli_json_indices_are_epoch_rank_step():
     data = ddplab_json("sharding", "--world-size", "3", "--dataset-size", "11", "--batch-size", "2",
                        "--epochs", "2", "--shuffle", "--drop-last", "--seed", "4")
