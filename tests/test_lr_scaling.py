@@ -258,14 +258,25 @@ def test_the_fit_recovers_a_known_tradeoff():
     assert s_min == pytest.approx(5) and b_crit == pytest.approx(30)
 
 
-def test_sweep_results_draw():
+def test_sweep_figures_draw_what_the_results_hold():
     same = lr_sweeps.same_global_batch(global_batch_size=8, world_sizes=(1, 2), steps=4)
     assert same.max_diff < 1e-5
-    comparison = lr_sweeps.compare(largest_world_size=2, steps=4)
-    div = lr_sweeps.divergence(world_sizes=(1, 2), lrs=(0.1, 3.0), steps=20)
-    for fig in (plots.same_batch({"SGD": same}), plots.curves(comparison),
-                plots.divergence(div, 0.15)):
-        assert fig.axes
+    top = plots.same_batch({"SGD": same}).axes[0]
+    np.testing.assert_array_equal(top.lines[0].get_ydata(), same.reference)
+    for line, run in zip(top.lines[1:], same.runs.values()):
+        np.testing.assert_array_equal(line.get_ydata(), run.losses)
+
+    comparison = lr_sweeps.compare(largest_world_size=2, steps=4, target=0.45)
+    by_step = plots.curves(comparison).axes[1]
+    levels = {float(line.get_ydata()[0]) for line in by_step.lines
+              if len(line.get_ydata()) == 2 and line.get_ydata()[0] == line.get_ydata()[1]}
+    assert levels == {0.45, comparison.noise_floor} and comparison.noise_floor == 0.25
+
+    div = lr_sweeps.divergence(world_sizes=(1, 2), lrs=(0.1, 3.0), steps=20, base_lr=0.15)
+    lines = plots.divergence(div).axes[0].lines
+    drawn = {line.get_label(): list(line.get_ydata()) for line in lines}
+    assert drawn["rule 'linear' from lr 0.15"] == pytest.approx([0.15, 0.3])
+    assert drawn["rule 'sqrt' from lr 0.15"] == pytest.approx([0.15, 0.15 * 2 ** 0.5])
 
 
 # ---------------------------------------------------------------- bad input

@@ -71,10 +71,16 @@ def same_global_batch(global_batch_size: int = 32, world_sizes=(1, 2, 4, 8), lr:
 
 
 @dataclasses.dataclass
-class Comparison(Result):
+class GrowingBatch(Result):
     """One rule at world sizes 1, 2, 4, ...: the same per-rank batch, a growing global batch."""
 
     runs: dict  # world size -> [lr_scaling.Training, one per seed]
+    target: float | None = None  # the expected loss that describe() counts steps to
+
+    @property
+    def noise_floor(self) -> float:
+        """The lowest expected loss any model reaches (the label noise's variance)."""
+        return next(iter(self.runs.values()))[0].noise_floor
 
     @property
     def world_sizes(self) -> list:
@@ -110,8 +116,12 @@ class Comparison(Result):
             return np.inf
         return float(self.losses(world_size)[-last:].mean())
 
-    def describe(self, target: float) -> str:
-        """One line per world size (under 70 characters)."""
+    def describe(self) -> str:
+        """One line per world size (under 70 characters), counting steps to ``target``."""
+        target = self.target
+        if target is None:
+            return "\n".join(f"  {w} rank{'s' if w > 1 else ' '}: final "
+                             f"{self.final_loss(w):.3f}" for w in self.runs)
         steps, samples = self.steps_to(target), self.samples_to(target)
         lines = []
         for world_size, runs in self.runs.items():
@@ -131,9 +141,10 @@ class Comparison(Result):
 
 def compare(largest_world_size: int = 8, batch_size: int = 4, lr: float = 0.15,
             rule: str = "linear", warmup_steps: int = 0, optimizer: str = "sgd",
-            steps: int = 60, seeds=(0,), progress=None) -> Comparison:
+            steps: int = 60, seeds=(0,), target: float | None = None,
+            progress=None) -> GrowingBatch:
     """``lr_scaling.run`` at world sizes 1, 2, 4, ... up to ``largest_world_size`` for every
-    seed, one call each."""
+    seed, one call each; ``target`` is the expected loss the result counts steps to."""
     task.check(batch_size=batch_size, lr=lr, rule=rule, optimizer=optimizer,
                warmup_steps=warmup_steps, steps=steps)
     sizes = _world_sizes(largest_world_size)
@@ -147,7 +158,7 @@ def compare(largest_world_size: int = 8, batch_size: int = 4, lr: float = 0.15,
                                              lr=lr, rule=rule, optimizer=optimizer,
                                              warmup_steps=warmup_steps, steps=steps, seed=seed))
     progress_report(progress, total, total, "done")
-    return Comparison(runs)
+    return GrowingBatch(runs, target)
 
 
 # ---------------------------------------------------------------- where it diverges
@@ -164,6 +175,13 @@ class Divergence(Result):
     lrs: list  # increasing
     diverged: dict  # world size -> [True/False per lr tried]; rates above a diverging one
     # are not run (for this task the loss only grows faster as the rate grows)
+    base_lr: float  # one process's rate, which each rule scales (rule_lrs, describe)
+
+    @property
+    def rule_lrs(self) -> dict:
+        """Rule -> the rate it asks for at each world size, from ``base_lr``."""
+        return {rule: [self.base_lr * task.rule_factor(rule, w) for w in self.world_sizes]
+                for rule in task.RULES}
 
     def smallest_diverging(self, world_size: int) -> float | None:
         return next((lr for lr, d in zip(self.lrs, self.diverged[world_size]) if d), None)
@@ -172,17 +190,19 @@ class Divergence(Result):
         stable = [lr for lr, d in zip(self.lrs, self.diverged[world_size]) if not d]
         return stable[-1] if stable else None
 
-    def describe(self, base_lr: float) -> str:
+    def describe(self) -> str:
         """One line per world size (under 70 characters)."""
         return "\n".join(
             f"{w} rank{'s' if w > 1 else ' '} (global {w * self.batch_size:2d}): trains at "
             f"{self.largest_stable(w):.3g}, diverges at {self.smallest_diverging(w):.3g}; "
-            f"linear: {base_lr * w:.3g}" for w in self.world_sizes)
+            f"linear: {linear:.3g}"
+            for w, linear in zip(self.world_sizes, self.rule_lrs["linear"]))
 
 
 def divergence(world_sizes=(1, 2, 4, 8), batch_size: int = 4,
                lrs=tuple(0.05 * 2 ** (i / 2) for i in range(11)), optimizer: str = "sgd",
-               steps: int = 50, seed: int = 0, progress=None) -> Divergence:
+               steps: int = 50, seed: int = 0, base_lr: float = 0.15,
+               progress=None) -> Divergence:
     """Train at every rate in ``lrs`` (used as it is: rule none), smallest first, at every world
     size, until one diverges (loss not finite, or above ``DIVERGES_ABOVE`` x the start)."""
     task.check(batch_size=batch_size, optimizer=optimizer, steps=steps)
@@ -203,4 +223,4 @@ def divergence(world_sizes=(1, 2, 4, 8), batch_size: int = 4,
             if r.diverged:
                 break
     progress_report(progress, total, total, "done")
-    return Divergence(list(world_sizes), batch_size, optimizer, steps, lrs, diverged)
+    return Divergence(list(world_sizes), batch_size, optimizer, steps, lrs, diverged, base_lr)
