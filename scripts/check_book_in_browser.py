@@ -114,6 +114,14 @@ def check_page(page, checks: Checks, html: Path, base: str, rel: str, shots: Pat
     }""")
     checks.check(formulas[1] >= formulas[0],
                  f"{rel}: {formulas[0]} formulas, {formulas[1]} typeset by MathJax")
+    # Printed output and code listings fit the column: a block that scrolls sideways hides
+    # the end of its lines from a reader (the book's column is about 80 characters).
+    wide = page.evaluate("""() => Array.from(document.querySelectorAll('pre'))
+        .filter(pre => pre.scrollWidth > pre.clientWidth + 1)
+        .map(pre => pre.innerText.split('\\n')
+             .reduce((a, b) => (b.length > a.length ? b : a), '').slice(0, 100))""")
+    checks.check(not wide, f"{rel}: {len(wide)} code or output block(s) scroll sideways; "
+                           f"the widest line of each: {wide}")
     # Internal links: the file exists, and so does the anchor.
     here = (html / shown).parent
     broken, colab = [], []

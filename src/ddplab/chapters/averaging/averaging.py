@@ -161,7 +161,7 @@ class Averaging(Result):
                  [f"largest |DDP - naive all-reduce/world size|: {self.max_diff_naive:.2e}"])
         return "\n".join([
             f"world size {self.world_size}, {self.batch_sizes[0]} samples per rank, "
-            f"loss reduction {self.reduction!r}; parameters: {names}", *naive,
+            f"loss reduction {self.reduction!r}", f"parameters: {names}", *naive,
             f"largest |DDP - one process on the concatenated batch|: {self.max_diff:.2e}",
             f"DDP's gradient is {self.ratio_to_reference:.4f} times one process's"])
 
