@@ -26,7 +26,7 @@ from ddplab.screen import widgets  # noqa: E402
 def one_process(global_batch, lrs, optimizer="sgd", seed=0, steps=None):
     """Plain torch, no DDP: train on whole global batches of the stream with the rates ``lrs``.
     Returns the per-step losses and the models' parameters before each step."""
-    model = regression.make_model()
+    model = regression.make_regression_model()
     make = torch.optim.SGD if optimizer == "sgd" else torch.optim.Adam
     opt = make(model.parameters(), lr=lrs[0])
     losses, params = [], []
@@ -74,7 +74,7 @@ def test_the_expected_loss_is_exact_for_the_task():
     X, y = regression.global_batch(77, 0, 400_000)
     values = []
     for shift in (0.0, 0.3):
-        model = regression.make_model()
+        model = regression.make_regression_model()
         with torch.no_grad():
             model.weight.add_(torch.linspace(-shift, shift, regression.FEATURES))
             model.bias.add_(shift)
@@ -131,7 +131,7 @@ def test_divergence_stops_every_rank_at_the_same_step():
 
 def per_sample_statistics(params, n=300_000, seed=5):
     """Monte Carlo |G|^2 and tr(Sigma) of one sample's gradient at ``params`` (plain torch)."""
-    model = regression.make_model()
+    model = regression.make_regression_model()
     with torch.no_grad():
         model.weight.copy_(params[:-1].reshape(1, -1))
         model.bias.copy_(params[-1:])
@@ -147,7 +147,7 @@ def test_the_hook_records_each_ranks_gradient_and_ddps_average():
     result = noise_scale.run(world_size=W, batch_size=b, lr=lr, steps=steps, seed=2)
     _, params = one_process(W * b, [lr] * steps, seed=2)
     for t in range(steps):
-        model = regression.make_model()
+        model = regression.make_regression_model()
         with torch.no_grad():
             model.weight.copy_(params[t][:-1].reshape(1, -1))
             model.bias.copy_(params[t][-1:])
@@ -166,7 +166,7 @@ def test_the_hook_records_each_ranks_gradient_and_ddps_average():
 
 def test_the_true_values_are_those_of_per_sample_gradients():
     for shift in (0.0, 0.4):
-        model = regression.make_model()
+        model = regression.make_regression_model()
         with torch.no_grad():
             model.weight.add_(shift)
         params = torch.cat([p.detach().flatten() for p in model.parameters()])
@@ -229,7 +229,7 @@ def test_steps_to_target_finds_the_best_rate_of_a_brute_force_search():
         for lr in lrs:
             counts = []
             for seed in seeds:
-                model = regression.make_model()
+                model = regression.make_regression_model()
                 opt = torch.optim.SGD(model.parameters(), lr=lr)
                 count = math.inf
                 for t in range(150):

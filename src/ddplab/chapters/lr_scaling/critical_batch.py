@@ -37,7 +37,7 @@ def steps_to_target(ctx, batch_size: int, lrs: list, seeds: list, target: float,
     steps, best = {}, max_steps
     for lr in sorted(lrs, reverse=True):
         for seed in seeds:
-            model = regression.make_model().to(ctx.device)
+            model = regression.make_regression_model().to(ctx.device)
             ddp = DDP(model)
             opt = torch.optim.SGD(ddp.parameters(), lr=lr)
             steps[lr, seed] = None

@@ -26,7 +26,7 @@ import ddplab
 from ddplab.chapters.lr_scaling import regression
 from ddplab.chapters.lr_scaling.regression import (
     global_batch,
-    make_model,
+    make_regression_model,
     population_loss,
     start_loss,
 )
@@ -82,7 +82,7 @@ def train(ctx, batch_size: int, lr: float, rule: str, optimizer: str,
     """Train the task with DDP on every rank; record every step's loss
     over the whole global batch."""
     rows = slice(ctx.rank * batch_size, (ctx.rank + 1) * batch_size)
-    model = make_model().to(ctx.device)
+    model = make_regression_model().to(ctx.device)
     ddp = DDP(model)  # kept referenced until backward is done
     opt = make_optimizer(optimizer, ddp.parameters(), lr)
     lrs = lr_schedule(lr, rule, ctx.world_size, warmup_steps, steps)
@@ -93,7 +93,7 @@ def train(ctx, batch_size: int, lr: float, rule: str, optimizer: str,
         X_all, y_all = X_all.to(ctx.device), y_all.to(ctx.device)
         loss = F.mse_loss(ddp(X_all[rows]), y_all[rows])
         opt.zero_grad()
-        # DDP divides by the world size: times the world size makes it a sum.
+        # DDP divides by the world size: times the world size, a sum.
         (loss * ctx.world_size if gradients == "sum" else loss).backward()
         with torch.no_grad():  # each rank holds the whole global batch
             losses.append(float(F.mse_loss(model(X_all), y_all)))
@@ -205,7 +205,7 @@ def one_process(global_batch_size: int, lr: float, optimizer: str = "sgd", steps
                 seed: int = 0) -> np.ndarray:
     """No DDP, no process group: the losses of one process training on whole global batches."""
     check(batch_size=global_batch_size, lr=lr, optimizer=optimizer, steps=steps)
-    model = make_model()
+    model = make_regression_model()
     opt = make_optimizer(optimizer, model.parameters(), lr)
     losses = []
     for t in range(steps):

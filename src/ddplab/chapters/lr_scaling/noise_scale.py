@@ -93,7 +93,7 @@ def record_norms(state: dict, bucket):
 def measure(ctx, batch_size: int, lr: float, steps: int, seed: int) -> dict:
     """Train with DDP; record, every step, both squared gradient norms and the expected loss."""
     rows = slice(ctx.rank * batch_size, (ctx.rank + 1) * batch_size)
-    model = regression.make_model().to(ctx.device)
+    model = regression.make_regression_model().to(ctx.device)
     ddp = DDP(model)
     state = {"world_size": ctx.world_size, "small_sq": 0.0, "big_sq": 0.0}
     ddp.register_comm_hook(state, record_norms)
