@@ -1,19 +1,20 @@
 """The averaging experiment against gradients this test computes itself, in one process."""
 
-import json
+import subprocess
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import ddplab_json
+from conftest import TORCHRUN, ddplab_json
 from ddplab.chapters.averaging import averaging, per_node
+from ddplab.common import mlp
 
 
 def one_process_grad(batch_sizes, reduction, seed, rows=None):
     """The gradient of the loss over the given rows of the dataset, no DDP, one process."""
-    model = averaging.make_model(seed)
+    model = mlp.make_model(averaging.LAYERS, seed, activation=torch.nn.Tanh)
     X, y = averaging.make_data(seed, sum(batch_sizes))
     if rows is not None:
         X, y = X[rows], y[rows]
@@ -45,7 +46,7 @@ def test_summed_loss_is_world_size_times_smaller_and_both_fixes_work(world_size)
     summed = averaging.run(world_size=world_size, batch_size=6, reduction="sum", seed=1)
     np.testing.assert_allclose(summed.ddp_grads[0] * world_size, reference_sum, rtol=1e-5,
                                atol=1e-5)
-    assert summed.reference_over_ddp == pytest.approx(world_size, rel=1e-5)
+    assert summed.ratio_to_reference == pytest.approx(1 / world_size, rel=1e-5)
     fixed = averaging.run(world_size=world_size, batch_size=6, reduction="sum", seed=1,
                           correction="world_size")
     np.testing.assert_allclose(fixed.ddp_grads[0], reference_sum, rtol=1e-5, atol=1e-5)
@@ -103,7 +104,7 @@ def test_leaving_out_the_naive_loop_changes_no_other_gradient():
     for field in ("local_grads", "ddp_grads", "reference_grad"):
         np.testing.assert_array_equal(getattr(ddp_only, field), getattr(both, field))
     with pytest.raises(ValueError, match="naive=False"):
-        _ = ddp_only.naive_vs_ddp
+        _ = ddp_only.max_diff_naive
     assert "naive" not in ddp_only.describe() and "naive" in both.describe()
 
 
@@ -111,7 +112,7 @@ def test_cli_json_has_the_documented_fields_in_parameter_order():
     data = ddplab_json("averaging", "--world-size", "3", "--batch-size", "4", "--reduction", "sum",
                        "--seed", "2")
     assert (data["world_size"], data["batch_size"], data["reduction"]) == (3, 4, "sum")
-    model = averaging.make_model(2)
+    model = mlp.make_model(averaging.LAYERS, 2, activation=torch.nn.Tanh)
     assert data["param_names"] == [name for name, _ in model.named_parameters()]
     n = sum(p.numel() for p in model.parameters())
     assert np.shape(data["local_grads"]) == (3, n) and np.shape(data["ddp_grads"]) == (3, n)
@@ -133,38 +134,17 @@ def test_torchrun_gives_the_local_pools_gradients():
         np.testing.assert_allclose(launched[key], local[key], atol=1e-6)
 
 
-def test_the_plain_training_script_under_torchrun_trains_as_one_process_on_the_global_batch():
-    """The page's whole-DDP listing runs as it stands under torchrun (2 processes, gloo), and
-    its weights are one process's, trained on each step's two per-rank batches together."""
-    import subprocess
+def test_the_plain_training_script_runs_under_torchrun_and_matches_one_process():
+    """train_ddp.py, the listing of the chapter, started as the page says: 2 processes split
+    each global batch and train the same model as 1 process does, to the noise level (0.01)."""
+    def losses(processes):
+        done = subprocess.run([TORCHRUN, "--standalone", "--nproc-per-node", str(processes),
+                               "-m", "ddplab.chapters.averaging.train_ddp"],
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        return [float(line.rsplit(" ", 1)[1]) for line in done.stdout.splitlines()]
 
-    from torch.utils.data import DistributedSampler
-
-    from conftest import TORCHRUN
-    from ddplab.chapters.averaging import train_ddp
-
-    done = subprocess.run([TORCHRUN, "--standalone", "--nproc-per-node", "2", "-m",
-                           "ddplab.chapters.averaging.train_ddp"], capture_output=True,
-                          text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    trained = json.loads(done.stdout.strip().splitlines()[-1])
-
-    dataset, batch_size, world_size = train_ddp.make_dataset(), 8, 2
-    torch.manual_seed(0)
-    model = torch.nn.Linear(3, 1)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
-    samplers = [DistributedSampler(dataset, num_replicas=world_size, rank=r, shuffle=True,
-                                   seed=0) for r in range(world_size)]
-    for epoch in range(3):
-        shards = []
-        for sampler in samplers:
-            sampler.set_epoch(epoch)
-            shards.append(list(sampler))
-        for start in range(0, len(shards[0]), batch_size):
-            X, y = dataset[[i for shard in shards for i in shard[start:start + batch_size]]]
-            optimizer.zero_grad()
-            torch.nn.functional.mse_loss(model(X), y).backward()
-            optimizer.step()
-    torch.testing.assert_close(torch.tensor(trained["weight"]), model.weight.detach())
-    torch.testing.assert_close(torch.tensor(trained["bias"]), model.bias.detach())
-    assert not torch.allclose(model.weight, torch.zeros_like(model.weight))
+    two, one = losses(2), losses(1)
+    assert len(two) == 5
+    np.testing.assert_allclose(two, one, atol=1e-5)
+    assert max(two) < 0.02

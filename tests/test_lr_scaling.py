@@ -26,7 +26,7 @@ from ddplab.screen import widgets  # noqa: E402
 def one_process(global_batch, lrs, optimizer="sgd", seed=0, steps=None):
     """Plain torch, no DDP: train on whole global batches of the stream with the rates ``lrs``.
     Returns the per-step losses and the models' parameters before each step."""
-    model = regression.make_model()
+    model = regression.make_regression_model()
     make = torch.optim.SGD if optimizer == "sgd" else torch.optim.Adam
     opt = make(model.parameters(), lr=lrs[0])
     losses, params = [], []
@@ -74,7 +74,7 @@ def test_the_expected_loss_is_exact_for_the_task():
     X, y = regression.global_batch(77, 0, 400_000)
     values = []
     for shift in (0.0, 0.3):
-        model = regression.make_model()
+        model = regression.make_regression_model()
         with torch.no_grad():
             model.weight.add_(torch.linspace(-shift, shift, regression.FEATURES))
             model.bias.add_(shift)
@@ -131,7 +131,7 @@ def test_divergence_stops_every_rank_at_the_same_step():
 
 def per_sample_statistics(params, n=300_000, seed=5):
     """Monte Carlo |G|^2 and tr(Sigma) of one sample's gradient at ``params`` (plain torch)."""
-    model = regression.make_model()
+    model = regression.make_regression_model()
     with torch.no_grad():
         model.weight.copy_(params[:-1].reshape(1, -1))
         model.bias.copy_(params[-1:])
@@ -147,7 +147,7 @@ def test_the_hook_records_each_ranks_gradient_and_ddps_average():
     result = noise_scale.run(world_size=W, batch_size=b, lr=lr, steps=steps, seed=2)
     _, params = one_process(W * b, [lr] * steps, seed=2)
     for t in range(steps):
-        model = regression.make_model()
+        model = regression.make_regression_model()
         with torch.no_grad():
             model.weight.copy_(params[t][:-1].reshape(1, -1))
             model.bias.copy_(params[t][-1:])
@@ -166,7 +166,7 @@ def test_the_hook_records_each_ranks_gradient_and_ddps_average():
 
 def test_the_true_values_are_those_of_per_sample_gradients():
     for shift in (0.0, 0.4):
-        model = regression.make_model()
+        model = regression.make_regression_model()
         with torch.no_grad():
             model.weight.add_(shift)
         params = torch.cat([p.detach().flatten() for p in model.parameters()])
@@ -229,7 +229,7 @@ def test_steps_to_target_finds_the_best_rate_of_a_brute_force_search():
         for lr in lrs:
             counts = []
             for seed in seeds:
-                model = regression.make_model()
+                model = regression.make_regression_model()
                 opt = torch.optim.SGD(model.parameters(), lr=lr)
                 count = math.inf
                 for t in range(150):
@@ -258,14 +258,25 @@ def test_the_fit_recovers_a_known_tradeoff():
     assert s_min == pytest.approx(5) and b_crit == pytest.approx(30)
 
 
-def test_sweep_results_draw():
+def test_sweep_figures_draw_what_the_results_hold():
     same = lr_sweeps.same_global_batch(global_batch_size=8, world_sizes=(1, 2), steps=4)
     assert same.max_diff < 1e-5
-    comparison = lr_sweeps.compare(largest_world_size=2, steps=4)
-    div = lr_sweeps.divergence(world_sizes=(1, 2), lrs=(0.1, 3.0), steps=20)
-    for fig in (plots.same_batch({"SGD": same}), plots.curves(comparison),
-                plots.divergence(div)):
-        assert fig.axes
+    top = plots.same_batch({"SGD": same}).axes[0]
+    np.testing.assert_array_equal(top.lines[0].get_ydata(), same.reference)
+    for line, run in zip(top.lines[1:], same.runs.values()):
+        np.testing.assert_array_equal(line.get_ydata(), run.losses)
+
+    comparison = lr_sweeps.compare(largest_world_size=2, steps=4, target=0.45)
+    by_step = plots.curves(comparison).axes[1]
+    levels = {float(line.get_ydata()[0]) for line in by_step.lines
+              if len(line.get_ydata()) == 2 and line.get_ydata()[0] == line.get_ydata()[1]}
+    assert levels == {0.45, comparison.noise_floor} and comparison.noise_floor == 0.25
+
+    div = lr_sweeps.divergence(world_sizes=(1, 2), lrs=(0.1, 3.0), steps=20, base_lr=0.15)
+    lines = plots.divergence(div).axes[0].lines
+    drawn = {line.get_label(): list(line.get_ydata()) for line in lines}
+    assert drawn["rule 'linear' from lr 0.15"] == pytest.approx([0.15, 0.3])
+    assert drawn["rule 'sqrt' from lr 0.15"] == pytest.approx([0.15, 0.15 * 2 ** 0.5])
 
 
 # ---------------------------------------------------------------- bad input

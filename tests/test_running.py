@@ -8,6 +8,7 @@ import torch.nn.functional as F
 
 import ddplab
 from ddplab.chapters.running import first_group as check
+from ddplab.common import mlp
 
 
 @pytest.mark.parametrize("world_size", [1, 2, 3, 4])
@@ -24,7 +25,7 @@ def test_ddp_gradient_equals_one_process_on_the_concatenated_batch(world_size):
     seed, batch_size = 3, 5
     results = ddplab.run(check.ddp_step, world_size, batch_size=batch_size, seed=seed)
     # Reference: one process, no DDP, the ranks' batches concatenated, the same mean loss.
-    model = check.make_model(seed)
+    model = mlp.make_model(check.LAYERS, seed)
     X = torch.cat([torch.as_tensor(r["X"]) for r in results])
     y = torch.cat([torch.as_tensor(r["y"]) for r in results])
     assert X.shape[0] == world_size * batch_size

@@ -14,8 +14,10 @@ from ddplab.common.checks import positive_int
 DEFAULT_LAYERS = (64, 1024, 1024, 10)  # 1.1 M parameters: 4.3 MB of float32 gradients
 
 
-def make_model(layers, seed: int = 0, init: str = "torch") -> torch.nn.Sequential:
-    """Linear layers of these widths, ReLU between: parameters 0.weight, 0.bias, 2.weight...
+def make_model(layers, seed: int = 0, init: str = "torch",
+               activation=torch.nn.ReLU) -> torch.nn.Sequential:
+    """Linear layers of these widths, ``activation`` (ReLU) between: parameters 0.weight,
+    0.bias, 2.weight...
 
     ``init="he"`` draws the weights from N(0, 2 / fan_in) and zeroes the biases (He et al.
     2015, "Delving deep into rectifiers"), which keeps the signal of a deep ReLU stack alive;
@@ -25,7 +27,7 @@ def make_model(layers, seed: int = 0, init: str = "torch") -> torch.nn.Sequentia
     torch.manual_seed(seed)
     modules = []
     for i, (n_in, n_out) in enumerate(zip(layers[:-1], layers[1:])):
-        modules += [torch.nn.ReLU()] if i else []
+        modules += [activation()] if i else []
         modules.append(torch.nn.Linear(n_in, n_out))
         if init == "he":
             torch.nn.init.kaiming_normal_(modules[-1].weight, nonlinearity="relu")

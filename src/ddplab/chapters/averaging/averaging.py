@@ -22,7 +22,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 import ddplab
 from ddplab.common.checks import a_bool, one_of, positive_int
-from ddplab.common.mlp import flat_grad
+from ddplab.common.mlp import flat_grad, make_model
 from ddplab.common.results import Result
 
 COMMAND = "averaging"  # python -m ddplab averaging
@@ -33,15 +33,12 @@ REDUCTIONS = ("mean", "sum")
 # "global_count": sum the rank's per-sample losses, times world size, over the all-reduced
 # number of samples of all ranks (the global mean, whatever each rank holds).
 CORRECTIONS = (None, "world_size", "global_count")
+# The model: mlp.make_model(LAYERS, seed, activation=torch.nn.Tanh), a tiny MLP with few
+# enough parameters (21) to draw every gradient element.
+LAYERS = (3, 4, 1)
 
 
 # ---------------------------------------------------------------- model, data, loss
-
-
-def make_model(seed: int) -> torch.nn.Module:
-    """A tiny MLP: few enough parameters to draw every gradient element."""
-    torch.manual_seed(seed)
-    return torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh(), torch.nn.Linear(4, 1))
 
 
 def make_data(seed: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -50,10 +47,6 @@ def make_data(seed: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
     X = torch.randn(n, 3, generator=g)
     y = torch.sin(X @ torch.tensor([[1.0], [-2.0], [0.5]])) + 0.1 * torch.randn(n, 1, generator=g)
     return X, y
-
-
-def param_names(model: torch.nn.Module) -> list[str]:
-    return [name for name, _ in model.named_parameters()]
 
 
 def naive_average(model: torch.nn.Module, world_size: int) -> None:
@@ -92,21 +85,21 @@ def gradients(ctx, batch_sizes: list[int], reduction: str, correction: str | Non
     X_all, y_all = make_data(seed, sum(batch_sizes))
     X = X_all[start:start + batch_sizes[ctx.rank]].to(ctx.device)
     y = y_all[start:start + batch_sizes[ctx.rank]].to(ctx.device)
-    W = ctx.world_size
+    world_size = ctx.world_size
 
-    local = make_model(seed).to(ctx.device)
-    rank_loss(local, X, y, reduction, correction, W).backward()
+    local = make_model(LAYERS, seed, activation=torch.nn.Tanh).to(ctx.device)
+    rank_loss(local, X, y, reduction, correction, world_size).backward()
 
     naive_grad = None
     if naive:
-        naive_model = make_model(seed).to(ctx.device)
-        rank_loss(naive_model, X, y, reduction, correction, W).backward()
-        naive_average(naive_model, W)
+        naive_model = make_model(LAYERS, seed, activation=torch.nn.Tanh).to(ctx.device)
+        rank_loss(naive_model, X, y, reduction, correction, world_size).backward()
+        naive_average(naive_model, world_size)
         naive_grad = flat_grad(naive_model)
 
-    model = make_model(seed).to(ctx.device)
+    model = make_model(LAYERS, seed, activation=torch.nn.Tanh).to(ctx.device)
     ddp = DDP(model)
-    rank_loss(ddp, X, y, reduction, correction, W).backward()
+    rank_loss(ddp, X, y, reduction, correction, world_size).backward()
     return {"local": flat_grad(local), "naive": naive_grad, "ddp": flat_grad(model),
             "samples": len(X)}
 
@@ -146,13 +139,14 @@ class Averaging(Result):
         return float(np.abs(self.ddp_grads - self.reference_grad).max())
 
     @property
-    def reference_over_ddp(self) -> float:
-        """How many times larger the reference is than DDP's gradient (least squares)."""
-        ddp = self.ddp_grads[0]
-        return float(self.reference_grad @ ddp / (ddp @ ddp))
+    def ratio_to_reference(self) -> float:
+        """DDP's gradient over the reference (least squares), as in accumulation's result."""
+        ref = self.reference_grad
+        return float(self.ddp_grads[0] @ ref / (ref @ ref))
 
     @property
-    def naive_vs_ddp(self) -> float:
+    def max_diff_naive(self) -> float:
+        """Largest |naive data parallel's gradient - DDP's|, as in the buckets chapter."""
         if self.naive_grads is None:
             raise ValueError("this run left out naive data parallel (naive=False)")
         return float(np.abs(self.naive_grads - self.ddp_grads).max())
@@ -164,17 +158,17 @@ class Averaging(Result):
     def describe(self) -> str:
         names = ", ".join(f"{n}{list(s)}" for n, s in zip(self.param_names, self.param_shapes))
         naive = ([] if self.naive_grads is None else
-                 [f"largest |DDP - naive all-reduce/world size|: {self.naive_vs_ddp:.2e}"])
+                 [f"largest |DDP - naive all-reduce/world size|: {self.max_diff_naive:.2e}"])
         return "\n".join([
             f"world size {self.world_size}, {self.batch_sizes[0]} samples per rank, "
-            f"loss reduction {self.reduction!r}; parameters: {names}", *naive,
+            f"loss reduction {self.reduction!r}", f"parameters: {names}", *naive,
             f"largest |DDP - one process on the concatenated batch|: {self.max_diff:.2e}",
-            f"one process's gradient is {self.reference_over_ddp:.4f} times DDP's"])
+            f"DDP's gradient is {self.ratio_to_reference:.4f} times one process's"])
 
 
 def reference_gradient(batch_sizes, reduction: str, seed: int) -> np.ndarray:
     """One process, no DDP: the gradient of the loss over every rank's samples at once."""
-    model = make_model(seed)
+    model = make_model(LAYERS, seed, activation=torch.nn.Tanh)
     X, y = make_data(seed, sum(batch_sizes))
     F.mse_loss(model(X), y, reduction=reduction).backward()
     return flat_grad(model).numpy()
@@ -193,11 +187,11 @@ def run(world_size: int = 4, batch_size: int = 8, reduction: str = "mean", seed:
     results = ddplab.run(gradients, world_size, backend=backend, timeout=timeout,
                          batch_sizes=batch_sizes,
                          reduction=reduction, correction=correction, seed=seed, naive=naive)
-    model = make_model(seed)
+    model = make_model(LAYERS, seed, activation=torch.nn.Tanh)
     return Averaging(
         world_size=len(results), batch_sizes=batch_sizes, reduction=reduction,
         correction=correction,
-        seed=seed, param_names=param_names(model),
+        seed=seed, param_names=[name for name, _ in model.named_parameters()],
         param_shapes=[tuple(p.shape) for p in model.parameters()],
         local_grads=np.stack([r["local"] for r in results]),
         naive_grads=np.stack([r["naive"] for r in results]) if naive else None,

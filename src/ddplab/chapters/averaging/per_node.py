@@ -1,8 +1,8 @@
-"""Does DDP average over GPUs or over nodes? Ranks laid out as nodes x GPUs per node, DDP's
-gradient next to the average over each node only (a subgroup per node).
+"""Does DDP average over the GPUs of one node, or over every rank of every node?
 
-    from ddplab.chapters.averaging import per_node
-    layout = per_node.node_average(nodes=2, gpus_per_node=4, batch_size=8)
+The ranks are laid out as ``nodes`` x ``gpus_per_node``; each node all-reduces over a subgroup
+of its own ranks, and DDP's gradient is set beside those per-node averages and beside the plain
+sum over all ranks.
 """
 
 from __future__ import annotations
@@ -10,14 +10,15 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import ddplab
-from ddplab.chapters.averaging.averaging import make_data, make_model, reference_gradient
+from ddplab.chapters.averaging.averaging import LAYERS, make_data, reference_gradient
 from ddplab.common.checks import positive_int
-from ddplab.common.mlp import flat_grad
+from ddplab.common.mlp import flat_grad, make_model
 
 
 def node_gradients(ctx, gpus_per_node: int, batch_size: int, seed: int) -> dict:
@@ -28,7 +29,7 @@ def node_gradients(ctx, gpus_per_node: int, batch_size: int, seed: int) -> dict:
     X = X_all[ctx.rank * batch_size:(ctx.rank + 1) * batch_size].to(ctx.device)
     y = y_all[ctx.rank * batch_size:(ctx.rank + 1) * batch_size].to(ctx.device)
 
-    local = make_model(seed).to(ctx.device)
+    local = make_model(LAYERS, seed, activation=torch.nn.Tanh).to(ctx.device)
     F.mse_loss(local(X), y).backward()
     local_grad = flat_grad(local)
 
@@ -43,7 +44,7 @@ def node_gradients(ctx, gpus_per_node: int, batch_size: int, seed: int) -> dict:
     for group in groups:  # the pool keeps the main group; do not leak one subgroup per call
         dist.destroy_process_group(group)
 
-    model = make_model(seed).to(ctx.device)
+    model = make_model(LAYERS, seed, activation=torch.nn.Tanh).to(ctx.device)
     ddp = DDP(model)  # keep a reference: a DDP freed before backward never all-reduces
     F.mse_loss(ddp(X), y).backward()
     return {"node": node, "local_rank": ctx.rank % gpus_per_node, "local": local_grad,

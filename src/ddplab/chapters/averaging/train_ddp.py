@@ -1,56 +1,44 @@
-"""A whole DDP training run, as it runs on a cluster, with nothing of ddplab:
+"""A complete DDP training script, as a reader would write one, that runs as it stands:
 
     torchrun --nproc-per-node 2 -m ddplab.chapters.averaging.train_ddp
 
-torchrun starts one process per GPU (here, without GPUs, per CPU rank) and
-sets ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_ADDR`` and
-``MASTER_PORT``, which ``init_process_group`` reads. Rank 0 prints the trained
-weight and bias as JSON.
+torchrun starts the processes and sets RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT, which
+``init_process_group`` reads. gloo runs on CPU; on GPUs use "nccl" and move the model and each
+batch to ``cuda:LOCAL_RANK``. The global batch is split among the ranks, so any world size
+trains the same model as one process (the test runs 1 and 2 and compares).
 """
-
-import json
-import os
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
-from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data.distributed import DistributedSampler
 
 
-def make_dataset(n: int = 256) -> TensorDataset:
-    g = torch.Generator().manual_seed(0)  # the same dataset on every rank
-    X = torch.randn(n, 3, generator=g)
-    return TensorDataset(X, X @ torch.tensor([[1.0], [-2.0], [0.5]]))
-
-
-def train(num_epochs=3, batch_size=8, lr=0.05) -> torch.nn.Module:
-    cuda = torch.cuda.is_available()
-    dist.init_process_group("nccl" if cuda else "gloo")
-    local_rank = int(os.environ["LOCAL_RANK"])
-    device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
-    if cuda:
-        torch.cuda.set_device(device)  # else every rank also allocates on GPU 0
-    dataset = make_dataset()
-    sampler = DistributedSampler(dataset, seed=0)  # one shard per rank
-    loader = DataLoader(dataset, batch_size=batch_size, sampler=sampler)
-    torch.manual_seed(0)  # DDP also broadcasts rank 0's weights at construction
-    model = torch.nn.Linear(3, 1).to(device)
-    model = DDP(model, device_ids=[local_rank] if cuda else None)
-    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
-    for epoch in range(num_epochs):
-        sampler.set_epoch(epoch)  # else every epoch repeats epoch 0's order
-        for X, y in loader:
+def main(global_batch=32, epochs=5):
+    dist.init_process_group("gloo")  # rank and world size come from torchrun
+    torch.manual_seed(0)  # the same data and start weights on every rank
+    X = torch.randn(1024, 8)
+    y = X @ torch.randn(8, 1) + 0.1 * torch.randn(1024, 1)
+    model = DDP(torch.nn.Linear(8, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    data = TensorDataset(X, y)
+    sampler = DistributedSampler(data)  # this rank's share of the samples
+    loader = DataLoader(data, sampler=sampler,
+                        batch_size=global_batch // dist.get_world_size())
+    for epoch in range(epochs):
+        sampler.set_epoch(epoch)  # a new shuffle, the same on every rank
+        for xb, yb in loader:
             optimizer.zero_grad()
-            loss = F.mse_loss(model(X.to(device)), y.to(device))
-            loss.backward()  # DDP all-reduces here: a mean over the ranks
+            F.mse_loss(model(xb), yb).backward()  # DDP averages grads
             optimizer.step()
-    return model.module
+        if dist.get_rank() == 0:
+            with torch.no_grad():
+                loss = F.mse_loss(model.module(X), y).item()
+            print(f"epoch {epoch}: loss on all samples {loss:.6f}")
+    dist.destroy_process_group()
 
 
 if __name__ == "__main__":
-    model = train()
-    if dist.get_rank() == 0:
-        print(json.dumps({"weight": model.weight.tolist(),
-                          "bias": model.bias.tolist()}))
-    dist.destroy_process_group()
+    main()

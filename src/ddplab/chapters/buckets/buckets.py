@@ -97,8 +97,8 @@ class Buckets(Result):
     ready_order: list[str]  # parameters in the order their gradients were ready (iteration 0)
     logged_sizes: list[int] | None  # _get_ddp_logging_data()["bucket_sizes"], after the run
     logged_rebuilt_sizes: list[int] | None  # ... ["rebuilt_bucket_sizes"]
-    hook_vs_ddp: float  # largest |hooked DDP - plain DDP| gradient, all ranks and iterations
-    naive_vs_ddp: float  # largest |naive - plain DDP|
+    max_diff_hook: float  # largest |hooked DDP - plain DDP| gradient, all ranks and iterations
+    max_diff_naive: float  # largest |naive - plain DDP|
     grads: np.ndarray  # (world_size, n): hooked DDP's gradient of the last iteration
 
     @property
@@ -134,8 +134,8 @@ class Buckets(Result):
                            for i, layout in enumerate(self.layouts)],
             "logged_bucket_sizes": self.logged_sizes,
             "logged_rebuilt_bucket_sizes": self.logged_rebuilt_sizes,
-            "max_abs_diff_hook_vs_ddp": self.hook_vs_ddp,
-            "max_abs_diff_naive_vs_ddp": self.naive_vs_ddp}
+            "max_abs_diff_hook_vs_ddp": self.max_diff_hook,
+            "max_abs_diff_naive_vs_ddp": self.max_diff_naive}
 
     def describe(self) -> str:
         first, cap = bucket_limits(self.bucket_cap_mb)
@@ -147,7 +147,7 @@ class Buckets(Result):
                          f"{len(self.naive_calls[i])} all-reduce calls")
             lines += [f"  bucket {b['index']}: {b['bytes']:>9,} B  {' '.join(b['params'])}"
                       for b in layout]
-        lines.append(f"largest |hooked DDP - DDP without hook| gradient: {self.hook_vs_ddp:.1e}")
+        lines.append(f"largest |hooked DDP - DDP without hook| gradient: {self.max_diff_hook:.1e}")
         return "\n".join(lines)
 
     def describe_naive(self, iteration: int) -> str:
@@ -193,8 +193,8 @@ def run(layers=DEFAULT_LAYERS, bucket_cap_mb: float | None = None, iterations: i
                      for i in range(iterations)],
         ready_order=first["ready_order"][0], logged_sizes=first["logged_sizes"],
         logged_rebuilt_sizes=first["logged_rebuilt_sizes"],
-        hook_vs_ddp=max(r["diff"]["hook"] for r in results),
-        naive_vs_ddp=max(r["diff"]["naive"] for r in results),
+        max_diff_hook=max(r["diff"]["hook"] for r in results),
+        max_diff_naive=max(r["diff"]["naive"] for r in results),
         grads=np.stack([r["grad"] for r in results]))
 
 

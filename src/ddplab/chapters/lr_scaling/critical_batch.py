@@ -32,18 +32,17 @@ def steps_to_target(ctx, batch_size: int, lrs: list, seeds: list, target: float,
     once it has taken as many steps as the best median so far: a rate whose median is at
     least as good has at least half of its runs finishing before that.
     """
-    W = ctx.world_size
     rows = slice(ctx.rank * batch_size, (ctx.rank + 1) * batch_size)
     limit = task.DIVERGES_ABOVE * regression.start_loss()
     steps, best = {}, max_steps
     for lr in sorted(lrs, reverse=True):
         for seed in seeds:
-            model = regression.make_model().to(ctx.device)
+            model = regression.make_regression_model().to(ctx.device)
             ddp = DDP(model)
             opt = torch.optim.SGD(ddp.parameters(), lr=lr)
             steps[lr, seed] = None
             for t in range(best):
-                X, y = regression.global_batch(seed, t, W * batch_size)
+                X, y = regression.global_batch(seed, t, ctx.world_size * batch_size)
                 opt.zero_grad()
                 F.mse_loss(ddp(X[rows].to(ctx.device)), y[rows].to(ctx.device)).backward()
                 opt.step()

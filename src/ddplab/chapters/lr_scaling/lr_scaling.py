@@ -8,8 +8,8 @@ The task is linear regression with label noise, on fresh samples every step (no 
 draws the t-th global batch of a seeded stream, world_size x batch_size samples, and rank r
 trains on rows r*batch_size to (r+1)*batch_size: the ranks of one step together hold exactly
 the batch one process would draw. ``lr`` is the rate for one process with ``batch_size``; the
-rule multiplies it by 1 (none), k (linear) or sqrt(k) (sqrt), k = world size, reached after a
-gradual warmup of ``warmup_steps`` steps (Goyal et al. 2017, section 2.2).
+rule multiplies it by 1 (none), the world size (linear) or its square root (sqrt), reached after
+a gradual warmup of ``warmup_steps`` steps (Goyal et al. 2017, section 2.2).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import ddplab
 from ddplab.chapters.lr_scaling import regression
 from ddplab.chapters.lr_scaling.regression import (
     global_batch,
-    make_model,
+    make_regression_model,
     population_loss,
     start_loss,
 )
@@ -45,7 +45,8 @@ DIVERGES_ABOVE = 100.0  # a run has diverged once its loss is this many times th
 
 
 def rule_factor(rule: str, world_size: int) -> float:
-    """How much a rule multiplies the one-process learning rate when the batch grows k times.
+    """How much a rule multiplies the one-process learning rate when the batch grows
+    ``world_size`` times (Goyal et al.'s k).
 
     linear: Goyal et al. 2017, section 2.1 ("When the minibatch size is multiplied by k,
     multiply the learning rate by k"). sqrt: the learning-rate part of the square root
@@ -80,21 +81,20 @@ def train(ctx, batch_size: int, lr: float, rule: str, optimizer: str,
           gradients: str = "mean") -> dict:
     """Train the task with DDP on every rank; record every step's loss
     over the whole global batch."""
-    world_size = ctx.world_size
     rows = slice(ctx.rank * batch_size, (ctx.rank + 1) * batch_size)
-    model = make_model().to(ctx.device)
+    model = make_regression_model().to(ctx.device)
     ddp = DDP(model)  # kept referenced until backward is done
     opt = make_optimizer(optimizer, ddp.parameters(), lr)
-    lrs = lr_schedule(lr, rule, world_size, warmup_steps, steps)
+    lrs = lr_schedule(lr, rule, ctx.world_size, warmup_steps, steps)
     limit = DIVERGES_ABOVE * start_loss()
     losses, population, diverged_at = [], [], None
     for t in range(steps):
-        X_all, y_all = global_batch(seed, t, world_size * batch_size)
+        X_all, y_all = global_batch(seed, t, ctx.world_size * batch_size)
         X_all, y_all = X_all.to(ctx.device), y_all.to(ctx.device)
         loss = F.mse_loss(ddp(X_all[rows]), y_all[rows])
         opt.zero_grad()
-        # DDP divides by the world size: times world_size makes it a sum.
-        (loss * world_size if gradients == "sum" else loss).backward()
+        # DDP divides by the world size: times the world size, a sum.
+        (loss * ctx.world_size if gradients == "sum" else loss).backward()
         with torch.no_grad():  # each rank holds the whole global batch
             losses.append(float(F.mse_loss(model(X_all), y_all)))
         population.append(population_loss(model))
@@ -146,6 +146,11 @@ class Training(Result):
         return self.diverged_at is not None
 
     @property
+    def noise_floor(self) -> float:
+        """The expected loss of the true weights: the label noise's variance."""
+        return regression.NOISE ** 2
+
+    @property
     def samples(self) -> np.ndarray:
         """Samples seen before each recorded step (the x axis that makes rules comparable)."""
         return np.arange(len(self.losses)) * self.global_batch_size
@@ -169,7 +174,7 @@ class Training(Result):
         end = (f"diverged at step {self.diverged_at}" if self.diverged
                else f"loss {self.losses[0]:.3f} -> {self.losses[-1]:.3f} "
                     f"(expected loss {self.population_losses[-1]:.3f}, "
-                    f"noise floor {regression.NOISE**2:g})")
+                    f"noise floor {self.noise_floor:g})")
         return "\n".join([
             f"world size {self.world_size} x batch size {self.batch_size} = global batch "
             f"{self.global_batch_size}; {self.optimizer}, rule {self.rule!r}: lr "
@@ -200,7 +205,7 @@ def one_process(global_batch_size: int, lr: float, optimizer: str = "sgd", steps
                 seed: int = 0) -> np.ndarray:
     """No DDP, no process group: the losses of one process training on whole global batches."""
     check(batch_size=global_batch_size, lr=lr, optimizer=optimizer, steps=steps)
-    model = make_model()
+    model = make_regression_model()
     opt = make_optimizer(optimizer, model.parameters(), lr)
     losses = []
     for t in range(steps):
@@ -236,7 +241,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--lr", type=float, default=0.15,
                         help="learning rate of one process with --batch-size")
     parser.add_argument("--rule", choices=RULES, default="linear",
-                        help="scale lr by 1, k or sqrt(k), k = world size")
+                        help="scale lr by 1, the world size or its square root")
     parser.add_argument("--optimizer", choices=OPTIMIZERS, default="sgd")
     parser.add_argument("--warmup-steps", type=int, default=0,
                         help="steps of gradual warmup from lr to the scaled lr")

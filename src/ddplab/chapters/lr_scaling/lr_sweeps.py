@@ -10,7 +10,6 @@ import dataclasses
 import numpy as np
 
 from ddplab.chapters.lr_scaling import lr_scaling as task
-from ddplab.chapters.lr_scaling import regression
 from ddplab.common.checks import positive_int
 from ddplab.common.progress import report as progress_report
 from ddplab.common.results import Result
@@ -72,15 +71,16 @@ def same_global_batch(global_batch_size: int = 32, world_sizes=(1, 2, 4, 8), lr:
 
 
 @dataclasses.dataclass
-class WorldSizeSweep(Result):
+class GrowingBatch(Result):
     """One rule at world sizes 1, 2, 4, ...: the same per-rank batch, a growing global batch."""
 
     runs: dict  # world size -> [lr_scaling.Training, one per seed]
-    target: float = regression.TARGET  # the expected loss steps and samples are counted to
+    target: float | None = None  # the expected loss that describe() counts steps to
 
     @property
-    def loss_floor(self) -> float:
-        return regression.LOSS_FLOOR
+    def noise_floor(self) -> float:
+        """The lowest expected loss any model reaches (the label noise's variance)."""
+        return next(iter(self.runs.values()))[0].noise_floor
 
     @property
     def world_sizes(self) -> list:
@@ -117,8 +117,11 @@ class WorldSizeSweep(Result):
         return float(self.losses(world_size)[-last:].mean())
 
     def describe(self) -> str:
-        """One line per world size (under 70 characters)."""
+        """One line per world size (under 70 characters), counting steps to ``target``."""
         target = self.target
+        if target is None:
+            return "\n".join(f"  {w} rank{'s' if w > 1 else ' '}: final "
+                             f"{self.final_loss(w):.3f}" for w in self.runs)
         steps, samples = self.steps_to(target), self.samples_to(target)
         lines = []
         for world_size, runs in self.runs.items():
@@ -138,10 +141,10 @@ class WorldSizeSweep(Result):
 
 def compare(largest_world_size: int = 8, batch_size: int = 4, lr: float = 0.15,
             rule: str = "linear", warmup_steps: int = 0, optimizer: str = "sgd",
-            steps: int = 60, seeds=(0,), target: float = regression.TARGET,
-            progress=None) -> WorldSizeSweep:
+            steps: int = 60, seeds=(0,), target: float | None = None,
+            progress=None) -> GrowingBatch:
     """``lr_scaling.run`` at world sizes 1, 2, 4, ... up to ``largest_world_size`` for every
-    seed, one call each."""
+    seed, one call each; ``target`` is the expected loss the result counts steps to."""
     task.check(batch_size=batch_size, lr=lr, rule=rule, optimizer=optimizer,
                warmup_steps=warmup_steps, steps=steps)
     sizes = _world_sizes(largest_world_size)
@@ -152,12 +155,12 @@ def compare(largest_world_size: int = 8, batch_size: int = 4, lr: float = 0.15,
             done = {w: list(r) for w, r in runs.items() if r}  # drawn while the next runs
             progress_report(progress, i * len(seeds) + j, total,
                             f"world size {world_size}, seed {seed}",
-                            partial=WorldSizeSweep(done, target) if done else None)
+                            partial=GrowingBatch(done, target) if done else None)
             runs[world_size].append(task.run(world_size=world_size, batch_size=batch_size,
                                              lr=lr, rule=rule, optimizer=optimizer,
                                              warmup_steps=warmup_steps, steps=steps, seed=seed))
     progress_report(progress, total, total, "done")
-    return WorldSizeSweep(runs, target)
+    return GrowingBatch(runs, target)
 
 
 # ---------------------------------------------------------------- where it diverges
@@ -172,9 +175,15 @@ class Divergence(Result):
     optimizer: str
     steps: int
     lrs: list  # increasing
-    base_lr: float  # one process's rate, which the rules scale
     diverged: dict  # world size -> [True/False per lr tried]; rates above a diverging one
     # are not run (for this task the loss only grows faster as the rate grows)
+    base_lr: float  # one process's rate, which each rule scales (rule_lrs, describe)
+
+    @property
+    def rule_lrs(self) -> dict:
+        """Rule -> the rate it asks for at each world size, from ``base_lr``."""
+        return {rule: [self.base_lr * task.rule_factor(rule, w) for w in self.world_sizes]
+                for rule in task.RULES}
 
     def smallest_diverging(self, world_size: int) -> float | None:
         return next((lr for lr, d in zip(self.lrs, self.diverged[world_size]) if d), None)
@@ -183,18 +192,13 @@ class Divergence(Result):
         stable = [lr for lr, d in zip(self.lrs, self.diverged[world_size]) if not d]
         return stable[-1] if stable else None
 
-    def rule_lrs(self) -> dict:
-        """Per rule, the rate it gives at each world size, from ``base_lr``."""
-        return {rule: [self.base_lr * task.rule_factor(rule, w) for w in self.world_sizes]
-                for rule in task.RULES}
-
     def describe(self) -> str:
         """One line per world size (under 70 characters)."""
-        base_lr = self.base_lr
         return "\n".join(
             f"{w} rank{'s' if w > 1 else ' '} (global {w * self.batch_size:2d}): trains at "
             f"{self.largest_stable(w):.3g}, diverges at {self.smallest_diverging(w):.3g}; "
-            f"linear: {base_lr * w:.3g}" for w in self.world_sizes)
+            f"linear: {linear:.3g}"
+            for w, linear in zip(self.world_sizes, self.rule_lrs["linear"]))
 
 
 def divergence(world_sizes=(1, 2, 4, 8), batch_size: int = 4,
@@ -221,4 +225,4 @@ def divergence(world_sizes=(1, 2, 4, 8), batch_size: int = 4,
             if r.diverged:
                 break
     progress_report(progress, total, total, "done")
-    return Divergence(list(world_sizes), batch_size, optimizer, steps, lrs, base_lr, diverged)
+    return Divergence(list(world_sizes), batch_size, optimizer, steps, lrs, diverged, base_lr)

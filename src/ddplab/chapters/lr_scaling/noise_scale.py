@@ -92,16 +92,15 @@ def record_norms(state: dict, bucket):
 
 def measure(ctx, batch_size: int, lr: float, steps: int, seed: int) -> dict:
     """Train with DDP; record, every step, both squared gradient norms and the expected loss."""
-    W = ctx.world_size
     rows = slice(ctx.rank * batch_size, (ctx.rank + 1) * batch_size)
-    model = regression.make_model().to(ctx.device)
+    model = regression.make_regression_model().to(ctx.device)
     ddp = DDP(model)
-    state = {"world_size": W, "small_sq": 0.0, "big_sq": 0.0}
+    state = {"world_size": ctx.world_size, "small_sq": 0.0, "big_sq": 0.0}
     ddp.register_comm_hook(state, record_norms)
     opt = torch.optim.SGD(ddp.parameters(), lr=lr)
     small, big, population, truth = [], [], [], []
     for t in range(steps):
-        X, y = regression.global_batch(seed, t, W * batch_size)
+        X, y = regression.global_batch(seed, t, ctx.world_size * batch_size)
         population.append(regression.population_loss(model))  # the model the gradient is taken at
         truth.append(exact(model))
         state["small_sq"] = state["big_sq"] = 0.0  # summed over buckets within one step
@@ -153,6 +152,11 @@ class NoiseScale(Result):
     @property
     def trace(self) -> np.ndarray:
         return trace_estimate(self.small_sq.mean(0), self.big_sq, self.b_small, self.b_big)
+
+    @property
+    def noise_floor(self) -> float:
+        """The lowest expected loss any model reaches (the label noise's variance)."""
+        return regression.NOISE ** 2
 
     @property
     def window(self) -> slice:

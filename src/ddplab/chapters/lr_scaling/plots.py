@@ -6,6 +6,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.ticker import FixedLocator, NullLocator, ScalarFormatter
 
+from ddplab.screen.style import PAGE_WIDTH
+
 WORLD_COLORS = {1: "#1b9e77", 2: "#7570b3", 4: "#d95f02", 8: "#e7298a"}
 LOG_FLOOR = 1e-9  # a difference of exactly 0 drawn at the bottom of the log axis
 LOSS_LIMITS = (0.2, 4.0)  # the expected loss starts near 2; the noise floor is 0.25
@@ -48,9 +50,9 @@ def _plain_ticks(axis, values) -> None:
     axis.set_minor_locator(NullLocator())
 
 
-def _loss_axes(ax, floor: float | None):
-    """Log scale from just under the noise floor to twice the start, plain tick labels; a
-    dotted line at ``floor``, the task's lowest expected loss, where given."""
+def _loss_axes(ax, floor: float | None = None):
+    """Log scale from just under the noise floor to twice the start, plain tick labels; a dotted
+    line at ``floor``, the result's noise floor."""
     ax.set_yscale("log")
     ax.set_ylim(*LOSS_LIMITS)
     ax.yaxis.set_major_locator(FixedLocator([0.25, 0.5, 1, 2, 4]))
@@ -68,7 +70,7 @@ def _curve(ax, x, y, world_size, diverged: bool, label=None):
         ax.plot(x[-1], y[-1], "x", ms=9, mew=2.2, color=world_color(world_size))
 
 
-def _loss_panels(comparison, by_step, by_sample, target: float | None):
+def _loss_panels(comparison, by_step, by_sample):
     """The expected loss (mean over seeds) per step and per sample seen, every world size."""
     for world_size in comparison.world_sizes:
         first = comparison.runs[world_size][0]
@@ -80,19 +82,19 @@ def _loss_panels(comparison, by_step, by_sample, target: float | None):
         # Samples seen before each step; the start (0 samples) has no place on a log axis.
         _curve(by_sample, steps[1:] * first.global_batch_size, y[1:], world_size, diverged)
     for ax, label in ((by_step, "step"), (by_sample, "samples seen (all ranks)")):
-        _loss_axes(ax, comparison.loss_floor)
-        if target is not None:
-            ax.axhline(target, color="0.3", lw=0.8, ls="--")
+        _loss_axes(ax, comparison.noise_floor)
+        if comparison.target is not None:
+            ax.axhline(comparison.target, color="0.3", lw=0.8, ls="--")
         ax.set_xlabel(label)
     by_sample.set_xscale("log")
     seeds = len(next(iter(comparison.runs.values())))
     by_step.set_ylabel("expected loss" + (f"\n(mean of {seeds} seeds)" if seeds > 1 else ""))
 
 
-def curves(comparison, target: float | None = None):
+def curves(comparison):
     """One rule at several world sizes (the lab): the learning rate of every step, and the
     expected loss per step and per sample seen; a cross marks a divergence."""
-    fig, axes = plt.subplots(1, 3, figsize=(11, 3.1), constrained_layout=True)
+    fig, axes = plt.subplots(1, 3, figsize=(11, 3.1), constrained_layout=True)  # a lab's width
     for world_size in comparison.world_sizes:
         run = comparison.runs[world_size][0]
         axes[0].plot(np.arange(run.steps), run.lrs, lw=1.3, color=world_color(world_size))
@@ -100,7 +102,7 @@ def curves(comparison, target: float | None = None):
     _plain_ticks(axes[0].yaxis, [r[0].peak_lr for r in comparison.runs.values()])
     axes[0].set_ylabel("learning rate")
     axes[0].set_xlabel("step")
-    _loss_panels(comparison, axes[1], axes[2], target)
+    _loss_panels(comparison, axes[1], axes[2])
     axes[1].legend(fontsize=8, loc="upper right")
     first = comparison.runs[comparison.world_sizes[0]][0]
     fig.suptitle(f"{first.optimizer}, rule {first.rule!r}: lr {first.lr:g} for "
@@ -109,13 +111,13 @@ def curves(comparison, target: float | None = None):
     return fig
 
 
-def curves_grid(comparisons: dict, target: float | None = None):
+def curves_grid(comparisons: dict):
     """The loss panels of :func:`curves` for several rules, one row each (``comparisons``:
     title -> result), narrow enough for a book page; :func:`schedules` draws the rates."""
-    fig, axes = plt.subplots(len(comparisons), 2, figsize=(7.5, 2.5 * len(comparisons)),
+    fig, axes = plt.subplots(len(comparisons), 2, figsize=(PAGE_WIDTH, 2.5 * len(comparisons)),
                              constrained_layout=True, squeeze=False, sharex="col")
     for row, (title, comparison) in zip(axes, comparisons.items()):
-        _loss_panels(comparison, row[0], row[1], target)
+        _loss_panels(comparison, row[0], row[1])
         row[0].set_title(title, fontsize=9, loc="left")
     for ax in axes[:-1].flat:
         ax.set_xlabel("")
@@ -126,7 +128,8 @@ def curves_grid(comparisons: dict, target: float | None = None):
 
 def schedules(comparisons: dict):
     """The learning rate of every step, per world size, for a few rules."""
-    fig, axes = plt.subplots(1, len(comparisons), figsize=(3.75 * len(comparisons), 2.6),
+    fig, axes = plt.subplots(1, len(comparisons), figsize=(PAGE_WIDTH / 2 * len(comparisons),
+                                                           2.6),
                              constrained_layout=True, squeeze=False, sharey=True)
     for ax, (title, comparison) in zip(axes[0], comparisons.items()):
         for world_size in comparison.world_sizes:
@@ -144,7 +147,7 @@ def schedules(comparisons: dict):
 
 def divergence(result):
     """Which rates diverged at each world size, and the rates each rule asks for."""
-    fig, ax = plt.subplots(figsize=(7, 3.8), constrained_layout=True)
+    fig, ax = plt.subplots(figsize=(PAGE_WIDTH, 3.8), constrained_layout=True)
     ks = result.world_sizes
     for world_size in ks:
         tried = result.lrs[:len(result.diverged[world_size])]
@@ -155,10 +158,9 @@ def divergence(result):
     ax.plot([], [], "o", color="#1b9e77", mfc="none", label=f"trains ({result.steps} steps)")
     ax.plot([], [], "X", color="crimson", label="diverges")
     grid = np.array(ks, float)
-    rule_lrs = result.rule_lrs()
-    for rule, style in (("linear", "-"), ("sqrt", "--"), ("none", ":")):
-        ax.plot(grid, rule_lrs[rule], style, color="0.25", lw=1.2,
-                label=f"rule {rule!r} from lr {result.base_lr:g}")
+    for rule, line in (("linear", "-"), ("sqrt", "--"), ("none", ":")):
+        ax.plot(grid, result.rule_lrs[rule], line, color="0.25",
+                lw=1.2, label=f"rule {rule!r} from lr {result.base_lr:g}")
     ax.set_xscale("log", base=2)
     ax.set_xticks(ks, [f"{w}\n(global {w * result.batch_size})" for w in ks])
     ax.set_yscale("log")
@@ -171,9 +173,9 @@ def divergence(result):
 def summed(averaged, as_if_summed, linear):
     """Seed 002's claim: DDP's average at an unscaled rate, against a sum (= the linear rule).
 
-    ``averaged``: a ``lr_sweeps.WorldSizeSweep`` at the unscaled rate.
+    ``averaged``: a ``lr_sweeps.GrowingBatch`` at the unscaled rate.
     """
-    fig, ax = plt.subplots(figsize=(7, 3.4), constrained_layout=True)
+    fig, ax = plt.subplots(figsize=(PAGE_WIDTH, 3.4), constrained_layout=True)
     for world_size in averaged.world_sizes:
         y = averaged.losses(world_size)
         _curve(ax, np.arange(len(y)), y, world_size, averaged.diverged(world_size) > 0,
@@ -184,7 +186,7 @@ def summed(averaged, as_if_summed, linear):
     y = np.minimum(as_if_summed.population_losses, LOSS_LIMITS[1] * 0.97)
     ax.plot(np.arange(len(y)), y, "--", color="crimson", lw=1.3,
             label=f"summed, {as_if_summed.world_size} ranks, lr {as_if_summed.lr:g}")
-    _loss_axes(ax, averaged.loss_floor)
+    _loss_axes(ax, linear.noise_floor)
     ax.set_xlabel("step")
     ax.set_ylabel("expected loss")
     ax.legend(fontsize=8, loc="upper right")
@@ -193,7 +195,7 @@ def summed(averaged, as_if_summed, linear):
 
 def noise_estimates(runs):
     """DDP's per-step estimates of |G|^2 and tr(Sigma) (dots) on the true values (lines)."""
-    fig, axes = plt.subplots(1, 2, figsize=(7.5, 3.2), constrained_layout=True)
+    fig, axes = plt.subplots(1, 2, figsize=(PAGE_WIDTH, 3.2), constrained_layout=True)
     for ax, name, est, true in ((axes[0], "|G|^2", "g2", "exact_g2"),
                                 (axes[1], "tr(Sigma)", "trace", "exact_trace")):
         for i, r in enumerate(runs):
@@ -219,7 +221,7 @@ def noise_estimates(runs):
 def critical_batch(critical, b_simple: float):
     """Steps to the target against the global batch (with the fitted tradeoff and B_simple),
     and the learning rate that got there fastest."""
-    fig, axes = plt.subplots(2, 1, figsize=(7, 6.2), constrained_layout=True, sharex=True)
+    fig, axes = plt.subplots(2, 1, figsize=(PAGE_WIDTH, 6.2), constrained_layout=True, sharex=True)
     B = np.array(critical.global_batch_sizes, float)
     s_min, b_crit = critical.fit()
     fine = np.geomspace(B[0], B[-1], 100)
@@ -257,7 +259,7 @@ def noise_scale(result):
     w = result.window
     left.plot(steps, result.population_losses, color="0.2")
     left.axvspan(w.start - 0.5, w.stop - 0.5, color="#7570b3", alpha=0.12, label="window")
-    _loss_axes(left, result.loss_floor)
+    _loss_axes(left, result.noise_floor)
     left.set_xlabel("step")
     left.set_ylabel("expected loss")
     left.legend(fontsize=8)

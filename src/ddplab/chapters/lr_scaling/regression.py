@@ -40,7 +40,7 @@ def global_batch(seed: int, step: int, size: int) -> tuple[torch.Tensor, torch.T
     return X, y.unsqueeze(1)
 
 
-def make_model() -> torch.nn.Linear:
+def make_regression_model() -> torch.nn.Linear:
     """A linear model started at zero (no random initialisation to seed)."""
     model = torch.nn.Linear(FEATURES, 1)
     torch.nn.init.zeros_(model.weight)
@@ -61,7 +61,7 @@ def population_loss(model: torch.nn.Linear) -> float:
 
 
 def start_loss() -> float:
-    return population_loss(make_model())
+    return population_loss(make_regression_model())
 
 
 def largest_curvature() -> float:

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import ddplab
+from ddplab.common.mlp import make_batch, make_model
 from ddplab.common.results import Result
 
 COMMAND = "check"  # python -m ddplab check
@@ -36,12 +37,12 @@ def report(ctx) -> dict:
 
 @dataclasses.dataclass
 class FirstGroup(Result):
-    """Every rank's report, and whether each all-reduced sum was N(N-1)/2."""
+    """Every rank's report, and whether each all-reduced sum is N(N-1)/2."""
 
     world_size: int
     expected_rank_sum: int
-    ok: bool
-    ranks: list[dict]
+    ok: bool  # every rank's all-reduced sum is expected_rank_sum
+    ranks: list[dict]  # what ``report`` returned on each rank, in rank order
 
     def describe(self) -> str:
         columns = ["rank", "local_rank", "world_size", "backend", "device", "host", "pid",
@@ -50,9 +51,9 @@ class FirstGroup(Result):
         widths = [max(len(row[i]) for row in rows) for i in range(len(columns))]
         lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)) for row in rows]
         n = self.world_size
+        verdict = "OK" if self.ok else "MISMATCH"
         lines.append(f"all-reduced sum of ranks 0..{n - 1}: expected {n}*{n - 1}/2 = "
-                     f"{self.expected_rank_sum} on every rank: "
-                     f"{'OK' if self.ok else 'MISMATCH'}")
+                     f"{self.expected_rank_sum} on every rank: {verdict}")
         return "\n".join(lines)
 
 
@@ -65,23 +66,15 @@ def run(world_size: int, backend: str = "auto", timeout: float = 60.0) -> FirstG
                       ok=all(r["rank_sum"] == expected for r in reports), ranks=reports)
 
 
-def make_model(seed: int) -> torch.nn.Module:
-    """The same tiny model on every rank and in the single-process reference."""
-    torch.manual_seed(seed)
-    return torch.nn.Linear(16, 4)
-
-
-def make_batch(seed: int, rank: int, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rank ``rank``'s batch: different on every rank, reproducible from (seed, rank)."""
-    g = torch.Generator().manual_seed(seed * 1009 + rank)
-    return torch.randn(batch_size, 16, generator=g), torch.randn(batch_size, 4, generator=g)
+LAYERS = (16, 4)  # ddp_step's model: mlp.make_model(LAYERS, seed), one Linear(16, 4)
 
 
 def ddp_step(ctx, batch_size: int = 8, seed: int = 0) -> dict:
     """One DDP forward/backward with a mean loss; returns this rank's batch and DDP's grads."""
-    model = make_model(seed).to(ctx.device)
+    model = make_model(LAYERS, seed).to(ctx.device)
     ddp = DDP(model, device_ids=[ctx.local_rank] if ctx.device.type == "cuda" else None)
-    X, y = make_batch(seed, ctx.rank, batch_size)
+    rows = slice(ctx.rank * batch_size, (ctx.rank + 1) * batch_size)
+    X, y = (t[rows] for t in make_batch(LAYERS, batch_size, ctx.world_size, seed, 0))
     F.mse_loss(ddp(X.to(ctx.device)), y.to(ctx.device)).backward()
     return {"X": X, "y": y, "grads": {n: p.grad for n, p in model.named_parameters()}}
 

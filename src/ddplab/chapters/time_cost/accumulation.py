@@ -140,7 +140,7 @@ class Accumulation(Result):
     launches_without_no_sync: list[int]  # the same micro-batches, each synchronised
 
     json_extras = ("global_batch_size", "accumulated_grad", "allreduces",
-                   "allreduces_without_no_sync", "max_diff", "ddp_over_reference")
+                   "allreduces_without_no_sync", "max_diff", "ratio_to_reference")
 
     @property
     def allreduces(self) -> int:
@@ -160,7 +160,7 @@ class Accumulation(Result):
         return self.grads[0]
 
     @property
-    def ddp_over_reference(self) -> float:
+    def ratio_to_reference(self) -> float:
         """How many times the reference the accumulated gradient is (least squares)."""
         g, r = self.grads[0], self.reference_grad
         return float(g @ r / (r @ r))
@@ -184,7 +184,7 @@ class Accumulation(Result):
             f"{self.world_size} ranks ({how}): global batch {self.global_batch_size}",
             f"bucket all-reduces in the step: {self.allreduces} (each micro-batch "
             f"synchronised: {self.allreduces_without_no_sync})",
-            f"DDP's gradient is {self.ddp_over_reference:.4f} times the one-process gradient "
+            f"DDP's gradient is {self.ratio_to_reference:.4f} times the one-process gradient "
             f"of the global batch; largest difference from what the loss asked for: "
             f"{self.max_diff:.1e}"])
 

@@ -175,7 +175,7 @@ def accumulated(result, axes=None):
     grad_ax.plot([-lim, lim], [-lim, lim], ":", color="0.4", lw=1, label="equal")
     grad_ax.set_xlabel(f"one process, global batch of {result.global_batch_size}", fontsize=8.5)
     grad_ax.set_ylabel("DDP, accumulated (rank 0)", fontsize=8.5)
-    grad_ax.set_title(f"{result.ddp_over_reference:.3f} times the one-process gradient",
+    grad_ax.set_title(f"{result.ratio_to_reference:.3f} times the one-process gradient",
                       fontsize=8.5, loc="left")
     grad_ax.legend(fontsize=7)
     return count_ax.figure
