@@ -6,6 +6,8 @@ runs done so far, which a panel draws at once (the figure fills in run by run)."
 
 from __future__ import annotations
 
+import inspect
+
 
 def report(progress, done: int, total: int, label: str, partial=None) -> None:
     """Tell ``progress`` (if any) that ``done`` of ``total`` runs are over; ``label`` names the
@@ -13,7 +15,17 @@ def report(progress, done: int, total: int, label: str, partial=None) -> None:
     three arguments keep working where a sweep passes none)."""
     if progress is None:
         return
-    if partial is None:
+    if partial is None or not _takes_partial(progress):
         progress(done, total, label)
     else:
         progress(done, total, label, partial=partial)
+
+
+def _takes_partial(progress) -> bool:
+    """Whether ``progress`` accepts ``partial=`` (a reader's own ``print``-like function of
+    three arguments does not, and keeps working)."""
+    try:
+        parameters = inspect.signature(progress).parameters.values()
+    except (TypeError, ValueError):  # a builtin without a signature
+        return False
+    return any(p.name == "partial" or p.kind is p.VAR_KEYWORD for p in parameters)
