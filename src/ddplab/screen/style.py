@@ -20,3 +20,11 @@ def figure(ax=None, size=(PAGE_WIDTH, 3.0)):
         return ax.figure, ax
     fig, ax = plt.subplots(figsize=size, constrained_layout=True)
     return fig, ax
+
+
+def text(result):
+    """A result with no figure of its own: its ``describe()`` as a figure (for lab panels)."""
+    lines = result.describe().splitlines()
+    fig = plt.figure(figsize=(PAGE_WIDTH, 0.22 * len(lines) + 0.3))
+    fig.text(0.01, 0.98, "\n".join(lines), va="top", family="monospace", fontsize=7.5)
+    return fig

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import matplotlib.pyplot as plt
 import numpy as np
 
-from ddplab.screen.style import PAGE_WIDTH, figure, rank_color
+from ddplab.screen.style import PAGE_WIDTH, figure, rank_color, text  # noqa: F401 (text: for panels)
 
 
 def steps(result, ax=None):
@@ -117,10 +116,3 @@ def step_times(result, ax=None):
                  fontsize=10)
     return fig
 
-
-def text(result):
-    """A result with no figure of its own: its ``describe()`` as a figure (for lab panels)."""
-    lines = result.describe().splitlines()
-    fig = plt.figure(figsize=(PAGE_WIDTH, 0.22 * len(lines) + 0.3))
-    fig.text(0.01, 0.98, "\n".join(lines), va="top", family="monospace", fontsize=7.5)
-    return fig
