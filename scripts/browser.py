@@ -11,6 +11,7 @@ the lab) and keeps its user settings in the copy's folder: the user's own config
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import socket
@@ -39,10 +40,21 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def jupyterlab(lab: str):
-    """Yield the URL of ``lab`` (a copy of it) in a JupyterLab on 127.0.0.1."""
+def jupyterlab(lab: str, through_first_panel: bool = False):
+    """Yield the URL of ``lab`` (a copy of it) in a JupyterLab on 127.0.0.1; with
+    ``through_first_panel``, the copy ends with the first cell that shows a slider panel."""
     root = tempfile.mkdtemp(prefix="ddplab-lab-")
     shutil.copy(lab, root)
+    if through_first_panel:
+        copy = os.path.join(root, os.path.basename(lab))
+        with open(copy) as f:
+            notebook = json.load(f)
+        cells = notebook["cells"]
+        first = next(i for i, c in enumerate(cells)
+                     if c["cell_type"] == "code" and "widgets.explore" in "".join(c["source"]))
+        notebook["cells"] = cells[:first + 1]
+        with open(copy, "w") as f:
+            json.dump(notebook, f)
     port = free_port()
     server = subprocess.Popen(
         [sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root", "--ip", "127.0.0.1",
