@@ -109,6 +109,10 @@ class Timeline(Result):
                                         self.mode)
                                  for its in iterations)
 
+    @property
+    def step_ms(self) -> float:
+        return 1e3 * self.median("step")
+
     def phases_ms(self) -> dict:
         """Median ms of forward, backward (computing), waiting, and the ``rest`` of the
         median step (optimizer step, skew between ranks): what the step-time figure draws."""

@@ -6,6 +6,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.patches import Patch, Rectangle
 
+from ddplab.screen.phases import phase_bars
 from ddplab.screen.style import WIDE
 
 BUCKET_COLORS = [c for i, c in enumerate(plt.get_cmap("tab10").colors) if i != 7]  # no grey
@@ -188,23 +189,5 @@ def timelines(results):
 
 def step_times(results, labels):
     """Median step time split into the phases ``Timeline.phases_ms`` gives."""
-    fig, ax = plt.subplots(figsize=(WIDTH, 0.9 + 0.45 * len(results)), constrained_layout=True)
-    styles = {"forward": (dict(color=GREY), "forward"),
-              "backward": (dict(color="tab:blue", alpha=0.75), "backward computes"),
-              "waiting": (dict(fc="white", ec="0.5", hatch="////", lw=0.5),
-                          "backward waits for all-reduces"),
-              "rest": (dict(color="0.55"), "optimizer step, rank skew")}
-    for i, result in enumerate(results):
-        left = 0.0
-        for phase, width in result.phases_ms().items():
-            style, name = styles[phase]
-            ax.barh(i, width, left=left, label=name if i == 0 else None, **style)
-            left += width
-        ax.text(left + 0.5, i, f"{1e3 * result.median('step'):.1f} ms", va="center",
-                fontsize=9)
-    ax.set_yticks(range(len(results)), labels, fontsize=9)
-    ax.invert_yaxis()
-    ax.set_xlabel("median step time, ms (phases of the rank whose gradients were ready last)",
-                  fontsize=9)
-    ax.legend(fontsize=8, ncol=2, loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)
-    return fig
+    return phase_bars(results, labels, xlabel="median step time, ms (phases of the rank "
+                                              "whose gradients were ready last)")

@@ -6,14 +6,9 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import numpy as np
 
+from ddplab.screen.phases import phase_bars
 from ddplab.screen.style import PAGE_WIDTH, figure, rank_color
 
-PHASE_STYLE = {  # phase -> (label, bar style)
-    "forward": ("forward", dict(color="0.78")),
-    "backward": ("backward, computing", dict(color="tab:blue", alpha=0.75)),
-    "waiting": ("waiting for the all-reduce", dict(fc="white", ec="0.4", hatch="////", lw=0.5)),
-    "optimizer": ("optimizer step", dict(color="0.45")),
-}
 MODEL_STYLE = {  # a model's term -> (label, bar style)
     "compute_s": ("forward and backward", dict(color="tab:blue", alpha=0.75)),
     "copy_s": ("DDP's gradient copies", dict(color="tab:olive", alpha=0.8)),
@@ -35,17 +30,7 @@ def step_phases(runs, ax=None):
     """Median step time split into phases, one bar per run (``step_time.StepTime``, or a
     list or tuple of them, such as ``step_time.paired``'s)."""
     runs = list(runs) if isinstance(runs, (list, tuple)) else [runs]
-    fig, ax = figure(ax, (PAGE_WIDTH, 0.9 + 0.42 * len(runs)))
-    for i, run in enumerate(runs):
-        parts = [(1e3 * run.median(p), *PHASE_STYLE[p]) for p in PHASE_STYLE]
-        end = _stacked(ax, i, parts, i == 0)
-        ax.text(end + 1, i, f"{run.step_ms:.0f} ms step", va="center", fontsize=8)
-    ax.set_yticks(range(len(runs)), [r.label for r in runs], fontsize=9)
-    ax.invert_yaxis()
-    ax.set_xlabel("ms (medians over steps, slowest rank)", fontsize=9)
-    ax.set_xlim(0, 1.18 * max(r.step_ms for r in runs))
-    ax.legend(fontsize=8, ncol=4, loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)
-    return fig
+    return phase_bars(runs, [r.label for r in runs], ax)
 
 
 def allreduce(results, axes=None):

@@ -96,6 +96,11 @@ class StepTime(Result):
     optimizer_ms = property(lambda self: 1e3 * self.median("optimizer"))
     step_ms = property(lambda self: 1e3 * self.median("step"))
 
+    def phases_ms(self) -> dict:
+        """Median ms of each phase of ``timed_step.PHASES``: what the phase figure draws."""
+        return {p: 1e3 * self.median(p) for p in ("forward", "backward", "waiting",
+                                                    "optimizer")}
+
     @property
     def samples_per_s(self) -> float:
         return self.world_size * self.batch_size / self.median("step")
