@@ -113,8 +113,10 @@ class GatherMetric(Result):
     padded_predictions: int  # what the padded sampler gathers in all
 
     def summary(self) -> str:
-        """One line: the AUCs that differ, for a panel."""
-        return (f"AUC: one process {self.metric_one_process:.4f}, gathered "
+        """Two lines for a panel: the shards, then the AUCs that differ."""
+        return (f"{self.dataset_size} samples on {self.world_size} ranks: "
+                f"{self.predictions_per_rank} predictions\n"
+                f"AUC: one process {self.metric_one_process:.4f}, gathered "
                 f"{self.metric_gathered:.4f}, padded sampler {self.metric_padded_sampler:.4f} "
                 f"({self.padded_predictions} predictions)")
 
