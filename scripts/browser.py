@@ -42,7 +42,8 @@ def free_port() -> int:
 @contextlib.contextmanager
 def jupyterlab(lab: str, through_first_panel: bool = False):
     """Yield the URL of ``lab`` (a copy of it) in a JupyterLab on 127.0.0.1; with
-    ``through_first_panel``, the copy ends with the first cell that shows a slider panel."""
+    ``through_first_panel``, the copy ends with the first cell that shows a slider panel (a
+    ``widgets.explore`` or ``widgets.choose`` call as the cell's value)."""
     root = tempfile.mkdtemp(prefix="ddplab-lab-")
     shutil.copy(lab, root)
     if through_first_panel:
@@ -50,8 +51,8 @@ def jupyterlab(lab: str, through_first_panel: bool = False):
         with open(copy) as f:
             notebook = json.load(f)
         cells = notebook["cells"]
-        first = next(i for i, c in enumerate(cells)
-                     if c["cell_type"] == "code" and "widgets.explore" in "".join(c["source"]))
+        first = next(i for i, c in enumerate(cells) if c["cell_type"] == "code" and "".join(
+            c["source"]).lstrip().startswith(("widgets.explore(", "widgets.choose(")))
         notebook["cells"] = cells[:first + 1]
         with open(copy, "w") as f:
             json.dump(notebook, f)
