@@ -73,3 +73,10 @@ def test_nothing_outside_the_chapters_imports_a_chapter():
             continue
         chapter_imports = {m for m in imported_modules(path) if m.startswith("ddplab.chapters")}
         assert not chapter_imports, f"{path.relative_to(ROOT)} imports {chapter_imports}"
+
+
+def test_no_module_of_the_library_is_over_300_lines():
+    lines = {path.relative_to(ROOT).as_posix(): len(path.read_text().splitlines())
+             for path in (ROOT / "src" / "ddplab").rglob("*.py")}
+    assert {path: n for path, n in lines.items() if n > 300} == {}
+    assert max(lines.values()) > 100  # the files were found and read

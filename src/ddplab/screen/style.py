@@ -22,6 +22,13 @@ def figure(ax=None, size=(PAGE_WIDTH, 3.0)):
     return fig, ax
 
 
+def log2_x(ax, ticks) -> None:
+    """A log2 x axis with plain tick labels at ``ticks`` (GPU and node counts)."""
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(ticks, [str(t) for t in ticks])
+    ax.minorticks_off()
+
+
 def text(result):
     """A result with no figure of its own: its ``describe()`` as a figure (for lab panels)."""
     lines = result.describe().splitlines()

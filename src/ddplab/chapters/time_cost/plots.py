@@ -7,7 +7,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from ddplab.screen.phases import phase_bars
-from ddplab.screen.style import PAGE_WIDTH, figure, rank_color
+from ddplab.screen.style import PAGE_WIDTH, figure, log2_x, rank_color
 
 MODEL_STYLE = {  # a model's term -> (label, bar style)
     "compute_s": ("forward and backward", dict(color="tab:blue", alpha=0.75)),
@@ -226,25 +226,17 @@ def cluster(prediction, axes=None):
     step = prediction.step
     parts = [(1e3 * getattr(step, k), *MODEL_STYLE[k]) for k in MODEL_STYLE]
     end = _stacked(bar_ax, 0, parts, True)
-    bar_ax.set_xlim(0, 1.3 * end)
-    bar_ax.text(end, 0, f" {1e3 * step.step_s:.0f} ms, efficiency {step.efficiency:.0%}",
-                va="center", fontsize=8)
-    bar_ax.set_yticks([0], [f"{prediction.nodes} x {prediction.gpus_per_node} GPUs"],
-                      fontsize=8)
-    bar_ax.set_xlabel(f"model: ms per step ({prediction.inter})", fontsize=8.5)
+    bar_ax.text(end, 0, "", va="center", fontsize=8)
     bar_ax.legend(fontsize=7, ncol=4, loc="lower center", bbox_to_anchor=(0.5, 1.0),
                   frameon=False)
     for i, (name, curve) in enumerate(prediction.curves.items()):
         chosen = name == prediction.inter
         eff_ax.plot(list(curve), list(curve.values()), "o-" if chosen else ".-", ms=4,
                     lw=2.2 if chosen else 1, color=rank_color(i), label=name)
-    nodes = sorted({n for curve in prediction.curves.values() for n in curve})
-    _plain_log2(eff_ax, nodes)
     eff_ax.set_ylim(0, 1.05)
-    eff_ax.set_xlabel(f"nodes of {prediction.gpus_per_node} GPUs", fontsize=9)
     eff_ax.set_ylabel("model: weak scaling efficiency", fontsize=8.5)
     eff_ax.legend(fontsize=7, loc="lower left")
-    eff_ax.set_title(prediction.title, fontsize=8, loc="left")
+    _cluster_labels(bar_ax, eff_ax, prediction, end)
     return bar_ax.figure
 
 
@@ -265,32 +257,30 @@ def update_cluster(fig, prediction) -> bool:
         bar.set_x(left)
         bar.set_width(1e3 * getattr(step, key))
         left += 1e3 * getattr(step, key)
-    bar_ax.set_xlim(0, 1.3 * left)
-    bar_ax.texts[0].set_position((left, 0))
-    bar_ax.texts[0].set_text(f" {1e3 * step.step_s:.0f} ms, efficiency {step.efficiency:.0%}")
-    bar_ax.set_yticks([0], [f"{prediction.nodes} x {prediction.gpus_per_node} GPUs"],
-                      fontsize=8)
-    bar_ax.set_xlabel(f"model: ms per step ({prediction.inter})", fontsize=8.5)
     for line, curve in zip(eff_ax.lines, prediction.curves.values()):
         line.set_data(list(curve), list(curve.values()))
-    nodes = sorted({n for curve in prediction.curves.values() for n in curve})
     eff_ax.relim()
     eff_ax.autoscale_view(scaley=False)
-    eff_ax.set_xticks(nodes, [str(n) for n in nodes])
-    eff_ax.minorticks_off()
-    eff_ax.set_xlabel(f"nodes of {prediction.gpus_per_node} GPUs", fontsize=9)
-    eff_ax.set_title(prediction.title, fontsize=8, loc="left")
+    _cluster_labels(bar_ax, eff_ax, prediction, left)
     return True
 
 
 cluster.update = update_cluster
 
 
-def _plain_log2(ax, ticks) -> None:
-    """A log2 x axis with plain tick labels at ``ticks``."""
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(ticks, [str(t) for t in ticks])
-    ax.minorticks_off()
+def _cluster_labels(bar_ax, eff_ax, prediction, end: float) -> None:
+    """What :func:`cluster` writes and :func:`update_cluster` rewrites: the step's total at
+    the bar's ``end``, the ticks and the labels."""
+    step = prediction.step
+    bar_ax.set_xlim(0, 1.3 * end)
+    bar_ax.texts[0].set_position((end, 0))
+    bar_ax.texts[0].set_text(f" {1e3 * step.step_s:.0f} ms, efficiency {step.efficiency:.0%}")
+    bar_ax.set_yticks([0], [f"{prediction.nodes} x {prediction.gpus_per_node} GPUs"],
+                      fontsize=8)
+    bar_ax.set_xlabel(f"model: ms per step ({prediction.inter})", fontsize=8.5)
+    log2_x(eff_ax, sorted({n for curve in prediction.curves.values() for n in curve}))
+    eff_ax.set_xlabel(f"nodes of {prediction.gpus_per_node} GPUs", fontsize=9)
+    eff_ax.set_title(prediction.title, fontsize=8, loc="left")
 
 
 def predicted_scaling(curves: dict, title: str, ax=None):
@@ -299,7 +289,7 @@ def predicted_scaling(curves: dict, title: str, ax=None):
     fig, ax = figure(ax, (PAGE_WIDTH, 2.8))
     for i, (label, curve) in enumerate(curves.items()):
         ax.plot(list(curve), list(curve.values()), "o-", ms=3, color=rank_color(i), label=label)
-    _plain_log2(ax, sorted({n for curve in curves.values() for n in curve}))
+    log2_x(ax, sorted({n for curve in curves.values() for n in curve}))
     ax.set_ylim(0, 1.05)
     ax.set_xlabel("GPUs", fontsize=9)
     ax.set_ylabel("model: scaling efficiency", fontsize=9)
