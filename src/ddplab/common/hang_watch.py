@@ -30,6 +30,7 @@ import dataclasses
 import datetime
 import json
 import re
+import textwrap
 import time
 import uuid
 
@@ -170,3 +171,13 @@ def missing_ranks(messages: list[str | None]) -> list[int]:
     if messages and named_ranks(messages[0]):
         return named_ranks(messages[0])
     return sorted({r for m in messages[1:] for r in named_ranks(m)})
+
+
+def message_lines(messages: list[str | None], missing: list[int],
+                  template: str = "rank {rank}'s monitored_barrier: {message}") -> list[str]:
+    """For a result's ``describe()``: each rank's message in ``template`` (``{message:.220}``
+    cuts it), wrapped to the page's column, then the missing ranks the messages name."""
+    lines = [textwrap.fill(template.format(rank=rank, message=message), 78,
+                           subsequent_indent="  ")
+             for rank, message in enumerate(messages) if message]
+    return lines + ([f"missing ranks named: {missing}"] if missing else [])

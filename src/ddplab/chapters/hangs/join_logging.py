@@ -230,11 +230,9 @@ def run(world_size: int = 2, fix: str = "none", batches: int = 2, extra_batches:
     """Train under Join with the last rank holding ``extra_batches`` more, logging the loss."""
     one_of("fix", fix, FIXES)
     int_in_range("world_size", world_size, 2, 8)
-    int_in_range("extra_batches", extra_batches, 0, 100)
-    positive_int("batches", batches)
+    counts = uneven.batches_per_rank(world_size, batches, extra_batches)
     positive_int("batch_size", batch_size)
     an_int("seed", seed)
-    counts = uneven.batches_per_rank(world_size, batches, extra_batches)
     call_id = uuid.uuid4().hex
     try:
         ddplab.run(train, world_size, backend=backend, timeout=timeout, call_id=call_id,

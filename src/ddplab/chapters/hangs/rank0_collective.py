@@ -21,7 +21,6 @@ ranks that arrive name rank 0, the one that never did.
 from __future__ import annotations
 
 import dataclasses
-import textwrap
 
 import torch
 import torch.nn.functional as F
@@ -113,11 +112,7 @@ class Rank0Collective(Result):
         lines = [f"rank 0 evaluates through {evaluated}, world size {self.world_size}: "
                  f"{self.outcome}\n  after {self.seconds:.1f} s (timeout {self.timeout:g} s)",
                  f"training steps completed per rank: {self.steps_completed_per_rank}"]
-        lines += [textwrap.fill(f"rank {rank}'s monitored_barrier: {message}", 78,
-                                subsequent_indent="  ")
-                  for rank, message in enumerate(self.check_in_messages) if message]
-        if self.missing_ranks:
-            lines.append(f"missing ranks named: {self.missing_ranks}")
+        lines += hang_watch.message_lines(self.check_in_messages, self.missing_ranks)
         if self.val_loss is not None:
             lines.append(f"rank 0's validation loss: {self.val_loss:.4f}")
         return "\n".join(lines)

@@ -185,12 +185,8 @@ class SilentMix(Result):
         if self.rank1_extra_step_mixed is not None:
             lines.append("rank 1's extra-step gradient less half its own:")
             lines.append("  " + _short(self.rank1_extra_step_mixed))
-        for rank, message in enumerate(self.errors):
-            if message:
-                lines.append(textwrap.fill(f"rank {rank} raised: {message[:220]} ...", 78,
-                                           subsequent_indent="  "))
-        if self.missing_ranks:
-            lines.append(f"missing ranks named: {self.missing_ranks}")
+        lines += hang_watch.message_lines(self.errors, self.missing_ranks,
+                                          "rank {rank} raised: {message:.220} ...")
         if self.outcome == "died":
             lines.append(textwrap.fill(self.error.splitlines()[0], 78))
         return "\n".join(lines)

@@ -36,7 +36,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import itertools
-import textwrap
 
 import numpy as np
 import torch
@@ -60,6 +59,9 @@ LR = 0.1
 
 def batches_per_rank(world_size: int, batches: int, extra_batches: int) -> list[int]:
     """Full batches in each rank's data: ``batches``, the last rank ``extra_batches`` more."""
+    int_in_range("world_size", world_size, 2, 64)
+    positive_int("batches", batches)
+    int_in_range("extra_batches", extra_batches, 0, 100)
     return [batches] * (world_size - 1) + [batches + extra_batches]
 
 
@@ -172,12 +174,7 @@ class Uneven(Result):
                  f"{self.seconds:.1f} s\n  (timeout {self.timeout:g} s)",
                  f"batches per rank: {self.batches_per_rank}; steps completed per rank: "
                  f"{self.steps_completed_per_rank}"]
-        for rank, message in enumerate(self.check_in_messages):
-            if message:
-                lines.append(textwrap.fill(f"rank {rank}'s monitored_barrier: {message}", 78,
-                                           subsequent_indent="  "))
-        if self.missing_ranks:
-            lines.append(f"missing ranks named: {self.missing_ranks}")
+        lines += hang_watch.message_lines(self.check_in_messages, self.missing_ranks)
         if self.extra_step_scale is not None:
             lines.append(f"extra steps: DDP's gradient = {self.extra_step_scale:.3f} x the "
                          f"rank's own\n  (divide_by_initial_world_size="
@@ -190,12 +187,9 @@ def run(world_size: int = 2, extra_batches: int = 1, fix: str = "none", batches:
         backend: str = "auto", timeout: float = 60.0) -> Uneven:
     """Train with the last rank holding ``extra_batches`` more; "hung" if it never finishes."""
     one_of("fix", fix, FIXES)
-    int_in_range("world_size", world_size, 2, 64)
-    int_in_range("extra_batches", extra_batches, 0, 100)
-    positive_int("batches", batches)
+    per_rank = batches_per_rank(world_size, batches, extra_batches)
     positive_int("batch_size", batch_size)
     an_int("seed", seed)
-    per_rank = batches_per_rank(world_size, batches, extra_batches)
     watched = hang_watch.run_watched(
         train, world_size, timeout, backend=backend, batches_per_rank=per_rank, fix=fix,
         divide_by_initial_world_size=bool(divide_by_initial_world_size),
