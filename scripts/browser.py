@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import socket
 import statistics
@@ -42,8 +43,8 @@ def free_port() -> int:
 @contextlib.contextmanager
 def jupyterlab(lab: str, through_first_panel: bool = False):
     """Yield the URL of ``lab`` (a copy of it) in a JupyterLab on 127.0.0.1; with
-    ``through_first_panel``, the copy ends with the first cell that shows a slider panel (a
-    ``widgets.explore`` or ``widgets.choose`` call as the cell's value)."""
+    ``through_first_panel``, the copy ends with the lab's first slider panel (its first
+    ``widgets.explore`` call)."""
     root = tempfile.mkdtemp(prefix="ddplab-lab-")
     shutil.copy(lab, root)
     if through_first_panel:
@@ -51,9 +52,16 @@ def jupyterlab(lab: str, through_first_panel: bool = False):
         with open(copy) as f:
             notebook = json.load(f)
         cells = notebook["cells"]
-        first = next(i for i, c in enumerate(cells) if c["cell_type"] == "code" and "".join(
-            c["source"]).lstrip().startswith(("widgets.explore(", "widgets.choose(")))
+        first = next(i for i, c in enumerate(cells) if c["cell_type"] == "code"
+                     and "widgets.explore(" in "".join(c["source"]))
         notebook["cells"] = cells[:first + 1]
+        # A panel kept for a later chooser (``x = widgets.explore(...)``, labs 6 and 8) is
+        # shown by itself, so the later panels need not run first.
+        kept = re.match(r"(\w+) = widgets\.explore\(", "".join(cells[first]["source"]))
+        if kept:
+            notebook["cells"].append({"cell_type": "code", "execution_count": None,
+                                      "metadata": {}, "outputs": [],
+                                      "source": [kept.group(1)]})
         with open(copy, "w") as f:
             json.dump(notebook, f)
     port = free_port()
