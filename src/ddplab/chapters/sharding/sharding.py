@@ -56,6 +56,19 @@ class Indices(torch.utils.data.Dataset):
 # ---------------------------------------------------------------- on every rank
 
 
+def sharded_loader(dataset, batch_size: int, shuffle: bool = True,
+                   drop_last: bool = False, seed: int = 0,
+                   loader_drop_last: bool = False) -> DataLoader:
+    """This rank's DataLoader: a DistributedSampler hands the rank its
+    share of ``dataset``. Before each epoch, call
+    ``loader.sampler.set_epoch(epoch)``."""
+    # No num_replicas, no rank: the sampler asks the process group.
+    shard = DistributedSampler(dataset, shuffle=shuffle, seed=seed,
+                               drop_last=drop_last)
+    return DataLoader(dataset, batch_size=batch_size, sampler=shard,
+                      drop_last=loader_drop_last)
+
+
 def draws(ctx, dataset_size: int, batch_size: int, epochs: int,
           shuffle: bool, drop_last: bool, set_epoch: bool, seed: int,
           loader_drop_last: bool, sampler: bool) -> dict:
@@ -67,11 +80,8 @@ def draws(ctx, dataset_size: int, batch_size: int, epochs: int,
     """
     dataset = Indices(dataset_size)
     if sampler:
-        # No num_replicas, no rank: the sampler asks the process group.
-        shard = DistributedSampler(dataset, shuffle=shuffle, seed=seed,
-                                   drop_last=drop_last)
-        loader = DataLoader(dataset, batch_size=batch_size,
-                            sampler=shard, drop_last=loader_drop_last)
+        loader = sharded_loader(dataset, batch_size, shuffle, drop_last,
+                                seed, loader_drop_last)
     else:
         torch.manual_seed(seed)
         loader = DataLoader(dataset, batch_size=batch_size,
@@ -79,7 +89,7 @@ def draws(ctx, dataset_size: int, batch_size: int, epochs: int,
     indices, global_sizes = [], []
     for epoch in range(epochs):
         if sampler and set_epoch:
-            shard.set_epoch(epoch)
+            loader.sampler.set_epoch(epoch)
         batches = [batch.tolist() for batch in loader]
         sizes = torch.tensor([len(b) for b in batches],
                              device=ctx.device)
@@ -90,7 +100,7 @@ def draws(ctx, dataset_size: int, batch_size: int, epochs: int,
             "samples_per_rank": len(loader.sampler),
             "steps_per_epoch": len(loader),
             # the world size and rank the sampler took from the group
-            "sampler_view": ([shard.num_replicas, shard.rank] if sampler
+            "sampler_view": ([loader.sampler.num_replicas, loader.sampler.rank] if sampler
                              else None)}
 
 
