@@ -40,39 +40,45 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@contextlib.contextmanager
-def jupyterlab(lab: str, through_first_panel: bool = False):
-    """Yield the URL of ``lab`` (a copy of it) in a JupyterLab on 127.0.0.1; with
-    ``through_first_panel``, the copy ends with the lab's first slider panel (its first
+def _through_first_panel(path: str) -> None:
+    """Cut the notebook at ``path`` after its first slider panel (its first
     ``widgets.explore`` call)."""
+    with open(path) as f:
+        notebook = json.load(f)
+    cells = notebook["cells"]
+    first = next(i for i, c in enumerate(cells) if c["cell_type"] == "code"
+                 and "widgets.explore(" in "".join(c["source"]))
+    notebook["cells"] = cells[:first + 1]
+    # A panel kept for a later chooser (``x = widgets.explore(...)``, labs 6 and 8) is shown
+    # by itself, so the later panels need not run first.
+    kept = re.match(r"(\w+) = widgets\.explore\(", "".join(cells[first]["source"]))
+    if kept:
+        notebook["cells"].append({"cell_type": "code", "execution_count": None, "metadata": {},
+                                  "outputs": [], "source": [kept.group(1)]})
+    with open(path, "w") as f:
+        json.dump(notebook, f)
+
+
+@contextlib.contextmanager
+def jupyterlab(labs: list[str], through_first_panel: bool = False):
+    """Yield ``{lab: URL}`` for copies of ``labs`` in one JupyterLab on 127.0.0.1; with
+    ``through_first_panel``, each copy ends with the lab's first slider panel. The page
+    exposes the app (``window.jupyterapp``), so a script can run its commands."""
     root = tempfile.mkdtemp(prefix="ddplab-lab-")
-    shutil.copy(lab, root)
-    if through_first_panel:
-        copy = os.path.join(root, os.path.basename(lab))
-        with open(copy) as f:
-            notebook = json.load(f)
-        cells = notebook["cells"]
-        first = next(i for i, c in enumerate(cells) if c["cell_type"] == "code"
-                     and "widgets.explore(" in "".join(c["source"]))
-        notebook["cells"] = cells[:first + 1]
-        # A panel kept for a later chooser (``x = widgets.explore(...)``, labs 6 and 8) is
-        # shown by itself, so the later panels need not run first.
-        kept = re.match(r"(\w+) = widgets\.explore\(", "".join(cells[first]["source"]))
-        if kept:
-            notebook["cells"].append({"cell_type": "code", "execution_count": None,
-                                      "metadata": {}, "outputs": [],
-                                      "source": [kept.group(1)]})
-        with open(copy, "w") as f:
-            json.dump(notebook, f)
+    for lab in labs:
+        shutil.copy(lab, root)
+        if through_first_panel:
+            _through_first_panel(os.path.join(root, os.path.basename(lab)))
     port = free_port()
     server = subprocess.Popen(
         [sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root", "--ip", "127.0.0.1",
          f"--port={port}", "--IdentityProvider.token=", f"--ServerApp.root_dir={root}",
-         f"--LabApp.app_settings_dir={LAB_SETTINGS}",
+         "--LabApp.expose_app_in_browser=True", f"--LabApp.app_settings_dir={LAB_SETTINGS}",
          f"--LabApp.user_settings_dir={os.path.join(root, '.user-settings')}"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        yield f"http://127.0.0.1:{port}/lab/tree/{os.path.basename(lab)}?reset"  # no old tabs
+        yield {lab: f"http://127.0.0.1:{port}/lab/tree/{os.path.basename(lab)}?reset"
+               for lab in labs}  # ?reset: no tabs of an earlier lab
     finally:
         server.terminate()
         try:
@@ -93,14 +99,14 @@ def run_all(page, url: str) -> None:
             time.sleep(1)
     page.wait_for_selector(".jp-Notebook", timeout=60_000)
     page.wait_for_selector("text=Python 3 (ipykernel) | Idle", timeout=60_000)
-    time.sleep(1)  # the command palette is not ready at once
-    page.keyboard.press("Control+Shift+c")
-    time.sleep(1)
-    page.keyboard.type("Run All Cells")
-    time.sleep(1)
-    page.keyboard.press("Enter")
+    page.evaluate("jupyterapp.commands.execute('notebook:run-all-cells')")
     page.locator("text=real DDP run and drawn in").first.wait_for(timeout=180_000)
     page.locator(".widget-vbox img").first.wait_for(timeout=60_000)
+
+
+def shut_down_kernels(page) -> None:
+    """End every kernel of the page's JupyterLab (and with it the lab's rank processes)."""
+    page.evaluate("jupyterapp.serviceManager.sessions.shutdownAll()")
 
 
 # In the page: time from the key press on a slider to its panel showing a new, decoded figure

@@ -6,9 +6,10 @@ Every page of the built book, served on 127.0.0.1: no console error, no request 
 book's own files (such a request is blocked and reported), every image loaded, every internal
 link (and its #anchor) resolving, each Colab button opening a lab that exists in labs/, the
 page under 6 MB and each static panel under 1.5 MB. On a page with static panels, moving each
-control changes the figure and the text. Then one lab in a real JupyterLab: a slider move
-re-runs real DDP and the figure changes; the time from the move to the new figure is printed;
-then every other lab (unless --one-lab): run, its first slider moved, the times printed.
+control changes the figure and the text. Then the labs in one real JupyterLab, each run up to
+its first panel: in the first (--lab) a slider move re-runs real DDP and the figure changes, the
+time from the move to the new figure printed; then every other lab (unless --one-lab), its
+first slider moved, the times printed.
 A full-page screenshot of each page goes to DIR (default _build/screenshots). Prints
 "N passed, M failed" and exits non-zero on a failure. Needs Chromium and Playwright (see
 scripts/browser.py).
@@ -190,45 +191,62 @@ def check_panels(page, checks: Checks, rel: str) -> str:
     return "".join(f", panel {i}: {size / 1e6:.2f} MB" for i, size in enumerate(sizes))
 
 
-def check_lab(p, checks: Checks, lab: str, shots: Path) -> None:
+def check_lab(chromium, checks: Checks, lab: str, url: str, shots: Path) -> None:
     start = time.perf_counter()
-    with browser.jupyterlab(lab) as url:
-        chromium = browser.launch(p)
-        page = chromium.new_page(viewport={"width": 1300, "height": 1000})
-        browser.run_all(page, url)
-        first = page.locator(".widget-vbox img").first.get_attribute("src")
-        # Slider 0 (world size 4 -> 5 -> 4: other ranks, so a new figure each time), then
-        # slider 1 (the batch size at world size 4: the figure updated in place).
-        new = browser.move_and_time(page, 0, 2)
-        after = page.locator(".widget-vbox img").first.get_attribute("src")
-        status = page.locator("text=real DDP run and drawn in").first.inner_text()
-        checks.check(after != first, f"{lab}: the figure did not change after a slider move")
-        checks.check(status.startswith("real DDP run"), f"{lab}: status {status!r}")
-        in_place = browser.move_and_time(page, 1, 5)
-        page.screenshot(path=str(shots / "lab.png"))
-        chromium.close()
+    page = chromium.new_page(viewport={"width": 1300, "height": 1000})
+    browser.run_all(page, url)
+    first = page.locator(".widget-vbox img").first.get_attribute("src")
+    # Slider 0 (world size 4 -> 5 -> 4: other ranks, so a new figure each time), then
+    # slider 1 (the batch size at world size 4: the figure updated in place).
+    new = browser.move_and_time(page, 0, 2)
+    after = page.locator(".widget-vbox img").first.get_attribute("src")
+    status = page.locator("text=real DDP run and drawn in").first.inner_text()
+    checks.check(after != first, f"{lab}: the figure did not change after a slider move")
+    checks.check(status.startswith("real DDP run"), f"{lab}: status {status!r}")
+    in_place = browser.move_and_time(page, 1, 5)
+    page.screenshot(path=str(shots / "lab.png"))
+    browser.shut_down_kernels(page)
+    page.close()
     print(f"{lab} in JupyterLab, slider move to new figure: world size "
           f"{' and '.join(f'{t:.0f}' for t in new)} ms ({status}); batch size at world size "
           f"4, {browser.summary(in_place)}; "
           f"{time.perf_counter() - start:.0f} s in all")
 
 
-def move_first_slider(p, checks: Checks, lab: str) -> None:
-    """Every other lab in JupyterLab, up to its first panel (the whole lab runs under nbval):
-    run it, move the first slider right and back, print the times from key press to new
-    figure (printed, not asserted: the machine is shared)."""
+def move_first_slider(chromium, checks: Checks, lab: str, url: str) -> None:
+    """A lab in JupyterLab, up to its first panel (the whole lab runs under nbval): run it,
+    move the first slider right and back, print the times from key press to new figure
+    (printed, not asserted: the machine is shared)."""
     start = time.perf_counter()
-    with browser.jupyterlab(lab, through_first_panel=True) as url:
-        chromium = browser.launch(p)
-        page = chromium.new_page(viewport={"width": 1300, "height": 1000})
-        browser.run_all(page, url)
-        page.wait_for_selector("text=Python 3 (ipykernel) | Idle", timeout=300_000)
-        times = browser.move_and_time(page, 0, 2)
-        status = page.locator("text=real DDP run and drawn in").first.inner_text()
-        checks.check(status.startswith("real DDP run"), f"{lab}: status {status!r}")
-        chromium.close()
+    page = chromium.new_page(viewport={"width": 1300, "height": 1000})
+    browser.run_all(page, url)
+    page.wait_for_selector("text=Python 3 (ipykernel) | Idle", timeout=300_000)
+    times = browser.move_and_time(page, 0, 2)
+    status = page.locator("text=real DDP run and drawn in").first.inner_text()
+    checks.check(status.startswith("real DDP run"), f"{lab}: status {status!r}")
+    browser.shut_down_kernels(page)
+    page.close()
     print(f"{lab} in JupyterLab, first slider moved: {' and '.join(f'{t:.0f}' for t in times)}"
           f" ms; {time.perf_counter() - start:.0f} s in all")
+
+
+def check_labs(p, checks: Checks, first: str, others: list[str], shots: Path) -> None:
+    """``first`` checked in full (two sliders, a screenshot), then every lab of ``others``
+    with a slider panel (lab 0 has none): one JupyterLab serves them all, each cut after its
+    first panel, one lab open at a time, its kernel ended before the next."""
+    others = [lab for lab in others if Path(lab).resolve() != Path(first).resolve()
+              and "widgets.explore" in Path(lab).read_text()]
+    with browser.jupyterlab([first, *others], through_first_panel=True) as urls:
+        chromium = browser.launch(p)
+        for lab in [first, *others]:
+            try:
+                if lab == first:
+                    check_lab(chromium, checks, lab, urls[lab], shots)
+                else:
+                    move_first_slider(chromium, checks, lab, urls[lab])
+            except Exception as exc:  # one broken lab must not hide the others
+                checks.check(False, f"{lab}: {type(exc).__name__}: {exc}")
+        chromium.close()
 
 
 def main() -> None:
@@ -259,18 +277,8 @@ def main() -> None:
                 page.close()
             chromium.close()
             if not args.no_lab:
-                try:
-                    check_lab(p, checks, args.lab, shots)
-                except Exception as exc:
-                    checks.check(False, f"{args.lab}: {type(exc).__name__}: {exc}")
                 others = [] if args.one_lab else sorted((ROOT / "labs").glob("*.ipynb"))
-                for lab in others:  # those with a slider panel (lab 0 has none)
-                    if (lab.resolve() != Path(args.lab).resolve()
-                            and "widgets.explore" in lab.read_text()):
-                        try:
-                            move_first_slider(p, checks, str(lab))
-                        except Exception as exc:
-                            checks.check(False, f"{lab}: {type(exc).__name__}: {exc}")
+                check_labs(p, checks, args.lab, [str(lab) for lab in others], shots)
     finally:
         server.shutdown()
     print(f"screenshots in {shots}")

@@ -27,10 +27,10 @@ def main() -> None:
     parser.add_argument("--moves", type=int, default=10)
     parser.add_argument("--screenshot")
     args = parser.parse_args()
-    with browser.jupyterlab(args.lab) as url, sync_playwright() as p:
+    with browser.jupyterlab([args.lab]) as urls, sync_playwright() as p:
         chromium = browser.launch(p)
         page = chromium.new_page(viewport={"width": 1300, "height": 1000})
-        browser.run_all(page, url)
+        browser.run_all(page, urls[args.lab])
         status = page.locator("text=real DDP run and drawn in").first
         print(f"first run: {status.inner_text()}")
         times = browser.move_and_time(page, args.slider, args.moves,
