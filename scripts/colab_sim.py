@@ -1,6 +1,6 @@
 """A Colab session, as closely as this machine allows: a lab installed and run as in Colab.
 
-    python scripts/colab_sim.py [labs/01_averaging.ipynb] [--python python3] [--keep DIR]
+    python scripts/colab_sim.py [LAB ...] [--python python3] [--torch SPEC] [--keep DIR]
 
 Colab cannot be reached from here. What Colab runs comes from its published package lists
 (googlecolab/backend-info, pip-freeze.txt, August 2026): the versions in ``COLAB`` below.
@@ -8,15 +8,18 @@ This script
 
 1. makes a fresh venv (no system site packages) with those versions, and torch from this
    machine's CPU wheel (Colab has torch 2.11; no CPU wheel of 2.11 is on this machine, so
-   2.13: the range in requirements.txt is what is checked, not 2.11 itself);
+   2.13 in CI; ``--torch torch==2.11.0 --python python3.13`` takes PyPI's build, several GB
+   with its CUDA libraries, which runs on the CPU: Colab's own Python and torch, for a
+   one-off check);
 2. builds a wheel of this checkout (``pip wheel --no-deps``), standing in for the
    repository address;
 3. runs the lab's own install cell in that venv's Python, as Colab runs it (with
    ``google.colab`` present, the address replaced by the wheel), and checks that it left
    Colab's widgets 7.7.1 in place (ipywidgets 8 breaks Colab's widget front end);
-4. copies the lab alone into an empty folder, runs it top to bottom in a real kernel of that
+4. copies each lab alone into an empty folder, runs it top to bottom in a real kernel of that
    venv and moves every integer slider one step and back from the kernel
-   (``benchmarks/all_sliders.py --installed``): each move runs the panel's observer.
+   (``benchmarks/all_sliders.py --installed``): each move runs the panel's observer. A cell
+   that raises fails the run.
 
 Needs the network to PyPI (or its mirror) for the pinned packages. Exits non-zero on any
 failure. Python 3.13 (Colab's) works with ``--python`` where a torch wheel for it exists.
@@ -65,8 +68,9 @@ def as_in_colab(cell: str, wheel: str) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("lab", nargs="?", default=f"{ROOT}/labs/01_averaging.ipynb")
+    parser.add_argument("labs", nargs="*", default=[f"{ROOT}/labs/01_averaging.ipynb"])
     parser.add_argument("--python", default="python3", help="the Python of the fresh venv")
+    parser.add_argument("--torch", default=TORCH, help=f"what pip installs (default {TORCH})")
     parser.add_argument("--keep", help="make the venv here and leave it (default: a temp dir)")
     parser.add_argument("--moves", type=int, default=2)
     args = parser.parse_args()
@@ -79,7 +83,7 @@ def main() -> None:
     try:
         sh(args.python, "-m", "venv", venv)
         pins = [f"{name}=={version}" for name, version in COLAB.items()]
-        sh(python, "-m", "pip", "install", "-q", "--disable-pip-version-check", *pins, TORCH,
+        sh(python, "-m", "pip", "install", "-q", "--disable-pip-version-check", *pins, args.torch,
            *RUNNER)
         # The checkout's build inputs only: a build in place would leave build/ behind.
         source = os.path.join(work, "source")
@@ -91,7 +95,7 @@ def main() -> None:
         sh(python, "-m", "pip", "wheel", "-q", "--no-deps", "--disable-pip-version-check",
            source, "-w", os.path.join(work, "wheel"))
         wheel = os.path.join(work, "wheel", os.listdir(os.path.join(work, "wheel"))[0])
-        sh(python, "-c", as_in_colab(install_cell(args.lab), wheel))
+        sh(python, "-c", as_in_colab(install_cell(args.labs[0]), wheel))
         report = (f"import json, importlib.metadata as m, ddplab\nnames = {list(COLAB)!r}\n"
                   "print(json.dumps({**{n: m.version(n) for n in names}, "
                   "'ddplab': ddplab.__file__}))")
@@ -105,12 +109,13 @@ def main() -> None:
             raise SystemExit(f"ddplab imported from {versions['ddplab']}, not the wheel")
         sh(python, "-m", "ipykernel", "install", "--sys-prefix", "--name", "python3")
         sh(python, os.path.join(ROOT, "benchmarks", "all_sliders.py"), "--installed",
-           "--moves", str(args.moves), args.lab, cwd=work)
+           "--moves", str(args.moves), *args.labs, cwd=work)
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
-    print(f"colab-sim: {os.path.basename(args.lab)} installed, run and its sliders moved "
-          f"with Colab's widgets {COLAB['ipywidgets']}, in {time.perf_counter() - start:.0f} s")
+    names = ", ".join(os.path.basename(lab) for lab in args.labs)
+    print(f"colab-sim: {names} installed, run and its sliders moved with Colab's widgets "
+          f"{COLAB['ipywidgets']} and {args.torch}, in {time.perf_counter() - start:.0f} s")
 
 
 if __name__ == "__main__":
