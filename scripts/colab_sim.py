@@ -74,6 +74,7 @@ def main() -> None:
     parser.add_argument("--keep", help="make the venv here and leave it (default: a temp dir)")
     parser.add_argument("--moves", type=int, default=2)
     args = parser.parse_args()
+    args.labs = [os.path.abspath(lab) for lab in args.labs]  # the labs run from another folder
     # ipykernel 6's debugger warns on every start about frozen modules: noise here.
     os.environ["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"
     start = time.perf_counter()
