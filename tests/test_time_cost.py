@@ -93,8 +93,10 @@ def test_errors_of_the_averaged_gradient():
     assert 0 < results["fp16"].grad_rel_error < 1e-2
     assert 0 < results["bf16"].grad_rel_error < 1e-1
     assert results["powersgd"].grad_rel_error > results["fp16"].grad_rel_error
-    if not torch.cuda.is_available():  # DDP allows bf16_compress_hook only with CUDA + NCCL
+    if torch.version.cuda is None:  # a CPU build: DDP refuses bf16_compress_hook by name
         assert "NCCL" in results["bf16"].refused and results["fp16"].refused is None
+    else:  # a CUDA build takes it, GPU or not (seen with PyPI's torch 2.11 on this CPU)
+        assert results["bf16"].refused is None
 
 
 def test_the_fp16_hook_casts_before_it_divides():
