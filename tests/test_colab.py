@@ -56,6 +56,14 @@ def test_requirements_admit_the_widgets_colab_serves():
     assert widgets[0].specifier.contains("8.1.0"), widgets[0]
 
 
+def test_requirements_admit_colabs_torch_and_no_torch_older_than_the_lowest_run():
+    with open(os.path.join(ROOT, "requirements.txt")) as f:
+        lines = [line.strip() for line in f if line.strip() and not line.startswith("#")]
+    torch = next(Requirement(line) for line in lines if Requirement(line).name == "torch")
+    assert torch.specifier.contains("2.11.0") and torch.specifier.contains("2.13.0")
+    assert not torch.specifier.contains("2.10.0"), "2.10 and older were never run"
+
+
 def test_the_simulation_runs_the_install_cell_with_the_wheel_for_the_address():
     spec = importlib.util.spec_from_file_location(
         "colab_sim", os.path.join(ROOT, "scripts", "colab_sim.py"))
