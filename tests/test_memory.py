@@ -151,8 +151,22 @@ def test_cli_json_fields():
     assert data["max_param_diff_vs_ddp"] < 1e-6
 
 
-def test_cli_bad_input_exits_2_with_one_line():
-    done = ddplab_cli("memory", "--world-size", "0")
+@pytest.mark.parametrize("args, message", [
+    (("--world-size", "0"), "world_size must be a positive int, got 0"),
+    (("--strategy", "zero2"), "strategy must be one of 'ddp', 'zero1', 'fsdp'; got 'zero2'"),
+    (("--params-millions", "0"), "params_millions must be a positive number, got 0.0"),
+])
+def test_cli_bad_input_exits_2_with_one_line(args, message):
+    done = ddplab_cli("memory", *args)
     assert done.returncode == 2
-    assert done.stderr.strip().splitlines() == [
-        "python -m ddplab memory: error: world_size must be a positive int, got 0"]
+    lines = done.stderr.strip().splitlines()
+    assert lines == [f"python -m ddplab memory: error: {message}"]
+
+
+def test_torchrun_gives_the_local_pools_bytes():
+    args = ("--strategy", "fsdp", "--optimizer", "adam", "--params-millions", str(SMALL))
+    local = ddplab_json("memory", "--world-size", "2", *args)
+    launched = ddplab_json("memory", *args, torchrun=2)
+    for field in ("parameter_count", "bytes_per_rank"):
+        assert launched[field] == local[field], field
+    assert launched["max_param_diff_vs_ddp"] < 1e-6
