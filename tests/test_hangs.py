@@ -28,7 +28,7 @@ def test_uneven_inputs_hang_is_caught_names_the_rank_and_leaves_nothing_behind()
     pids = rank_pids(3)
     before = descendants()
     assert pids <= before
-    result = uneven.run(world_size=3, extra_batches=1, fix="none", timeout=T)
+    result = uneven.run(world_size=3, extra_batches=1, fix="none", timeout=T, stacks=True)
     assert result.outcome == "hung"
     assert result.seconds < T + 5
     assert result.batches_per_rank == [2, 2, 3]
@@ -36,6 +36,14 @@ def test_uneven_inputs_hang_is_caught_names_the_rank_and_leaves_nothing_behind()
     assert result.missing_ranks == [2]  # as rank 0's monitored_barrier named it
     assert "Ranks 2 failed to pass monitoredBarrier" in result.check_in_messages[0]
     assert result.final_grads is None and "had not answered" in result.error
+    # py-spy's dump, taken while it hung: the last rank inside backward, called from the loop
+    # the page shows; the others at the check-in barrier
+    stuck = result.stacks[2]
+    assert stuck[0].startswith("_engine_run_backward (torch/autograd/graph.py:"), stuck
+    assert any(frame.startswith("train_epoch (ddplab/chapters/hangs/uneven.py:")
+               for frame in stuck), stuck
+    for waiting in result.stacks[:2]:
+        assert waiting[0].startswith("monitored_barrier (torch/distributed/"), waiting
     # Every rank process of the hung group is gone, and nothing else was left running.
     assert not any(alive(pid) for pid in pids)
     assert descendants() <= before - pids

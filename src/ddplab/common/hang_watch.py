@@ -31,6 +31,7 @@ import datetime
 import json
 import re
 import textwrap
+import threading
 import time
 import uuid
 
@@ -99,6 +100,7 @@ class Watched:
     results: list | None  # every rank's result when it finished
     notes: list[list[dict]]  # per rank, the lines it noted during this call
     error: str | None  # the TimeoutError's (or RankError's) message
+    during: object = None  # what ``run_watched``'s ``during`` returned
 
     @property
     def steps_completed_per_rank(self) -> list[int]:
@@ -114,11 +116,14 @@ class Watched:
 
 
 def run_watched(fn, world_size: int, timeout: float, backend: str = "auto",
-                catch_rank_errors: bool = False, **params) -> Watched:
+                catch_rank_errors: bool = False, during=None, **params) -> Watched:
     """``ddplab.run(fn, world_size, ...)``; a hang is the outcome "hung", not an exception
-    (and with ``catch_rank_errors`` a rank that raised or died is the outcome "died")."""
+    (and with ``catch_rank_errors`` a rank that raised or died is the outcome "died").
+    ``during(call_id)``, if given, runs in a thread beside the call (it may read the ranks'
+    notes while they hang); what it returns is ``Watched.during``."""
     positive_number("timeout", timeout)
     call_id = uuid.uuid4().hex
+    beside = None if during is None else Beside(during, call_id)
     start = time.perf_counter()
     try:
         results = ddplab.run(fn, world_size, backend=backend, timeout=timeout, call_id=call_id,
@@ -132,7 +137,30 @@ def run_watched(fn, world_size: int, timeout: float, backend: str = "auto",
         results, outcome, error = None, "died", str(exc)
     seconds = time.perf_counter() - start
     return Watched(outcome=outcome, seconds=seconds, results=results,
-                   notes=read_notes(call_id, world_size), error=error)
+                   notes=read_notes(call_id, world_size), error=error,
+                   during=None if beside is None else beside.result())
+
+
+class Beside(threading.Thread):
+    """``fn(call_id)`` in a thread; ``result()`` waits for it and returns (or raises) its
+    outcome."""
+
+    def __init__(self, fn, call_id: str):
+        super().__init__(daemon=True)
+        self.fn, self.call_id, self.value, self.error = fn, call_id, None, None
+        self.start()
+
+    def run(self) -> None:
+        try:
+            self.value = self.fn(self.call_id)
+        except BaseException as exc:  # raised in the caller by result()
+            self.error = exc
+
+    def result(self):
+        self.join()
+        if self.error is not None:
+            raise self.error
+        return self.value
 
 
 def read_notes(call_id: str, world_size: int) -> list[list[dict]]:

@@ -82,14 +82,18 @@ class Pool:
                 raise
 
     def logs(self) -> list[str]:
-        """Every rank's log, by rank; a log outlives its process (read it after a failure)."""
-        with self._lock:
-            if self._logdir is None:
-                return []
-            ranks = [int(name[4:-4]) for name in os.listdir(self._logdir)
-                     if name.startswith("rank") and name.endswith(".log")]
-            return [rank_logs.read(self._log_path(rank))
-                    for rank in range(max(ranks, default=-1) + 1)]
+        """Every rank's log, by rank; a log outlives its process (read it after a failure).
+        Without the pool's lock, which a call holds: a thread may read the logs of ranks that
+        hang in a call (``hang_watch``)."""
+        logdir = self._logdir
+        try:
+            names = [] if logdir is None else os.listdir(logdir)
+        except FileNotFoundError:  # the pool closed meanwhile
+            return []
+        ranks = [int(name[4:-4]) for name in names
+                 if name.startswith("rank") and name.endswith(".log")]
+        return [rank_logs.read(os.path.join(logdir, f"rank{rank}.log"))
+                for rank in range(max(ranks, default=-1) + 1)]
 
     def close(self) -> None:
         with self._lock:

@@ -5,6 +5,7 @@ waits for an all-reduce the others never join, and the run hangs.
     python -m ddplab uneven --world-size 2 --extra-batches 1 --fix loader-drop-last --json
     python -m ddplab uneven --world-size 2 --extra-batches 1 --fix min-count --json
     python -m ddplab uneven --world-size 2 --extra-batches 1 --fix join --json
+    python -m ddplab uneven --world-size 2 --extra-batches 1 --timeout 4 --stacks
 
 Every rank trains the same small MLP with SGD on its own hand-sharded data: ``batches`` full
 batches of ``batch_size`` samples, the last rank ``extra_batches`` more, read through a
@@ -27,8 +28,10 @@ batches of ``batch_size`` samples, the last rank ``extra_batches`` more, read th
   (``Join.notify_join_context``, called from ``DistributedDataParallel.forward``).
 
 After the loop every rank checks in at a ``monitored_barrier`` (``hang_watch.finish``), which
-names the ranks that never arrived. The rank function notes each step from an optimizer hook,
-so the loops the page shows (:func:`train_epoch`, :func:`train_epoch_equal_count`) stay plain.
+names the ranks that never arrived. The rank function notes its process id, then each step
+from an optimizer hook, so the loops the page shows (:func:`train_epoch`,
+:func:`train_epoch_equal_count`) stay plain. With ``stacks=True`` every rank's Python stack is
+dumped while the run hangs (``stack_dump``, py-spy).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import itertools
+import os
 
 import numpy as np
 import torch
@@ -45,6 +49,7 @@ from torch.distributed.algorithms.join import Join
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, TensorDataset
 
+from ddplab.chapters.hangs import stack_dump
 from ddplab.common import hang_watch
 from ddplab.common.checks import an_int, int_in_range, one_of, positive_int
 from ddplab.common.mlp import flat_grad, make_batch, make_model
@@ -55,6 +60,7 @@ COMMAND = "uneven"  # python -m ddplab uneven
 FIXES = ("none", "loader-drop-last", "min-count", "join")
 LAYERS = (8, 16, 1)
 LR = 0.1
+STACK_LINES = 6  # frames of each rank's stack that describe() prints
 
 
 def batches_per_rank(world_size: int, batches: int, extra_batches: int) -> list[int]:
@@ -98,6 +104,7 @@ def train(ctx, call_id: str, batches_per_rank: list[int], fix: str,
           divide_by_initial_world_size: bool, batch_size: int, seed: int,
           check_in_seconds: float) -> dict:
     """Train on this rank's ``batches_per_rank[rank]`` batches; note each step in the log."""
+    hang_watch.note(call_id, ctx.rank, pid=os.getpid())
     work, watch = hang_watch.work_groups(check_in_seconds)
     model = make_model(LAYERS, seed).to(ctx.device)
     ddp = DDP(model, process_group=work)  # keep a reference until backward is done
@@ -158,6 +165,7 @@ class Uneven(Result):
     final_params: np.ndarray | None  # (world_size, n): each rank's parameters at the end
     gradient_scales: list[list[float]] | None  # per rank and step: DDP's gradient / local one
     error: str | None
+    stacks: list[list[str] | None] | None = None  # per rank, its frames while hung (py-spy)
 
     json_extras = ("extra_step_scale",)
 
@@ -179,19 +187,25 @@ class Uneven(Result):
             lines.append(f"extra steps: DDP's gradient = {self.extra_step_scale:.3f} x the "
                          f"rank's own\n  (divide_by_initial_world_size="
                          f"{self.divide_by_initial_world_size})")
+        for rank, frames in enumerate(self.stacks or []):
+            lines.append(f"rank {rank}'s stack while hung, innermost first (py-spy dump):")
+            lines += [f"  {frame}" for frame in (frames or ["(not dumped)"])[:STACK_LINES]]
         return "\n".join(lines)
 
 
 def run(world_size: int = 2, extra_batches: int = 1, fix: str = "none", batches: int = 2,
         divide_by_initial_world_size: bool = True, batch_size: int = 4, seed: int = 0,
-        backend: str = "auto", timeout: float = 60.0) -> Uneven:
-    """Train with the last rank holding ``extra_batches`` more; "hung" if it never finishes."""
+        backend: str = "auto", timeout: float = 60.0, stacks: bool = False) -> Uneven:
+    """Train with the last rank holding ``extra_batches`` more; "hung" if it never finishes.
+    ``stacks``: dump every rank's stack once each has done the steps it can (py-spy)."""
     one_of("fix", fix, FIXES)
     per_rank = batches_per_rank(world_size, batches, extra_batches)
     positive_int("batch_size", batch_size)
     an_int("seed", seed)
+    during = stack_dump.when_stuck([min(per_rank)] * world_size) if stacks else None
     watched = hang_watch.run_watched(
-        train, world_size, timeout, backend=backend, batches_per_rank=per_rank, fix=fix,
+        train, world_size, timeout, backend=backend, during=during,
+        batches_per_rank=per_rank, fix=fix,
         divide_by_initial_world_size=bool(divide_by_initial_world_size),
         batch_size=batch_size, seed=seed, check_in_seconds=max(0.5, timeout / 2))
     results = watched.results
@@ -205,7 +219,7 @@ def run(world_size: int = 2, extra_batches: int = 1, fix: str = "none", batches:
         final_grads=None if results is None else np.stack([r["grad"] for r in results]),
         final_params=None if results is None else np.stack([r["params"] for r in results]),
         gradient_scales=None if results is None else [r["scales"] for r in results],
-        error=watched.error)
+        error=watched.error, stacks=watched.during)
 
 
 # ---------------------------------------------------------------- CLI
@@ -223,3 +237,5 @@ def add_arguments(parser) -> None:
                         help="with --fix join: Join(divide_by_initial_world_size=False)")
     parser.add_argument("--batch-size", type=int, default=4, help="samples per rank and batch")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--stacks", action="store_true",
+                        help="dump every rank's Python stack while it hangs (needs py-spy)")

@@ -1,0 +1,72 @@
+"""Where each rank of a hung run waits: a Python stack dump of every rank, taken while the hang
+is on, with py-spy (from PyPI; ``py-spy dump --pid PID`` reads a running process's stacks
+without stopping it, as root or for a process you may trace).
+
+    python -m ddplab uneven --world-size 2 --extra-batches 1 --timeout 4 --stacks
+
+Each watched rank notes its process id first (``hang_watch.note(call_id, rank, pid=...)``).
+:func:`when_stuck` gives ``hang_watch.run_watched`` a function that runs beside the call: it
+reads the ranks' notes until every rank has noted the steps it will complete, waits a moment
+for the stuck rank to reach its wait, and dumps every rank's stacks, rank 0 first.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+from ddplab.common import hang_watch
+
+
+def py_spy() -> str:
+    """The py-spy executable: on the PATH, or beside this Python (a venv not activated)."""
+    found = shutil.which("py-spy") or shutil.which("py-spy", path=os.path.dirname(sys.executable))
+    if found is None:
+        raise RuntimeError("py-spy is not installed: pip install py-spy")
+    return found
+
+
+def dump(pid: int) -> str:
+    """``py-spy dump --pid PID``: every thread's Python stack, innermost frame first."""
+    done = subprocess.run([py_spy(), "dump", "--pid", str(pid)], capture_output=True,
+                          text=True, timeout=30)
+    if done.returncode != 0:
+        raise RuntimeError(f"py-spy dump --pid {pid} failed: {done.stderr.strip()}")
+    return done.stdout
+
+
+def main_thread_frames(text: str) -> list[str]:
+    """The main thread's frames from a dump, innermost first, as ``function (file:line)`` with
+    the file's path cut to what follows ``site-packages/`` or ``src/``."""
+    frames, inside = [], False
+    for line in text.splitlines():
+        if line.startswith("Thread "):
+            inside = '"MainThread"' in line
+        elif inside and line.startswith("    ") and line.strip():
+            frames.append(re.sub(r"\(.*(?:site-packages|src)/", "(", line.strip()))
+    return frames
+
+
+def when_stuck(steps_per_rank: list[int], settle: float = 0.2, limit: float = 10.0):
+    """For ``run_watched(..., during=...)``: once every rank has noted its pid and
+    ``steps_per_rank[rank]`` steps (or more), wait ``settle`` seconds, then each rank's main-thread
+    frames (None for a rank that never noted its pid within ``limit`` seconds)."""
+    world_size = len(steps_per_rank)
+
+    def during(call_id: str) -> list[list[str] | None]:
+        deadline = time.perf_counter() + limit
+        while time.perf_counter() < deadline:
+            notes = hang_watch.read_notes(call_id, world_size)
+            pids = [next((n["pid"] for n in rank if "pid" in n), None) for rank in notes]
+            steps = [sum("step" in n for n in rank) for rank in notes]
+            if None not in pids and all(s >= n for s, n in zip(steps, steps_per_rank)):
+                time.sleep(settle)
+                return [main_thread_frames(dump(pid)) for pid in pids]
+            time.sleep(0.02)
+        return [None] * world_size
+
+    return during
