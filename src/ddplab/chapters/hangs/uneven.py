@@ -177,7 +177,7 @@ class Uneven(Result):
         extra = self.gradient_scales[-1][min(len(g) for g in self.gradient_scales):]
         return float(np.mean(extra)) if extra else None
 
-    def describe(self) -> str:
+    def summary(self) -> str:
         lines = [f"fix {self.fix!r}, world size {self.world_size}: {self.outcome} after "
                  f"{self.seconds:.1f} s\n  (timeout {self.timeout:g} s)",
                  f"batches per rank: {self.batches_per_rank}; steps completed per rank: "
@@ -187,10 +187,18 @@ class Uneven(Result):
             lines.append(f"extra steps: DDP's gradient = {self.extra_step_scale:.3f} x the "
                          f"rank's own\n  (divide_by_initial_world_size="
                          f"{self.divide_by_initial_world_size})")
+        return "\n".join(lines)
+
+    def stack_text(self) -> str:
+        """Each rank's innermost frames while it hung (``stacks=True``)."""
+        lines = []
         for rank, frames in enumerate(self.stacks or []):
             lines.append(f"rank {rank}'s stack while hung, innermost first (py-spy dump):")
             lines += [f"  {frame}" for frame in (frames or ["(not dumped)"])[:STACK_LINES]]
         return "\n".join(lines)
+
+    def describe(self) -> str:
+        return "\n".join(filter(None, [self.summary(), self.stack_text()]))
 
 
 def run(world_size: int = 2, extra_batches: int = 1, fix: str = "none", batches: int = 2,
