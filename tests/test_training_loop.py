@@ -17,6 +17,7 @@ from ddplab.chapters.training_loop import (
     early_stop,
     evaluation,
     mixed_precision,
+    printing,
     seeds,
     torch_compile,
 )
@@ -104,6 +105,8 @@ def test_bad_input_is_a_value_error():
         clipping.run(max_norm=0)
     with pytest.raises(ValueError, match="dataset_size"):
         evaluation.run(world_size=3, dataset_size=4)
+    with pytest.raises(ValueError, match="steps"):
+        printing.run(steps=0)
 
 
 def test_ddp_optimizer_splits_the_compiled_graph_at_bucket_boundaries():
@@ -144,3 +147,37 @@ def test_early_stop_cli_json_reports_the_hang():
     data = ddplab_json("early-stop", "--world-size", "2", "--fix", "none", "--timeout", "2")
     assert data["outcome"] == "hung" and data["seconds"] < 2 + 5
     assert data["stopped_at_step_per_rank"] == [None, 1]
+
+
+def test_every_rank_prints_its_own_loss_and_rank_0_prints_the_global_batchs_once():
+    import torch
+
+    result = printing.run(world_size=3, steps=3, batch_size=4)
+    # one process on the global batch of 12, written out here; and at step 0 (the same
+    # initial weights everywhere) each rank's own loss on its 4 rows
+    model = make_model(printing.LAYERS, 0)
+    optimizer = torch.optim.SGD(model.parameters(), lr=printing.LR)
+    reference = []
+    for step in range(3):
+        X, y = make_batch(printing.LAYERS, 4, 3, 0, step)
+        if step == 0:
+            with torch.no_grad():
+                own = [float(F.mse_loss(model(X[r * 4:r * 4 + 4]), y[r * 4:r * 4 + 4]))
+                       for r in range(3)]
+        loss = F.mse_loss(model(X), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        reference.append(loss.item())
+    assert result.lines_per_rank == {"every-rank": [3, 3, 3], "rank-0": [3, 0, 0],
+                                     "rank-0-all-reduced": [3, 0, 0]}
+    assert result.losses("rank-0-all-reduced")[0] == pytest.approx(reference, abs=1e-5)
+    assert [losses[0] for losses in result.losses("every-rank")] == pytest.approx(own, abs=1e-5)
+    assert result.losses("rank-0")[0] == result.losses("every-rank")[0]
+    # the comparison can fail: a rank's own loss is not the global batch's
+    assert min(abs(o - reference[0]) for o in own) > 1e-2
+    assert result.max_diff_vs_one_process["rank-0"] > 1e-2
+    # a later call counts its own lines only, not those already in the ranks' logs
+    again = printing.run(world_size=2, steps=2)
+    assert again.lines_per_rank["every-rank"] == [2, 2]
+    assert again.lines_per_rank["rank-0-all-reduced"] == [2, 0]
