@@ -5,7 +5,8 @@
 Every page of the built book, served on 127.0.0.1: no console error, no request leaving the
 book's own files (such a request is blocked and reported), every image loaded, every internal
 link (and its #anchor) resolving, each Colab button opening a lab that exists in labs/, the
-page under 6 MB and each static panel under 1.5 MB. On a page with static panels, moving each
+page under 6 MB and each static panel under 1.5 MB; the book's search finds the error index for
+every message it lists. On a page with static panels, moving each
 control changes the figure and the text. Then the labs in one real JupyterLab, each run up to
 its first panel: in the first (--lab) a slider move re-runs real DDP and the figure changes, the
 time from the move to the new figure printed; then every other lab (unless --one-lab), its
@@ -158,6 +159,27 @@ def check_page(page, checks: Checks, html: Path, base: str, rel: str, shots: Pat
           f"{len(colab)} Colab button(s){panels}")
 
 
+def error_messages() -> list[str]:
+    """The messages the error index lists: each ``## `message` `` heading of book/errors.md,
+    its first quoted part."""
+    text = (ROOT / "book" / "errors.md").read_text()
+    return re.findall(r"^## `([^`]+)`", text, re.M)
+
+
+def check_search(page, checks: Checks, base: str) -> None:
+    """The book's own search, offline, finds the error index for each message it lists."""
+    for message in error_messages():
+        query = message.strip(". ")
+        page.goto(f"{base}search.html?q={urllib.parse.quote_plus(query)}")
+        found = page.wait_for_function(
+            """() => { const r = document.querySelector('#search-results');
+                       return r && r.querySelector('p.search-summary') &&
+                              [...r.querySelectorAll('a')].map(a => a.getAttribute('href')); }""",
+            timeout=20_000).json_value()
+        checks.check(any(href.startswith("book/errors.html") for href in found),
+                     f"search for {query!r} does not find the error index: {found[:5]}")
+
+
 def check_panels(page, checks: Checks, rel: str) -> str:
     """Each control of each static panel changes the figure and the text."""
     sizes = page.eval_on_selector_all(".ddplab-panel", "ps => ps.map(p => p.outerHTML.length)")
@@ -275,6 +297,12 @@ def main() -> None:
                 except Exception as exc:  # one broken page must not hide the others
                     checks.check(False, f"{rel}: {type(exc).__name__}: {exc}")
                 page.close()
+            page = chromium.new_page()
+            try:
+                check_search(page, checks, base)
+            except Exception as exc:
+                checks.check(False, f"search: {type(exc).__name__}: {exc}")
+            page.close()
             chromium.close()
             if not args.no_lab:
                 others = [] if args.one_lab else sorted((ROOT / "labs").glob("*.ipynb"))
