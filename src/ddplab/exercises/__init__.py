@@ -6,7 +6,9 @@
 
 Each exercise module holds what the reader writes (``SIGNATURE``), its answer (``answer``), the
 cases it is checked on (``cases``), the rank code that runs the reader's solution
-(``on_rank``) and the comparison with real DDP or torch (``judge``). :mod:`.checker` runs them.
+(``on_rank``) and the comparison with real DDP or torch (``judge``); when a case hangs or
+raises, ``explain`` (where a module has one) says what the ranks noted. :mod:`.checker` runs
+them.
 This package imports no chapter.
 """
 
@@ -46,6 +48,10 @@ def check(name: str, solution, world_size: int = 2, timeout: float = DEFAULT_TIM
         outcome = checker.run_case(module.on_rank, size, timeout, module.FUNCTION,
                                    solution=solution, **params)
         problem = outcome.problem or module.judge(size, params, outcome.results)
+        if outcome.problem and hasattr(module, "explain"):  # what the ranks noted, in words
+            words = module.explain(size, params, outcome.notes)
+            if words:
+                problem += ("\n" if "\n" in problem else " ") + words
         if problem:
             return Verdict(name, False, problem, {"world_size": size, **params},
                            time.perf_counter() - start)

@@ -6,6 +6,8 @@
   fresh ones on the next call) and the notes say which ranks waited and which never came.
 * The checker's own rank code calls no collective after the reader's: each rank returns its
   gradients and the caller compares them, so a missing collective cannot pair with one of ours.
+* A hang or a raise comes back with every rank's notes: an exercise's ``explain`` may put
+  what they show (the collectives a rank started, say) into words.
 * :func:`compare_grads` says which parameter differs, on which rank, and by what factor.
 * :func:`load_solution` reads a ``.py`` file for the command line.
 """
@@ -47,6 +49,7 @@ class Verdict:
 class Outcome:
     results: list | None  # per rank, when every rank answered
     problem: str | None  # the hang or the error, in words
+    notes: list[list[dict]] | None = None  # per rank, what it noted, when it hung or raised
 
 
 def run_case(on_rank, world_size: int, timeout: float, what: str, **params) -> Outcome:
@@ -57,14 +60,14 @@ def run_case(on_rank, world_size: int, timeout: float, what: str, **params) -> O
         return Outcome(ddplab.run(on_rank, world_size, timeout=timeout, call_id=call_id,
                                   **params), None)
     except TimeoutError:
-        return Outcome(None, hang_message(call_id, world_size, what,
-                                          time.perf_counter() - start))
+        problem = hang_message(call_id, world_size, what, time.perf_counter() - start)
     except ddplab.RankError as exc:
         if "timed out" in str(exc).lower():  # the group's own timeout fired first
-            return Outcome(None, hang_message(call_id, world_size, what,
-                                              time.perf_counter() - start))
-        summary = str(exc).split("\n\nTraceback")[0]
-        return Outcome(None, f"{what} raised on rank {exc.rank}: {summary}")
+            problem = hang_message(call_id, world_size, what, time.perf_counter() - start)
+        else:
+            summary = str(exc).split("\n\nTraceback")[0]
+            problem = f"{what} raised on rank {exc.rank}: {summary}"
+    return Outcome(None, problem, hang_watch.read_notes(call_id, world_size))
 
 
 def enter(call_id: str, rank: int) -> None:
