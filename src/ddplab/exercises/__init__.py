@@ -17,10 +17,18 @@ from __future__ import annotations
 import time
 
 from ddplab.common.checks import int_in_range, positive_number
-from ddplab.exercises import accumulate, average_gradients, bucketed_ddp, checker, shard_indices
+from ddplab.exercises import (
+    accumulate,
+    average_gradients,
+    bucketed_ddp,
+    checker,
+    equal_batches,
+    shard_indices,
+)
 from ddplab.exercises.checker import Unusable, Verdict
 
-EXERCISES = {m.NAME: m for m in (average_gradients, shard_indices, accumulate, bucketed_ddp)}
+EXERCISES = {m.NAME: m for m in (average_gradients, shard_indices, accumulate, bucketed_ddp,
+                                 equal_batches)}
 DEFAULT_TIMEOUT = 20.0
 
 __all__ = ["EXERCISES", "Unusable", "Verdict", "check", "exercise"]
