@@ -6,7 +6,8 @@
 
 Each exercise module holds what the reader writes (``SIGNATURE``), its answer (``answer``), the
 cases it is checked on (``cases``), the rank code that runs the reader's solution
-(``on_rank``) and the comparison with real DDP or torch (``judge``). :mod:`.checker` runs them.
+(``on_rank``) and the comparison with real DDP or torch (``judge``); a module may also
+``explain`` a raise, naming the mistake behind it. :mod:`.checker` runs them.
 This package imports no chapter.
 """
 
@@ -15,10 +16,18 @@ from __future__ import annotations
 import time
 
 from ddplab.common.checks import int_in_range, positive_number
-from ddplab.exercises import accumulate, average_gradients, bucketed_ddp, checker, shard_indices
+from ddplab.exercises import (
+    accumulate,
+    average_gradients,
+    bucketed_ddp,
+    checker,
+    gather_unequal,
+    shard_indices,
+)
 from ddplab.exercises.checker import Unusable, Verdict
 
-EXERCISES = {m.NAME: m for m in (average_gradients, shard_indices, accumulate, bucketed_ddp)}
+EXERCISES = {m.NAME: m for m in (average_gradients, shard_indices, accumulate, bucketed_ddp,
+                                 gather_unequal)}
 DEFAULT_TIMEOUT = 20.0
 
 __all__ = ["EXERCISES", "Unusable", "Verdict", "check", "exercise"]
@@ -46,6 +55,8 @@ def check(name: str, solution, world_size: int = 2, timeout: float = DEFAULT_TIM
         outcome = checker.run_case(module.on_rank, size, timeout, module.FUNCTION,
                                    solution=solution, **params)
         problem = outcome.problem or module.judge(size, params, outcome.results)
+        if outcome.problem and hasattr(module, "explain"):  # a raise the exercise can name
+            problem = module.explain(size, params, outcome.problem)
         if problem:
             return Verdict(name, False, problem, {"world_size": size, **params},
                            time.perf_counter() - start)
