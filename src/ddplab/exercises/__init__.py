@@ -7,8 +7,8 @@
 Each exercise module holds what the reader writes (``SIGNATURE``), its answer (``answer``), the
 cases it is checked on (``cases``), the rank code that runs the reader's solution
 (``on_rank``) and the comparison with real DDP or torch (``judge``); when a case hangs or
-raises, ``explain`` (where a module has one) says what the ranks noted. :mod:`.checker` runs
-them.
+raises, a module's ``explain`` (where it has one) may name the mistake behind it, from the
+error and what the ranks noted. :mod:`.checker` runs them.
 This package imports no chapter.
 """
 
@@ -23,12 +23,13 @@ from ddplab.exercises import (
     bucketed_ddp,
     checker,
     equal_batches,
+    gather_unequal,
     shard_indices,
 )
 from ddplab.exercises.checker import Unusable, Verdict
 
 EXERCISES = {m.NAME: m for m in (average_gradients, shard_indices, accumulate, bucketed_ddp,
-                                 equal_batches)}
+                                 equal_batches, gather_unequal)}
 DEFAULT_TIMEOUT = 20.0
 
 __all__ = ["EXERCISES", "Unusable", "Verdict", "check", "exercise"]
@@ -56,10 +57,8 @@ def check(name: str, solution, world_size: int = 2, timeout: float = DEFAULT_TIM
         outcome = checker.run_case(module.on_rank, size, timeout, module.FUNCTION,
                                    solution=solution, **params)
         problem = outcome.problem or module.judge(size, params, outcome.results)
-        if outcome.problem and hasattr(module, "explain"):  # what the ranks noted, in words
-            words = module.explain(size, params, outcome.notes)
-            if words:
-                problem += ("\n" if "\n" in problem else " ") + words
+        if outcome.problem and hasattr(module, "explain"):  # a hang or a raise, in words
+            problem = module.explain(size, params, outcome) or problem
         if problem:
             return Verdict(name, False, problem, {"world_size": size, **params},
                            time.perf_counter() - start)

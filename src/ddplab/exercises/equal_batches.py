@@ -135,8 +135,17 @@ def ranks_text(ranks: list[int]) -> str:
     return f"rank{'s' * (len(ranks) > 1)} {', '.join(map(str, ranks))}"
 
 
-def explain(world_size: int, params: dict, notes: list[list[dict]]) -> str | None:
-    """After a hang or a raise: the count all-reduces each rank started, in words."""
+def explain(world_size: int, params: dict, outcome) -> str | None:
+    """After a hang or a raise: the problem, then the count all-reduces each rank started, in
+    words (None: nothing to add)."""
+    words = _noted(world_size, params, outcome.notes)
+    if words is None:
+        return None
+    return outcome.problem + ("\n" if "\n" in outcome.problem else " ") + words
+
+
+def _noted(world_size: int, params: dict, notes: list[list[dict]]) -> str | None:
+    """The count all-reduces each rank started, in words."""
     if not any("entered" in n for rank_notes in notes for n in rank_notes):
         return None  # it ended before the reader's code began
     counts = params["counts"]
