@@ -9,6 +9,7 @@ matrix n x m as P (n) and Q (m) when (n + m) * 2 < n * m, else whole, and 1-D te
 (64 + 8) + 64 + (32 + 64) + 32 + (4 + 32) + 4 = 304 floats = 1216 bytes.
 """
 
+import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 import torch
@@ -23,6 +24,7 @@ from ddplab.chapters.time_cost import (
     compression,
     cost_model,
     fp16_overflow,
+    plots,
     scaling,
     step_time,
 )
@@ -196,6 +198,21 @@ def test_cli_allreduce_and_step_time_print_the_named_fields():
                        "8,64,32,4", "--iterations", "2")
     assert all(data[f"{p}_ms"] >= 0 for p in (*step_time.PHASES, "step"))
     assert data["world_size"] == 2 and data["batch_size"] == 4
+
+
+def test_the_hook_comparison_reports_each_run_with_the_hooks_done_so_far():
+    calls = []
+
+    def progress(done, total, label, partial=None):
+        calls.append((done, total, label, None if partial is None else list(partial)))
+
+    out = compression.compare(hooks=("none", "fp16"), progress=progress)
+    assert calls == [(0, 2, "none", None), (1, 2, "fp16", ["none"]), (2, 2, "done", None)]
+    assert list(out) == ["none", "fp16"]
+    # a panel draws the partial result as it draws the whole one
+    one = plots.compression({"none": out["none"]})
+    assert [t.get_text() for t in one.axes[0].get_yticklabels()] == ["none"]
+    plt.close(one)
 
 
 def test_cli_accumulate_and_compress_print_the_named_fields():

@@ -47,6 +47,7 @@ import ddplab
 from ddplab.chapters.time_cost.step_time import LAYERS  # the chapter's model
 from ddplab.common import clock, mlp
 from ddplab.common.checks import int_at_least, one_of, positive_int
+from ddplab.common.progress import report as progress_report
 from ddplab.common.results import Result
 
 COMMAND = "compress"  # python -m ddplab compress
@@ -207,12 +208,12 @@ def run(world_size: int = 2, hook: str = "fp16", seed: int = 0, layers=None,
 def compare(hooks=HOOKS, world_size: int = 2, powersgd_rank: int = 1, seed: int = 0,
             progress=None) -> dict:
     """:func:`run` for each hook: ``{hook: Compression}``; ``powersgd_rank`` is PowerSGD's
-    matrix rank."""
+    matrix rank. ``progress`` hears of each run, with the hooks done so far as ``partial``."""
     out = {}
     for i, hook in enumerate(hooks):
-        if progress is not None:
-            progress(i, len(hooks), hook)
+        progress_report(progress, i, len(hooks), hook, partial=dict(out) if out else None)
         out[hook] = run(world_size, hook, seed, powersgd_rank=powersgd_rank)
+    progress_report(progress, len(hooks), len(hooks), "done")
     return out
 
 
