@@ -8,17 +8,20 @@
   gradients and the caller compares them, so a missing collective cannot pair with one of ours.
 * A hang or a raise comes back with every rank's notes: an exercise's ``explain`` may put
   what they show (the collectives a rank started, say) into words.
+* :func:`watching_allreduce` lets an exercise see each all-reduce the reader's code starts.
 * :func:`compare_grads` says which parameter differs, on which rank, and by what factor.
 * :func:`load_solution` reads a ``.py`` file for the command line.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 import uuid
 
 import numpy as np
+import torch.distributed as dist
 
 import ddplab
 from ddplab.common import hang_watch
@@ -76,6 +79,26 @@ def enter(call_id: str, rank: int) -> None:
 
 def leave(call_id: str, rank: int) -> None:
     hang_watch.note(call_id, rank, left=True)
+
+
+@contextlib.contextmanager
+def watching_allreduce(see):
+    """Inside the block, every ``dist.all_reduce`` (``ProcessGroup.allreduce``, which it calls)
+    first calls ``see(tensors, *args, **kwargs)``. The class's own entry (a pybind11
+    instancemethod) is put back afterwards: the attribute read through the class is a plain
+    builtin that would no longer bind ``self``."""
+    entry = dist.ProcessGroup.__dict__["allreduce"]
+    call = dist.ProcessGroup.allreduce
+
+    def spy(group, tensors, *args, **kwargs):
+        see(tensors, *args, **kwargs)
+        return call(group, tensors, *args, **kwargs)
+
+    dist.ProcessGroup.allreduce = spy
+    try:
+        yield
+    finally:
+        dist.ProcessGroup.allreduce = entry
 
 
 def hang_message(call_id: str, world_size: int, what: str, seconds: float) -> str:

@@ -87,19 +87,19 @@ def one_process(world_size: int, steps: int, seed: int, zero_grad: bool = True) 
     return {n: p.detach().clone() for n, p in model.named_parameters()}
 
 
-def noting_allreduce(call_id: str, rank: int, allreduce):
-    """``ProcessGroup.allreduce`` that first notes its operation, and its values when they are
-    few (a count), in this rank's log: a hung rank's notes still reach the caller."""
+def note_allreduce(call_id: str, rank: int):
+    """For :func:`checker.watching_allreduce`: note each all-reduce's operation, and its values
+    when they are few (a count), in this rank's log: a hung rank's notes still reach the
+    caller."""
 
-    def spy(group, tensors, *args, **kwargs):
+    def see(tensors, *args, **kwargs):
         opts = args[0] if args else kwargs.get("opts")
         op = getattr(getattr(opts, "reduceOp", None), "op", None)
         first = tensors[0] if isinstance(tensors, (list, tuple)) else tensors
         values = first.flatten().tolist() if first.numel() <= NOTED_VALUES else None
         hang_watch.note(call_id, rank, allreduce=getattr(op, "name", str(op)), values=values)
-        return allreduce(group, tensors, *args, **kwargs)
 
-    return spy
+    return see
 
 
 def on_rank(ctx, solution, call_id: str, counts: list[int], seed: int) -> dict:
@@ -118,14 +118,9 @@ def on_rank(ctx, solution, call_id: str, counts: list[int], seed: int) -> dict:
 
     optimizer.register_step_post_hook(count_step)
     loader = rank_loader(ctx, counts[ctx.rank], seed)
-    entry = dist.ProcessGroup.__dict__["allreduce"]  # put back as it was (see bucketed_ddp)
-    dist.ProcessGroup.allreduce = noting_allreduce(call_id, ctx.rank,
-                                                   dist.ProcessGroup.allreduce)
     checker.enter(call_id, ctx.rank)
-    try:
+    with checker.watching_allreduce(note_allreduce(call_id, ctx.rank)):
         solution(ddp, optimizer, loader)
-    finally:
-        dist.ProcessGroup.allreduce = entry
     checker.leave(call_id, ctx.rank)
     return {"steps": len(steps), "want": want, "no_zero_grad": no_zero_grad,
             "got": {n: p.detach() for n, p in model.named_parameters()}}
