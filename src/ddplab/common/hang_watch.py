@@ -168,11 +168,22 @@ def read_notes(call_id: str, world_size: int) -> list[list[dict]]:
     notes: list[list[dict]] = [[] for _ in range(world_size)]
     for text in ddplab.logs():
         for line in text.splitlines():
-            if line.startswith(NOTE):
-                entry = json.loads(line[len(NOTE):])
-                if entry["call"] == call_id and entry["rank"] < world_size:
-                    notes[entry["rank"]].append(entry)
+            entry = parsed_note(line)
+            if entry and entry["call"] == call_id and entry["rank"] < world_size:
+                notes[entry["rank"]].append(entry)
     return notes
+
+
+def parsed_note(line: str) -> dict | None:
+    """The fields of a log line that :func:`note` wrote; None for any other line, and for a
+    note still being written (the logs may be read while ranks run: ``run_watched``'s
+    ``during``)."""
+    if not line.startswith(NOTE):
+        return None
+    try:
+        return json.loads(line[len(NOTE):])
+    except ValueError:
+        return None
 
 
 def named_ranks(message: str | None) -> list[int]:

@@ -23,7 +23,6 @@ the ``every-rank`` copies for itself), and there are no pool logs to read back.
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 import uuid
 
@@ -100,8 +99,8 @@ def printed_lines(call_id: str, world_size: int) -> dict[str, list[list[str]]]:
     for rank, text in enumerate(ddplab.logs()[:world_size]):
         way = None
         for line in text.splitlines():
-            if line.startswith(hang_watch.NOTE):
-                entry = json.loads(line[len(hang_watch.NOTE):])
+            entry = hang_watch.parsed_note(line)
+            if entry:
                 way = entry.get("printing") if entry["call"] == call_id else None
             elif way is not None and LINE.match(line):
                 printed[way][rank].append(line)
