@@ -172,8 +172,11 @@ def check_search(page, checks: Checks, base: str) -> None:
         query = message.strip(". ")
         page.goto(f"{base}search.html?q={urllib.parse.quote_plus(query)}")
         found = page.wait_for_function(
+            # Sphinx lists results one by one, 5 ms apart, and titles the list "Search
+            # Results" only after the last: read the links once that title is there.
             """() => { const r = document.querySelector('#search-results');
-                       return r && r.querySelector('p.search-summary') &&
+                       const h = r && r.querySelector('h2');
+                       return h && h.textContent.startsWith('Search Results') &&
                               [...r.querySelectorAll('a')].map(a => a.getAttribute('href')); }""",
             timeout=20_000).json_value()
         checks.check(any(href.startswith("book/errors.html") for href in found),
