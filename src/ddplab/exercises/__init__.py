@@ -8,7 +8,8 @@ Each exercise module holds what the reader writes (``SIGNATURE``), its answer (`
 cases it is checked on (``cases``), the rank code that runs the reader's solution
 (``on_rank``) and the comparison with real DDP or torch (``judge``); when a case hangs or
 raises, a module's ``explain`` (where it has one) may name the mistake behind it, from the
-error and what the ranks noted. :mod:`.checker` runs them.
+error and what the ranks noted. A module's ``judge_in_caller`` (where it has one) judges the
+solution here first, and a solution it rejects starts no rank. :mod:`.checker` runs them.
 This package imports no chapter.
 """
 
@@ -24,12 +25,13 @@ from ddplab.exercises import (
     checker,
     equal_batches,
     gather_unequal,
+    scaled_lr,
     shard_indices,
 )
 from ddplab.exercises.checker import Unusable, Verdict
 
-EXERCISES = {m.NAME: m for m in (average_gradients, shard_indices, accumulate, bucketed_ddp,
-                                 equal_batches, gather_unequal)}
+EXERCISES = {m.NAME: m for m in (average_gradients, shard_indices, scaled_lr, accumulate,
+                                 bucketed_ddp, equal_batches, gather_unequal)}
 DEFAULT_TIMEOUT = 20.0
 
 __all__ = ["EXERCISES", "Unusable", "Verdict", "check", "exercise"]
@@ -52,6 +54,11 @@ def check(name: str, solution, world_size: int = 2, timeout: float = DEFAULT_TIM
         raise TypeError(f"solution must be the function or class {module.SIGNATURE}, "
                         f"got {solution!r}")
     start = time.perf_counter()
+    if hasattr(module, "judge_in_caller"):  # before any rank starts
+        failed = module.judge_in_caller(solution)
+        if failed:
+            case, problem = failed
+            return Verdict(name, False, problem, case, time.perf_counter() - start)
     all_cases = module.cases(world_size)
     for size, params in all_cases:
         outcome = checker.run_case(module.on_rank, size, timeout, module.FUNCTION,
