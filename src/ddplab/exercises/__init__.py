@@ -25,11 +25,12 @@ from ddplab.exercises import (
     equal_batches,
     gather_unequal,
     shard_indices,
+    shard_optimizer,
 )
 from ddplab.exercises.checker import Unusable, Verdict
 
 EXERCISES = {m.NAME: m for m in (average_gradients, shard_indices, accumulate, bucketed_ddp,
-                                 equal_batches, gather_unequal)}
+                                 equal_batches, gather_unequal, shard_optimizer)}
 DEFAULT_TIMEOUT = 20.0
 
 __all__ = ["EXERCISES", "Unusable", "Verdict", "check", "exercise"]
