@@ -27,11 +27,12 @@ from ddplab.exercises import (
     gather_unequal,
     scaled_lr,
     shard_indices,
+    shard_optimizer,
 )
 from ddplab.exercises.checker import Unusable, Verdict
 
 EXERCISES = {m.NAME: m for m in (average_gradients, shard_indices, scaled_lr, accumulate,
-                                 bucketed_ddp, equal_batches, gather_unequal)}
+                                 bucketed_ddp, equal_batches, shard_optimizer, gather_unequal)}
 DEFAULT_TIMEOUT = 20.0
 
 __all__ = ["EXERCISES", "Unusable", "Verdict", "check", "exercise"]
