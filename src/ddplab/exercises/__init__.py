@@ -24,12 +24,13 @@ from ddplab.exercises import (
     checker,
     equal_batches,
     gather_unequal,
+    ring_allreduce,
     shard_indices,
 )
 from ddplab.exercises.checker import Unusable, Verdict
 
 EXERCISES = {m.NAME: m for m in (average_gradients, shard_indices, accumulate, bucketed_ddp,
-                                 equal_batches, gather_unequal)}
+                                 equal_batches, gather_unequal, ring_allreduce)}
 DEFAULT_TIMEOUT = 20.0
 
 __all__ = ["EXERCISES", "Unusable", "Verdict", "check", "exercise"]
