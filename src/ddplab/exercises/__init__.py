@@ -25,14 +25,16 @@ from ddplab.exercises import (
     checker,
     equal_batches,
     gather_unequal,
+    ring_allreduce,
     scaled_lr,
     shard_indices,
     shard_optimizer,
 )
 from ddplab.exercises.checker import Unusable, Verdict
 
-EXERCISES = {m.NAME: m for m in (average_gradients, shard_indices, scaled_lr, accumulate,
-                                 bucketed_ddp, equal_batches, shard_optimizer, gather_unequal)}
+EXERCISES = {m.NAME: m for m in (ring_allreduce, average_gradients, shard_indices, scaled_lr,
+                                 accumulate, bucketed_ddp, equal_batches, shard_optimizer,
+                                 gather_unequal)}
 DEFAULT_TIMEOUT = 20.0
 
 __all__ = ["EXERCISES", "Unusable", "Verdict", "check", "exercise"]

@@ -8,7 +8,8 @@
   gradients and the caller compares them, so a missing collective cannot pair with one of ours.
 * A hang or a raise comes back with every rank's notes: an exercise's ``explain`` may put
   what they show (the collectives a rank started, say) into words.
-* :func:`watching_allreduce` lets an exercise see each all-reduce the reader's code starts.
+* :func:`watching` lets an exercise see each call of the process group's methods that the
+  reader's code makes (:func:`watching_allreduce`: each all-reduce it starts).
 * :func:`compare_grads` says which parameter differs, on which rank, and by what factor.
 * :func:`load_solution` reads a ``.py`` file for the command line.
 """
@@ -82,23 +83,36 @@ def leave(call_id: str, rank: int) -> None:
 
 
 @contextlib.contextmanager
-def watching_allreduce(see):
-    """Inside the block, every ``dist.all_reduce`` (``ProcessGroup.allreduce``, which it calls)
-    first calls ``see(tensors, *args, **kwargs)``. The class's own entry (a pybind11
-    instancemethod) is put back afterwards: the attribute read through the class is a plain
-    builtin that would no longer bind ``self``."""
-    entry = dist.ProcessGroup.__dict__["allreduce"]
-    call = dist.ProcessGroup.allreduce
+def watching(see, *methods: str):
+    """Inside the block, every call of the ``ProcessGroup`` methods named (``allreduce``, which
+    ``dist.all_reduce`` calls; ``send``, which ``dist.send``, ``dist.isend`` and
+    ``dist.batch_isend_irecv`` call) first calls ``see(method, *args, **kwargs)``, then the
+    method. Each class entry (a pybind11 instancemethod) is put back afterwards: the attribute
+    read through the class is a plain builtin that would no longer bind ``self``."""
+    entries = {method: dist.ProcessGroup.__dict__[method] for method in methods}
 
-    def spy(group, tensors, *args, **kwargs):
-        see(tensors, *args, **kwargs)
-        return call(group, tensors, *args, **kwargs)
+    def spy_on(method):
+        call = getattr(dist.ProcessGroup, method)
 
-    dist.ProcessGroup.allreduce = spy
+        def spy(group, *args, **kwargs):
+            see(method, *args, **kwargs)
+            return call(group, *args, **kwargs)
+
+        return spy
+
+    for method in methods:
+        setattr(dist.ProcessGroup, method, spy_on(method))
     try:
         yield
     finally:
-        dist.ProcessGroup.allreduce = entry
+        for method, entry in entries.items():
+            setattr(dist.ProcessGroup, method, entry)
+
+
+def watching_allreduce(see):
+    """Inside the block, every ``dist.all_reduce`` first calls ``see(tensors, *args,
+    **kwargs)`` (:func:`watching` on ``ProcessGroup.allreduce``)."""
+    return watching(lambda _, *args, **kwargs: see(*args, **kwargs), "allreduce")
 
 
 def hang_message(call_id: str, world_size: int, what: str, seconds: float) -> str:
