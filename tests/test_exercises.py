@@ -230,12 +230,24 @@ def test_a_prediction_is_compared_with_the_run():
     assert prediction.reveal(guess, 3.0, "rank 3 sees").endswith("3: right.")
 
 
-@pytest.mark.parametrize("lab, name", [("01_averaging", "average-gradients"),
-                                       ("02_sharding", "shard-indices"),
-                                       ("04_buckets", "bucketed-ddp"),
-                                       ("05_time_cost", "accumulate")])
-def test_each_labs_hidden_answer_is_the_packages(lab, name):
-    path = os.path.join(os.path.dirname(os.path.dirname(__file__)), "labs", f"{lab}.ipynb")
+LABS = {"ring-allreduce": "00_running", "average-gradients": "01_averaging",
+        "shard-indices": "02_sharding", "scaled-lr": "03_lr_scaling",
+        "bucketed-ddp": "04_buckets", "accumulate": "05_time_cost", "equal-batches": "06_hangs",
+        "shard-optimizer": "07_memory", "gather-unequal": "08_training_loop"}
+ROOT = os.path.dirname(os.path.dirname(__file__))
+
+
+def test_every_exercise_has_its_lab_and_the_readme_names_it():
+    assert sorted(LABS) == sorted(exercises.EXERCISES)
+    with open(os.path.join(ROOT, "README.md")) as f:
+        readme = f.read()
+    assert all(f"`{name}`" in readme for name in exercises.EXERCISES)
+
+
+@pytest.mark.parametrize("name", sorted(LABS))
+def test_each_labs_hidden_answer_is_the_packages(name):
+    lab = LABS[name]
+    path = os.path.join(ROOT, "labs", f"{lab}.ipynb")
     hidden = [c.source for c in nbformat.read(path, as_version=4).cells
               if c.metadata.get("jupyter", {}).get("source_hidden")]
     answer = inspect.getsource(exercises.EXERCISES[name].answer)

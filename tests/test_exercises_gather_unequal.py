@@ -1,13 +1,11 @@
 """Exercise ``gather-unequal``: the answer passes on every case, the sizes asked for included;
 the mistakes readers make (a plain all_gather, padding left in, ranks out of order, a result on
 rank 0 only, another dtype, a collective skipped on an empty rank) are each rejected with a
-message that names them; the command's exit codes; the lab's hidden cell holds the answer."""
+message that names them; the command's exit codes."""
 
 import inspect
-import os
 import textwrap
 
-import nbformat
 import pytest
 
 from conftest import ddplab_cli
@@ -15,7 +13,6 @@ from ddplab import exercises
 from ddplab.exercises import gather_unequal
 
 ANSWER = gather_unequal.answer
-LAB = os.path.join(os.path.dirname(os.path.dirname(__file__)), "labs", "08_training_loop.ipynb")
 
 # Pad to the longest and all_gather, as the answer does; {pad} and {end} make the mistakes.
 PADDED = """
@@ -122,9 +119,3 @@ def test_the_command_exits_0_for_the_answer_and_1_for_a_mistake(tmp_path):
                      + WRONG["padding never trimmed"][0])
     done = ddplab_cli("exercise", "gather-unequal", "--solution", str(wrong))
     assert done.returncode == 1 and "the padding is still there" in done.stdout, done.stderr
-
-
-def test_the_labs_hidden_cell_holds_the_answer():
-    hidden = [c.source for c in nbformat.read(LAB, as_version=4).cells
-              if c.metadata.get("jupyter", {}).get("source_hidden")]
-    assert any(inspect.getsource(ANSWER) in source for source in hidden)

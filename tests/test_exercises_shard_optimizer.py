@@ -1,15 +1,12 @@
 """The shard-optimizer exercise: the answer passes, and so does a sharding by size (PyTorch's
 ZeroRedundancyOptimizer); the mistakes readers make (a plain optimizer, no broadcast, a
 broadcast from rank 0, gradients divided again, a rank that owns nothing) are each rejected
-with a message that names them; the command's exit codes; the lab's hidden answer is the
-package's."""
+with a message that names them; the command's exit codes."""
 
 import inspect
 import json
-import os
 import textwrap
 
-import nbformat
 import pytest
 
 from ddplab import exercises
@@ -18,7 +15,6 @@ from ddplab.__main__ import main
 NAME = "shard-optimizer"
 ANSWER = exercises.shard_optimizer.answer
 IMPORTS = "import torch\nimport torch.distributed as dist\n\n\n"
-LAB = os.path.join(os.path.dirname(os.path.dirname(__file__)), "labs", "07_memory.ipynb")
 FIRST = "world size 2, momentum, layers [8, 16, 4] (4 parameters)"
 
 # Each mistake but the first is the answer (``Answer``) with one thing changed.
@@ -131,9 +127,3 @@ def test_the_command_says_1_for_a_plain_optimizer_and_0_for_the_answer(tmp_path,
         assert verdict["passed"] is (code == 0), verdict
         assert code == 0 or "every rank holds the whole optimizer state" in verdict["message"]
     assert verdict["message"].startswith("4 cases on world sizes [2, 3] agree with")
-
-
-def test_the_labs_hidden_answer_is_the_packages():
-    hidden = [c.source for c in nbformat.read(LAB, as_version=4).cells
-              if c.metadata.get("jupyter", {}).get("source_hidden")]
-    assert any(inspect.getsource(ANSWER) in source for source in hidden)
