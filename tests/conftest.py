@@ -1,3 +1,5 @@
+import contextlib
+import io
 import json
 import os
 import subprocess
@@ -5,6 +7,8 @@ import sys
 
 import psutil
 import pytest
+
+from ddplab.__main__ import main
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # torch installs torchrun beside the python that has it; its absence is a broken install.
@@ -22,13 +26,21 @@ def ddplab_cli(experiment: str, *args: str, torchrun: int = 0, timeout: float = 
 
 
 def ddplab_json(experiment: str, *args: str, torchrun: int = 0) -> dict:
-    """The JSON that ``ddplab_cli(..., "--json")`` prints, checked: exit 0, and nothing on
-    stderr (torchrun writes notices of its own there, so only without torchrun)."""
-    done = ddplab_cli(experiment, *args, "--json", torchrun=torchrun)
-    assert done.returncode == 0, done.stderr
-    if not torchrun:
-        assert done.stderr == "", done.stderr
-    return json.loads(done.stdout)
+    """The JSON that ``python -m ddplab EXPERIMENT ARGS --json`` prints, checked: exit 0, and
+    nothing on stderr (torchrun writes notices of its own there, so only without torchrun).
+    Without torchrun the command's own ``main`` runs in this process, on its warm pool: a new
+    interpreter would spend 3-4 s importing torch and starting ranks for each of these tests
+    (``test_cli.py`` runs the ``python -m ddplab`` entry point itself)."""
+    if torchrun:
+        done = ddplab_cli(experiment, *args, "--json", torchrun=torchrun)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main([experiment, *args, "--json"])
+    assert code == 0, err.getvalue()
+    assert err.getvalue() == "", err.getvalue()
+    return json.loads(out.getvalue())
 
 
 def descendants() -> set[int]:

@@ -12,8 +12,8 @@ def test_check_on_the_local_pool_prints_every_rank_and_the_sum():
     assert report["ok"] and report["world_size"] == 3 and report["expected_rank_sum"] == 3
     assert [r["rank"] for r in report["ranks"]] == [0, 1, 2]
     assert all(set(r) == KEYS and r["rank_sum"] == 3 for r in report["ranks"])
-    text = ddplab_cli("check", "--world-size", "2")
-    assert text.returncode == 0
+    text = ddplab_cli("check", "--world-size", "2")  # the entry point itself, a new interpreter
+    assert text.returncode == 0 and text.stderr == "", text.stderr
     assert "expected 2*1/2 = 1 on every rank: OK" in text.stdout
 
 

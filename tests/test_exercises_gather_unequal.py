@@ -8,8 +8,8 @@ import textwrap
 
 import pytest
 
-from conftest import ddplab_cli
 from ddplab import exercises
+from ddplab.__main__ import main
 from ddplab.exercises import gather_unequal
 
 ANSWER = gather_unequal.answer
@@ -108,14 +108,16 @@ def test_a_wrong_solution_is_rejected_naming_the_mistake(kind):
         assert said in verdict.message, verdict.message
 
 
-def test_the_command_exits_0_for_the_answer_and_1_for_a_mistake(tmp_path):
+def test_the_command_exits_0_for_the_answer_and_1_for_a_mistake(tmp_path, capsys):
+    """``main`` in this process, where the pool is warm (tests/test_exercises.py runs the
+    command in a process of its own)."""
     right = tmp_path / "right.py"
     right.write_text("import torch\nimport torch.distributed as dist\n\n\n"
                      + inspect.getsource(ANSWER))
-    done = ddplab_cli("exercise", "gather-unequal", "--solution", str(right))
-    assert done.returncode == 0 and "gather-unequal: passed." in done.stdout, done.stderr
+    assert main(["exercise", "gather-unequal", "--solution", str(right)]) == 0
+    assert "gather-unequal: passed." in capsys.readouterr().out
     wrong = tmp_path / "wrong.py"
     wrong.write_text("import torch\nimport torch.distributed as dist\n"
                      + WRONG["padding never trimmed"][0])
-    done = ddplab_cli("exercise", "gather-unequal", "--solution", str(wrong))
-    assert done.returncode == 1 and "the padding is still there" in done.stdout, done.stderr
+    assert main(["exercise", "gather-unequal", "--solution", str(wrong)]) == 1
+    assert "the padding is still there" in capsys.readouterr().out
