@@ -11,7 +11,7 @@ run: setup  ## the main job: a real 4-rank process group checked from the termin
 
 test: setup  ## lint, the library's tests, then every lab under nbval
 	.venv/bin/ruff check .
-	$(PY) -m pytest -n 2 --dist loadfile
+	$(PY) -m pytest -n 3 --dist loadfile
 
 book: setup  ## the book, every page executed by real runs; warnings are errors
 	.venv/bin/jupyter-book build . --builder html -W -n --keep-going
