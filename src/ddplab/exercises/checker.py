@@ -115,6 +115,11 @@ def watching_allreduce(see):
     return watching(lambda _, *args, **kwargs: see(*args, **kwargs), "allreduce")
 
 
+def ranks_text(ranks: list[int]) -> str:
+    """"rank 1", or "ranks 0, 2": ranks named in a message."""
+    return f"rank{'s' * (len(ranks) > 1)} {', '.join(map(str, ranks))}"
+
+
 def hang_message(call_id: str, world_size: int, what: str, seconds: float) -> str:
     notes = hang_watch.read_notes(call_id, world_size)
     left = [r for r in range(world_size) if any("left" in n for n in notes[r])]

@@ -126,10 +126,6 @@ def on_rank(ctx, solution, call_id: str, counts: list[int], seed: int) -> dict:
             "got": {n: p.detach() for n, p in model.named_parameters()}}
 
 
-def ranks_text(ranks: list[int]) -> str:
-    return f"rank{'s' * (len(ranks) > 1)} {', '.join(map(str, ranks))}"
-
-
 def explain(world_size: int, params: dict, outcome) -> str | None:
     """After a hang or a raise: the problem, then the count all-reduces each rank started, in
     words (None: nothing to add)."""
@@ -145,7 +141,7 @@ def _noted(world_size: int, params: dict, notes: list[list[dict]]) -> str | None
         return None  # it ended before the reader's code began
     counts = params["counts"]
     fewest = min(counts)
-    more = ranks_text([r for r in range(world_size) if counts[r] > fewest])
+    more = checker.ranks_text([r for r in range(world_size) if counts[r] > fewest])
     firsts = [next((n for n in rank_notes if "allreduce" in n), None) for rank_notes in notes]
     called = [r for r in range(world_size) if firsts[r] is not None]
     if not called:
@@ -154,8 +150,8 @@ def _noted(world_size: int, params: dict, notes: list[list[dict]]) -> str | None
                 "for the others: all-reduce len(loader) with ReduceOp.MIN and take that many.")
     if len(called) < world_size:
         never = [r for r in range(world_size) if r not in called]
-        return (f"Only {ranks_text(called)} all-reduced the number of batches; "
-                f"{ranks_text(never)} never did, so the all-reduce met DDP's gradient "
+        return (f"Only {checker.ranks_text(called)} all-reduced the number of batches; "
+                f"{checker.ranks_text(never)} never did, so the all-reduce met DDP's gradient "
                 "all-reduce instead. Every rank must call it, not only rank 0.")
     values = [firsts[r]["values"] for r in range(world_size)]
     if values != [[c] for c in counts]:

@@ -35,6 +35,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from ddplab.common.ledger import Ledger
 from ddplab.common.mlp import make_batch, make_model
 from ddplab.exercises import checker
 
@@ -132,20 +133,13 @@ def optimizers_in(obj, depth: int = WALK_DEPTH, seen: set | None = None) -> list
 
 def state_bytes(optimizers, names: dict) -> dict[str, int]:
     """Bytes of the optimizers' state by parameter name (``names``: id -> name), each storage
-    once."""
-    seen, held = set(), {}
+    once; a parameter without state has no entry."""
+    ledger = Ledger()
     for optimizer in optimizers:
         for key, state in list(optimizer.state.items()):
-            for value in state.values():
-                if not isinstance(value, torch.Tensor):
-                    continue
-                storage = value.untyped_storage()
-                if storage.nbytes() == 0 or storage.data_ptr() in seen:
-                    continue
-                seen.add(storage.data_ptr())
-                name = names.get(id(key), NOT_A_PARAMETER)
-                held[name] = held.get(name, 0) + storage.nbytes()
-    return held
+            ledger.add(names.get(id(key), NOT_A_PARAMETER),
+                       [value for value in state.values() if isinstance(value, torch.Tensor)])
+    return ledger.bytes
 
 
 def on_rank(ctx, solution, call_id: str, optimizer: str, layers: list[int], seed: int) -> dict:
@@ -194,10 +188,6 @@ def explain(world_size: int, params: dict, outcome) -> str | None:
             "broadcast.")
 
 
-def ranks_text(ranks: list[int]) -> str:
-    return f"rank{'s' * (len(ranks) > 1)} {', '.join(map(str, ranks))}"
-
-
 def close(a, b) -> bool:
     return np.allclose(a, b, rtol=0.0, atol=ATOL)
 
@@ -215,8 +205,8 @@ def parameters_problem(world_size: int, params: dict, results: list) -> str | No
         if differ:
             stale = [r for r, res in enumerate(results) if close(res["got"][name],
                                                                  res["initial"][name])]
-            still = (f" ({ranks_text(stale)} still hold{'s' * (len(stale) == 1)} its initial "
-                     "value)") if stale else ""
+            still = (f" ({checker.ranks_text(stale)} still hold{'s' * (len(stale) == 1)} its "
+                     "initial value)") if stale else ""
             return (f"{after} parameter {name!r} differs between rank 0 and rank {differ[0]}"
                     f"{still}: each rank stepped its own share and the others never received "
                     "it. After the step, broadcast every parameter from the rank that stepped "

@@ -1,4 +1,5 @@
-"""Bytes a rank holds, by category, counted from its tensors: each distinct storage once.
+"""Bytes a rank holds, by category, counted from its tensors: each distinct storage once
+(:class:`ddplab.common.ledger.Ledger`).
 
 A gradient that is a view into DDP's bucket (``gradient_as_bucket_view=True``) shares the
 bucket's storage, so it is counted once, as a gradient; a sharded parameter (FSDP2's DTensor)
@@ -9,30 +10,9 @@ from __future__ import annotations
 
 import torch
 
+from ddplab.common.ledger import Ledger, local
+
 CATEGORIES = ("parameters", "gradients", "buckets", "optimizer_state")
-
-
-def local(tensor: torch.Tensor) -> torch.Tensor:
-    """The part of ``tensor`` this rank stores: a DTensor's local shard, else the tensor."""
-    return tensor.to_local() if hasattr(tensor, "to_local") else tensor
-
-
-class Ledger:
-    """Counts storages by category; a storage already counted adds nothing."""
-
-    def __init__(self):
-        self.seen: set[int] = set()
-        self.bytes = dict.fromkeys(CATEGORIES, 0)
-
-    def add(self, category: str, tensors) -> None:
-        for tensor in tensors:
-            if tensor is None:
-                continue
-            storage = local(tensor).untyped_storage()
-            if storage.nbytes() == 0 or storage.data_ptr() in self.seen:
-                continue
-            self.seen.add(storage.data_ptr())
-            self.bytes[category] += storage.nbytes()
 
 
 def optimizer_tensors(optimizer) -> list[torch.Tensor]:
@@ -44,7 +24,7 @@ def optimizer_tensors(optimizer) -> list[torch.Tensor]:
 def held_bytes(model, optimizer, bucket_buffers) -> dict[str, int]:
     """This rank's bytes by category, in the order of ``CATEGORIES`` (a storage counts in the
     first category that holds it)."""
-    ledger = Ledger()
+    ledger = Ledger(CATEGORIES)
     ledger.add("parameters", model.parameters())
     ledger.add("gradients", [p.grad for p in model.parameters()])
     ledger.add("buckets", bucket_buffers)
