@@ -9,7 +9,7 @@ a few steps, on its own rows of each global batch, with the reader's optimizer w
 momentum or Adam. It passes when:
 
 * every rank's parameters equal (within 1e-6) one process's with the plain optimizer on the
-  whole global batches (mean loss), which every rank computes itself before the reader's code;
+  whole global batches (mean loss), which the caller computes once;
 * each parameter's optimizer state is held exactly once: the ranks' bytes add up to the plain
   optimizer's, and no parameter's state is on two ranks;
 * no rank holds more than a share: at most the state of the ceil(n / world_size) largest of the
@@ -143,14 +143,9 @@ def state_bytes(optimizers, names: dict) -> dict[str, int]:
 
 
 def on_rank(ctx, solution, call_id: str, optimizer: str, layers: list[int], seed: int) -> dict:
-    """This rank's parameters and optimizer state after ``STEPS`` steps of DDP with the reader's
-    optimizer, beside one process's reference (and its runs with the gradients divided, or
-    multiplied, by the world size: mistakes to name)."""
+    """This rank's parameters (before and after) and optimizer state after ``STEPS`` steps of
+    DDP with the reader's optimizer."""
     world_size = ctx.world_size
-    want, want_state = one_process(layers, optimizer, world_size, seed)
-    scaled = {} if world_size == 1 else {
-        s: one_process(layers, optimizer, world_size, seed, s)[0] for s in (1 / world_size,
-                                                                              world_size)}
     model = make_model(layers, seed).to(ctx.device)
     initial = {n: p.detach().cpu().clone() for n, p in model.named_parameters()}
     ddp = DDP(model)  # on the pool's group, formed before the reader's code
@@ -166,8 +161,7 @@ def on_rank(ctx, solution, call_id: str, optimizer: str, layers: list[int], seed
     checker.leave(call_id, ctx.rank)
     names = {id(p): n for n, p in model.named_parameters()}
     return {"got": {n: p.detach().cpu() for n, p in model.named_parameters()},
-            "initial": initial, "want": want, "scaled": scaled, "want_state": want_state,
-            "state": state_bytes(optimizers_in(sharded), names)}
+            "initial": initial, "state": state_bytes(optimizers_in(sharded), names)}
 
 
 def where(world_size: int, params: dict) -> str:
@@ -193,13 +187,21 @@ def close(a, b) -> bool:
 
 
 def judge(world_size: int, params: dict, results: list) -> str | None:
-    return (parameters_problem(world_size, params, results)
-            or state_problem(world_size, params, results))
+    """Against one process's run, made here once; and its runs with the gradients divided, or
+    multiplied, by the world size: mistakes to name."""
+    layers, optimizer, seed = params["layers"], params["optimizer"], params["seed"]
+    want, want_state = one_process(layers, optimizer, world_size, seed)
+    scaled = {} if world_size == 1 else {
+        s: one_process(layers, optimizer, world_size, seed, s)[0] for s in (1 / world_size,
+                                                                              world_size)}
+    return (parameters_problem(world_size, params, results, want, scaled)
+            or state_problem(world_size, params, results, want_state))
 
 
-def parameters_problem(world_size: int, params: dict, results: list) -> str | None:
+def parameters_problem(world_size: int, params: dict, results: list, want: dict,
+                       scaled: dict) -> str | None:
     after, first = f"{where(world_size, params)}: after {STEPS} steps", results[0]
-    for name in first["want"]:
+    for name in want:
         differ = [r for r, res in enumerate(results) if not close(res["got"][name],
                                                                   first["got"][name])]
         if differ:
@@ -211,13 +213,13 @@ def parameters_problem(world_size: int, params: dict, results: list) -> str | No
                     f"{still}: each rank stepped its own share and the others never received "
                     "it. After the step, broadcast every parameter from the rank that stepped "
                     "it, on every rank (dist.broadcast(p, src=owner)).")
-    moved = [n for n in first["want"] if not close(first["got"][n], first["initial"][n])]
+    moved = [n for n in want if not close(first["got"][n], first["initial"][n])]
     if not moved:
         return (f"{after} no parameter moved from its initial value: step() must step this "
                 "rank's share with the wrapped optimizer (optimizer_cls built on the parameters "
                 "this rank owns), then broadcast every parameter from its owner.")
-    for name in first["want"]:  # a parameter left behind changes the others' gradients
-        if name not in moved and not close(first["got"][name], first["want"][name]):
+    for name in want:  # a parameter left behind changes the others' gradients
+        if name not in moved and not close(first["got"][name], want[name]):
             holders = [r for r, res in enumerate(results) if name in res["state"]]
             stepped = (f"rank {holders[0]}, which holds its optimizer state, stepped it, but "
                        if len(holders) == 1 else "")
@@ -225,24 +227,24 @@ def parameters_problem(world_size: int, params: dict, results: list) -> str | No
                     f"from its initial value: {stepped}it was broadcast from a rank that did "
                     "not step it. Broadcast each parameter from its owner (src=the rank that "
                     "stepped it), not from one rank for all.")
-    for name, want in first["want"].items():
+    for name, expected in want.items():
         got = first["got"][name]
-        if close(got, want):
+        if close(got, expected):
             continue
         for scale, words in ((1 / world_size, "divided by"), (world_size, "multiplied by")):
-            if scale in first["scaled"] and close(got, first["scaled"][scale][name]):
+            if scale in scaled and close(got, scaled[scale][name]):
                 return (f"{after} parameter {name!r} is what one process gets with every "
                         f"gradient {words} the world size ({world_size}): DDP's backward "
                         "already averaged the gradients over the ranks (all-reduce, then "
                         "divide); step them as they are.")
-        error = float(np.max(np.abs(got - want)))
+        error = float(np.max(np.abs(np.asarray(got) - np.asarray(expected))))
         return (f"{after} parameter {name!r} differs from one process's (the plain optimizer "
                 f"on the whole global batches) by up to {error:.3g}, on every rank.")
     return None
 
 
-def state_problem(world_size: int, params: dict, results: list) -> str | None:
-    at, want = where(world_size, params), results[0]["want_state"]
+def state_problem(world_size: int, params: dict, results: list, want: dict) -> str | None:
+    at = where(world_size, params)
     full, held = sum(want.values()), [sum(res["state"].values()) for res in results]
     if world_size > 1 and all(h >= full for h in held):
         return (f"{at}: every rank holds the whole optimizer state ({full} bytes on each of the "
