@@ -12,8 +12,9 @@ start on the host and where they go:
   defined in the same file, or from an expression built on such a value, unless it went
   through ``.to(<a device>)``/``.cuda()`` on the way (``model.to(ctx.device)`` as a statement
   moves ``model`` from that line on);
-- it must not reach: a ``torch.distributed`` collective, ``DDP(...)``, or the call of a DDP
-  wrapper (its forward's inputs);
+- it must not reach: a ``torch.distributed`` collective, ``DDP(...)``, the call of a DDP
+  wrapper (its forward's inputs), or, built by ``make_model`` right there, a wrapper class
+  that trains it;
 - ``.numpy()`` of a value that is not on the host needs ``.cpu()`` in between;
 - a device type written as ``"cpu"`` in ``torch.autocast``, ``GradScaler`` or
   ``torch.device``.
@@ -161,6 +162,11 @@ class Scope:
         return self.host(value, at, seen)
 
 
+def is_module_built(node) -> bool:
+    """``make_model(...)``: a module built right there, handed on as it is."""
+    return isinstance(node, ast.Call) and dotted(node.func).split(".")[-1] == "make_model"
+
+
 def walk_own(fn):
     """The nodes of ``fn``'s body, not those of the functions and classes defined in it."""
     todo = list(ast.iter_child_nodes(fn))
@@ -190,6 +196,10 @@ def check_function(fn, scope: Scope, path: str, found: list):
         elif name in DDP_NAMES and node.args and scope.host(node.args[0], node.lineno):
             report(node, f"DDP of a module on the host: {ast.unparse(node.args[0])} "
                          "(.to(ctx.device) first)")
+        elif last[:1].isupper() and not name.startswith(("torch.", "nn.")) and any(
+                scope.host(arg, node.lineno) for arg in node.args if is_module_built(arg)):
+            report(node, f"{name}(...) given a module built on the host (.to(ctx.device) "
+                         "first): it trains it as its own")
         elif isinstance(node.func, ast.Name) and scope.is_ddp(node.func.id):
             for arg in node.args:
                 if scope.host(arg, node.lineno):
