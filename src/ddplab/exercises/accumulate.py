@@ -56,10 +56,10 @@ def counting_allreduce(state: dict, bucket):
 
 def on_rank(ctx, solution, call_id: str, micro_batches: int, seed: int) -> dict:
     per_rank = micro_batches * MICRO_BATCH_SIZE
-    X, y = make_batch(LAYERS, per_rank, ctx.world_size, seed, 0)
-    whole = make_model(LAYERS, seed)
+    X, y = (t.to(ctx.device) for t in make_batch(LAYERS, per_rank, ctx.world_size, seed, 0))
+    whole = make_model(LAYERS, seed).to(ctx.device)
     F.mse_loss(whole(X), y).backward()
-    ddp_model = DDP(make_model(LAYERS, seed))
+    ddp_model = DDP(make_model(LAYERS, seed).to(ctx.device))
     state = {"calls": 0}
     ddp_model.register_comm_hook(state, counting_allreduce)
     mine = X[ctx.rank * per_rank:(ctx.rank + 1) * per_rank], y[ctx.rank * per_rank:

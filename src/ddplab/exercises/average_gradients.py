@@ -46,10 +46,10 @@ def cases(world_size: int) -> list[tuple[int, dict]]:
 def on_rank(ctx, solution, call_id: str, seed: int) -> dict:
     """This rank's gradients after ``solution``, and the one-process gradient of the whole
     batch (computed here too, by every rank alone: no collective follows the reader's)."""
-    X, y = make_batch(LAYERS, BATCH_SIZE, ctx.world_size, seed, 0)
-    whole = make_model(LAYERS, seed)
+    X, y = (t.to(ctx.device) for t in make_batch(LAYERS, BATCH_SIZE, ctx.world_size, seed, 0))
+    whole = make_model(LAYERS, seed).to(ctx.device)
     F.mse_loss(whole(X), y).backward()
-    model = make_model(LAYERS, seed)
+    model = make_model(LAYERS, seed).to(ctx.device)  # the reader all-reduces on its device
     shard = slice(ctx.rank * BATCH_SIZE, (ctx.rank + 1) * BATCH_SIZE)
     F.mse_loss(model(X[shard]), y[shard]).backward()
     local = {n: p.grad.clone() for n, p in model.named_parameters()}

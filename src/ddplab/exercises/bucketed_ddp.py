@@ -104,16 +104,16 @@ def make_model(seed: int) -> torch.nn.Sequential:
 
 
 def on_rank(ctx, solution, call_id: str, bucket_params: float, seed: int) -> dict:
-    g = torch.Generator().manual_seed(seed)
-    data = [(torch.randn(BATCH_SIZE * ctx.world_size, WIDTH, generator=g),
-             torch.randn(BATCH_SIZE * ctx.world_size, WIDTH, generator=g)) for _ in range(STEPS)]
+    g = torch.Generator().manual_seed(seed)  # drawn on the host, the same on every machine
     shard = slice(ctx.rank * BATCH_SIZE, (ctx.rank + 1) * BATCH_SIZE)
-    reference, want = DDP(make_model(seed)), []
+    data = [tuple(torch.randn(BATCH_SIZE * ctx.world_size, WIDTH, generator=g)[shard]
+                  .to(ctx.device) for _ in range(2)) for _ in range(STEPS)]
+    reference, want = DDP(make_model(seed).to(ctx.device)), []
     for X, y in data:
         reference.zero_grad(set_to_none=True)
-        F.mse_loss(reference(X[shard]), y[shard]).backward()
+        F.mse_loss(reference(X), y).backward()
         want.append({n: p.grad.clone() for n, p in reference.module.named_parameters()})
-    model = make_model(seed)
+    model = make_model(seed).to(ctx.device)  # the reader's buckets are on the rank's device
     ready = [0]
     for p in model.parameters():  # registered before the reader's: they run first
         p.register_post_accumulate_grad_hook(lambda p: ready.__setitem__(0, ready[0] + 1))
@@ -125,7 +125,7 @@ def on_rank(ctx, solution, call_id: str, bucket_params: float, seed: int) -> dic
             model.zero_grad(set_to_none=True)
             ready[0] = 0
             launches.append([])
-            F.mse_loss(ddp(X[shard]), y[shard]).backward()
+            F.mse_loss(ddp(X), y).backward()
             ddp.finish_gradient_synchronization()
             got.append({n: p.grad for n, p in model.named_parameters() if p.grad is not None})
     checker.leave(call_id, ctx.rank)

@@ -67,14 +67,15 @@ def train_epoch_logging_each_step(ddp, optimizer, loader, log=print) -> None:
 
 def train_epoch_mean_after_join(ddp, optimizer, loader, log=print) -> None:
     """Sum this rank's losses; all-reduce once, after Join: the epoch's mean."""
-    total = torch.zeros(2)  # sum of losses, number of batches
+    # sum of losses, number of batches; on DDP's device, as NCCL all-reduces only GPU tensors
+    total = torch.zeros(2, device=ddp.device)
     with Join([ddp]):
         for X, y in loader:
             optimizer.zero_grad()
             loss = F.mse_loss(ddp(X), y)
             loss.backward()
             optimizer.step()
-            total += torch.stack([loss.detach(), torch.ones(())])
+            total += torch.stack([loss.detach(), torch.ones((), device=loss.device)])
     dist.all_reduce(total, group=ddp.process_group)
     log((total[0] / total[1]).item())
 
@@ -83,22 +84,23 @@ class LossLog(Joinable):
     """Each step's loss averaged over the ranks that took it. A Joinable: once
     this rank has joined, its join hook answers the others' all-reduce."""
 
-    def __init__(self, group, log=print):
+    def __init__(self, group, device, log=print):
         super().__init__()
-        self.group, self.write = group, log
+        self.group, self.device, self.write = group, device, log
 
     def log(self, loss) -> None:
         Join.notify_join_context(self)
-        total = torch.stack([loss.detach(), torch.ones(())])  # loss, one rank
+        total = torch.stack([loss.detach(), torch.ones((), device=loss.device)])  # loss, one rank
         dist.all_reduce(total, group=self.group)
         self.write((total[0] / total[1]).item())
 
     def join_hook(self, **kwargs) -> JoinHook:
-        return _AddNothing(self.group)
+        return _AddNothing(self.group, self.device)
 
     @property
     def join_device(self) -> torch.device:
-        return torch.device("cpu")
+        # Join all-reduces its count of ranks still training on this device (join.py)
+        return self.device
 
     @property
     def join_process_group(self):
@@ -106,16 +108,16 @@ class LossLog(Joinable):
 
 
 class _AddNothing(JoinHook):
-    def __init__(self, group):
-        self.group = group
+    def __init__(self, group, device):
+        self.group, self.device = group, device
 
     def main_hook(self) -> None:
-        dist.all_reduce(torch.zeros(2), group=self.group)  # no loss, no rank
+        dist.all_reduce(torch.zeros(2, device=self.device), group=self.group)  # no loss, no rank
 
 
 def train_epoch_logging_joinable(ddp, optimizer, loader, log=print) -> None:
     """Join knows of the logger: each step logs the mean over its ranks."""
-    loss_log = LossLog(ddp.process_group, log)
+    loss_log = LossLog(ddp.process_group, ddp.device, log)
     with Join([ddp, loss_log]):
         for X, y in loader:
             optimizer.zero_grad()

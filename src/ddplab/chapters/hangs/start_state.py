@@ -52,7 +52,9 @@ def start(ctx, seed: int, dataset_size: int, dropout_samples: int) -> dict:
     masks = {}
     for name, dropout_seed in (("same", seed), ("per_rank", seed + ctx.rank)):
         torch.manual_seed(dropout_seed)
-        masks[name] = torch.nn.functional.dropout(torch.ones(dropout_samples), 0.5) > 0
+        # drawn where the model's dropout would draw it: a GPU rank's generator is CUDA's
+        ones = torch.ones(dropout_samples, device=ctx.device)
+        masks[name] = torch.nn.functional.dropout(ones, 0.5) > 0
     return {"before": before, "after": after, "indices": indices, "masks": masks}
 
 

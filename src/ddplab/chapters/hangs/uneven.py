@@ -85,7 +85,7 @@ def train_epoch(ddp, optimizer, loader) -> None:
 
 def train_epoch_equal_count(ddp, optimizer, loader) -> None:
     """Every rank takes as many batches as the rank with the fewest."""
-    count = torch.tensor(len(loader))
+    count = torch.tensor(len(loader), device=ddp.device)  # NCCL reduces tensors on its GPU
     dist.all_reduce(count, op=dist.ReduceOp.MIN, group=ddp.process_group)
     train_epoch(ddp, optimizer, itertools.islice(loader, int(count)))
 

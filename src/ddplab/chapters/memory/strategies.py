@@ -87,6 +87,7 @@ class Trained:
         return list(self.buckets.values())
 
     def full_parameters(self) -> torch.Tensor:
-        """Every parameter, whole, flattened (FSDP all-gathers its shards)."""
+        """Every parameter, whole, flattened, on the host (FSDP all-gathers its shards on the
+        rank's device; numpy reads only host memory)."""
         return torch.cat([(p.full_tensor() if hasattr(p, "full_tensor") else p).detach()
-                          .flatten() for p in self.model.parameters()])
+                          .flatten() for p in self.model.parameters()]).cpu()

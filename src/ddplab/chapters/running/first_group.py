@@ -72,7 +72,7 @@ LAYERS = (16, 4)  # ddp_step's model: mlp.make_model(LAYERS, seed), one Linear(1
 def ddp_step(ctx, batch_size: int = 8, seed: int = 0) -> dict:
     """One DDP forward/backward with a mean loss; returns this rank's batch and DDP's grads."""
     model = make_model(LAYERS, seed).to(ctx.device)
-    ddp = DDP(model, device_ids=[ctx.local_rank] if ctx.device.type == "cuda" else None)
+    ddp = DDP(model, device_ids=[ctx.device] if ctx.device.type == "cuda" else None)
     rows = slice(ctx.rank * batch_size, (ctx.rank + 1) * batch_size)
     X, y = (t[rows] for t in make_batch(LAYERS, batch_size, ctx.world_size, seed, 0))
     F.mse_loss(ddp(X.to(ctx.device)), y.to(ctx.device)).backward()

@@ -25,11 +25,11 @@ FP16_MAX = float(torch.finfo(torch.float16).max)  # 65504
 
 def averaged_gradient(ctx, value: float, hook: bool) -> list[float]:
     """The weight's gradient after DDP's all-reduce, with or without the fp16 hook."""
-    model = nn.Linear(2, 1, bias=False)
+    model = nn.Linear(2, 1, bias=False).to(ctx.device)
     ddp = DDP(model)
     if hook:
         ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
-    ddp(torch.tensor([[value, 1.0]])).sum().backward()
+    ddp(torch.tensor([[value, 1.0]], device=ctx.device)).sum().backward()
     return model.weight.grad.flatten().tolist()
 
 

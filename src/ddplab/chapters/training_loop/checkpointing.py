@@ -65,12 +65,12 @@ def wrap(model, setup: str) -> DDP:
 
 def checkpointed_step(ctx, setup: str, seed: int) -> dict:
     """One backward of the checkpointed model under DDP; raises where torch does."""
-    model = make_model(LAYERS, seed)
+    model = make_model(LAYERS, seed).to(ctx.device)
     ddp = wrap(model, setup)
     X, y = make_batch(LAYERS, BATCH, ctx.world_size, seed, 0)
     rows = slice(ctx.rank * BATCH, (ctx.rank + 1) * BATCH)
-    F.mse_loss(ddp(X[rows]), y[rows]).backward()
-    return {"grad": flat_grad(model).numpy()}
+    F.mse_loss(ddp(X[rows].to(ctx.device)), y[rows].to(ctx.device)).backward()
+    return {"grad": flat_grad(model).cpu().numpy()}
 
 
 # ---------------------------------------------------------------- in the caller

@@ -47,7 +47,7 @@ def clipped_step(model, optimizer, max_norm: float) -> float:
 
 
 def flat_params(model) -> np.ndarray:
-    return torch.cat([p.detach().flatten() for p in model.parameters()]).numpy()
+    return torch.cat([p.detach().flatten() for p in model.parameters()]).cpu().numpy()
 
 
 def _global_norm(model) -> torch.Tensor:
@@ -63,18 +63,18 @@ def clip_ranks(ctx, max_norm: float, batch_size: int, seed: int) -> dict:
     gradient then averaged (wrong), the averaged gradient with the norm reduced again (wrong)."""
     X, y = make_batch(LAYERS, batch_size, ctx.world_size, seed, 0)
     rows = slice(ctx.rank * batch_size, (ctx.rank + 1) * batch_size)
-    X, y = X[rows], y[rows]
+    X, y = X[rows].to(ctx.device), y[rows].to(ctx.device)
     W = ctx.world_size
 
     # right: clip after DDP's backward
-    model = make_model(LAYERS, seed)
+    model = make_model(LAYERS, seed).to(ctx.device)
     ddp = DDP(model)
     optimizer = torch.optim.SGD(model.parameters(), lr=LR)
     F.mse_loss(ddp(X), y).backward()
     norm = clipped_step(model, optimizer, max_norm)
 
     # wrong: clip this rank's own gradient, then average by hand
-    local = make_model(LAYERS, seed)
+    local = make_model(LAYERS, seed).to(ctx.device)
     F.mse_loss(local(X), y).backward()
     local_norm = float(torch.nn.utils.clip_grad_norm_(local.parameters(), max_norm))
     for p in local.parameters():
@@ -83,7 +83,7 @@ def clip_ranks(ctx, max_norm: float, batch_size: int, seed: int) -> dict:
     torch.optim.SGD(local.parameters(), lr=LR).step()
 
     # wrong: DDP averaged already; all-reducing the squared norm again counts it W times
-    again = make_model(LAYERS, seed)
+    again = make_model(LAYERS, seed).to(ctx.device)
     ddp_again = DDP(again)
     F.mse_loss(ddp_again(X), y).backward()
     squared = _global_norm(again) ** 2
@@ -103,10 +103,11 @@ def accumulation_ranks(ctx, max_norm: float, batch_size: int, micro_batches: int
     micro-batch's backward (wrong) or after the last only (right)."""
     X, y = make_batch(LAYERS, batch_size, ctx.world_size, seed, 0)
     rows = slice(ctx.rank * batch_size, (ctx.rank + 1) * batch_size)
-    chunks = list(zip(X[rows].chunk(micro_batches), y[rows].chunk(micro_batches)))
+    X, y = X[rows].to(ctx.device), y[rows].to(ctx.device)
+    chunks = list(zip(X.chunk(micro_batches), y.chunk(micro_batches)))
     out = {}
     for every in (True, False):
-        model = make_model(LAYERS, seed)
+        model = make_model(LAYERS, seed).to(ctx.device)
         ddp = DDP(model)
         for i, (xb, yb) in enumerate(chunks):
             last = i == len(chunks) - 1

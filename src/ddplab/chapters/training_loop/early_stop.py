@@ -41,7 +41,8 @@ LR = 0.1
 
 def should_stop(loss: torch.Tensor, group=None) -> bool:
     """Stop if the loss is not finite on ANY rank: every rank gets the same answer."""
-    flag = torch.tensor([0.0 if torch.isfinite(loss) else 1.0])
+    # on the loss's device: an NCCL group all-reduces only tensors on its GPU
+    flag = torch.tensor([0.0 if torch.isfinite(loss) else 1.0], device=loss.device)
     dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=group)
     return bool(flag.item())
 
@@ -53,13 +54,14 @@ def train(ctx, call_id: str, steps: int, bad_step: int, fix: str, batch_size: in
           check_in_seconds: float) -> dict:
     """Train up to ``steps`` steps; stop when the loss is not finite (see ``fix``)."""
     work, watch = hang_watch.work_groups(check_in_seconds)
-    model = make_model(LAYERS, seed)
+    model = make_model(LAYERS, seed).to(ctx.device)
     ddp = DDP(model, process_group=work)  # keep a reference until backward is done
     optimizer = torch.optim.SGD(model.parameters(), lr=LR)
     rows = slice(ctx.rank * batch_size, (ctx.rank + 1) * batch_size)
     stopped_at, done = None, 0
     for step in range(steps):
-        X, y = (t[rows] for t in make_batch(LAYERS, batch_size, ctx.world_size, seed, step))
+        batch = make_batch(LAYERS, batch_size, ctx.world_size, seed, step)
+        X, y = (t[rows].to(ctx.device) for t in batch)
         if step == bad_step and ctx.rank == ctx.world_size - 1:
             X[0, 0] = float("nan")
         loss = F.mse_loss(ddp(X), y)

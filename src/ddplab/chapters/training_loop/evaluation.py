@@ -35,7 +35,7 @@ COMMAND = "gather-metric"  # python -m ddplab gather-metric
 
 def gather_unequal(t: torch.Tensor) -> torch.Tensor:
     """All-gather 1-D tensors of different lengths: pad to the longest, gather, trim."""
-    size = torch.tensor([len(t)])
+    size = torch.tensor([len(t)], device=t.device)  # NCCL gathers only tensors on its GPU
     sizes = [torch.zeros_like(size) for _ in range(dist.get_world_size())]
     dist.all_gather(sizes, size)
     longest = int(max(sizes))
@@ -69,29 +69,30 @@ def evaluate(ctx, dataset_size: int, seed: int) -> dict:
     """Score this rank's shard, then gather every rank's predictions three ways."""
     scores, labels = validation_set(dataset_size, seed)
     mine = np.arange(ctx.rank, dataset_size, ctx.world_size)  # no padding
-    s, y = torch.from_numpy(scores[mine]), torch.from_numpy(labels[mine])
+    s, y = (torch.from_numpy(a[mine]).to(ctx.device) for a in (scores, labels))
     gathered_s, gathered_y = gather_unequal(s), gather_unequal(y)
     objects = [None] * ctx.world_size
     dist.all_gather_object(objects, (scores[mine], labels[mine]))
     padded = list(DistributedSampler(range(dataset_size), num_replicas=ctx.world_size,
                                      rank=ctx.rank, shuffle=False))
-    ps, py = torch.from_numpy(scores[padded]), torch.from_numpy(labels[padded])
+    ps, py = (torch.from_numpy(a[padded]).to(ctx.device) for a in (scores, labels))
     out_s = [torch.zeros_like(ps) for _ in range(ctx.world_size)]
     out_y = [torch.zeros_like(py) for _ in range(ctx.world_size)]
     dist.all_gather(out_s, ps)
     dist.all_gather(out_y, py)
     return {"count": len(mine), "local_auc": auc(scores[mine], labels[mine]),
-            "auc": auc(gathered_s.numpy(), gathered_y.numpy()),
+            "auc": auc(gathered_s.cpu().numpy(), gathered_y.cpu().numpy()),
             "auc_object": auc(np.concatenate([o[0] for o in objects]),
                               np.concatenate([o[1] for o in objects])),
-            "auc_padded": auc(torch.cat(out_s).numpy(), torch.cat(out_y).numpy()),
+            "auc_padded": auc(torch.cat(out_s).cpu().numpy(), torch.cat(out_y).cpu().numpy()),
             "padded_count": len(padded)}
 
 
 def gather_equal_only(ctx, dataset_size: int) -> dict:
     """``all_gather`` of unequal shards as if they were equal: raises on gloo."""
-    mine = torch.arange(ctx.rank, dataset_size, ctx.world_size, dtype=torch.float64)
-    out = [torch.zeros(len(range(0, dataset_size, ctx.world_size)), dtype=torch.float64)
+    mine = torch.arange(ctx.rank, dataset_size, ctx.world_size, dtype=torch.float64,
+                        device=ctx.device)
+    out = [mine.new_zeros(len(range(0, dataset_size, ctx.world_size)))
            for _ in range(ctx.world_size)]
     dist.all_gather(out, mine)
     return {"count": len(mine)}

@@ -1,9 +1,10 @@
 """Mixed precision under DDP: autocast per rank, and ``GradScaler``'s skipped step, which
 every rank takes together.
 
-Run on CPU: ``torch.autocast("cpu", dtype=torch.bfloat16)`` and ``torch.amp.GradScaler("cpu")``
-(it exists in torch 2.13, ``torch/amp/grad_scaler.py``). ``GradScaler.step`` skips the
-optimizer step when the unscaled gradients hold an inf or NaN (``_unscale_grads_`` ->
+Autocast and the scaler take the device type of the rank's tensors: ``torch.autocast("cuda",
+dtype=torch.bfloat16)`` and ``torch.amp.GradScaler("cuda")`` on a GPU rank, ``"cpu"`` on a CPU
+rank (the CPU scaler exists in torch 2.13, ``torch/amp/grad_scaler.py``). ``GradScaler.step``
+skips the optimizer step when the unscaled gradients hold an inf or NaN (``_unscale_grads_`` ->
 ``torch._amp_foreach_non_finite_check_and_unscale_``) and ``update`` halves the scale. The
 check reads this rank's gradients only; under DDP they are the all-reduced average, so an
 overflow on one rank is an inf on every rank, and every rank skips the same step. Without
@@ -31,7 +32,7 @@ BATCH = 4
 
 def scaled_step(model, optimizer, scaler, X, y) -> None:
     """The step to copy: forward under autocast, scaled backward, scaler's step and update."""
-    with torch.autocast("cpu", dtype=torch.bfloat16):
+    with torch.autocast(X.device.type, dtype=torch.bfloat16):  # "cuda" on a GPU rank
         loss = F.mse_loss(model(X).float(), y)
     optimizer.zero_grad()
     scaler.scale(loss).backward()
@@ -46,19 +47,19 @@ def overflow_step(ctx, overflow_rank: int, seed: int) -> dict:
     """One scaled step with and without DDP; ``overflow_rank``'s batch overflows (-1: none)."""
     X, y = make_batch(LAYERS, BATCH, ctx.world_size, seed, 0)
     rows = slice(ctx.rank * BATCH, (ctx.rank + 1) * BATCH)
-    X, y = X[rows].clone(), y[rows]
+    X, y = X[rows].to(ctx.device), y[rows].to(ctx.device)
     if ctx.rank == overflow_rank:
         X[0, 0] = 3e38  # float32's largest is 3.4e38: the scaled loss overflows
     out = {}
     for name in ("ddp", "local"):
-        model = make_model(LAYERS, seed)
+        model = make_model(LAYERS, seed).to(ctx.device)
         before = torch.cat([p.detach().flatten().clone() for p in model.parameters()])
-        scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 16)
+        scaler = torch.amp.GradScaler(ctx.device.type, init_scale=2.0 ** 16)
         wrapped = DDP(model) if name == "ddp" else model
         scaled_step(wrapped, torch.optim.SGD(model.parameters(), lr=0.1), scaler, X, y)
         after = torch.cat([p.detach().flatten() for p in model.parameters()])
         out[name] = {"skipped": bool(torch.equal(before, after)),
-                     "scale": float(scaler.get_scale()), "params": after.numpy()}
+                     "scale": float(scaler.get_scale()), "params": after.cpu().numpy()}
     return out
 
 

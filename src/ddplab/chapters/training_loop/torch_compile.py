@@ -61,7 +61,7 @@ def compiled_step(ctx, bucket_cap_mb: float, optimize_ddp: bool, outside: bool,
         return allreduce_hook(state, bucket)
 
     torch._dynamo.reset()
-    model = make_model(LAYERS, seed)
+    model = make_model(LAYERS, seed).to(ctx.device)
     with torch._dynamo.config.patch(optimize_ddp=optimize_ddp):
         # compile the module inside DDP: dynamo sees the active DDP module while DDP's forward
         # runs it (DistributedDataParallel._get_active_ddp_module, convert_frame.py)
@@ -77,10 +77,10 @@ def compiled_step(ctx, bucket_cap_mb: float, optimize_ddp: bool, outside: bool,
             buckets.clear()
             model.zero_grad()
             X, y = make_batch(LAYERS, 4, ctx.world_size, seed, step)
-            F.mse_loss(step_model(X[rows]), y[rows]).backward()
+            F.mse_loss(step_model(X[rows].to(ctx.device)), y[rows].to(ctx.device)).backward()
     torch._dynamo.reset()
     return {"graphs": len(graphs), "graph_nodes": graphs, "bucket_bytes": list(buckets),
-            "grad": torch.cat([p.grad.flatten() for p in model.parameters()]).numpy()}
+            "grad": torch.cat([p.grad.flatten() for p in model.parameters()]).cpu().numpy()}
 
 
 # ---------------------------------------------------------------- in the caller
