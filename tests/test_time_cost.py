@@ -193,7 +193,8 @@ def test_cli_allreduce_and_step_time_print_the_named_fields():
     for key in ("seconds", "algbw", "busbw"):
         assert len(data[key]) == 2
     fit = cost_model.fit_latency_bandwidth(data["sizes_bytes"], data["seconds"])
-    assert (data["alpha_s"], data["bandwidth_bytes_per_s"]) == pytest.approx(fit)
+    assert (data["alpha_s"], data["bandwidth_bytes_per_s"]) == pytest.approx(fit[:2])
+    assert data["fit_supported"] == fit.supported
     data = ddplab_json("step-time", "--world-size", "2", "--batch-size", "4", "--layers",
                        "8,64,32,4", "--iterations", "2")
     assert all(data[f"{p}_ms"] >= 0 for p in (*step_time.PHASES, "step"))

@@ -46,12 +46,51 @@ def test_the_fit_recovers_exact_constants_and_matches_numpy():
     sizes = [4096 * 4 ** i for i in range(8)]
     alpha, B = 150e-6, 1.2e9
     fit = cost_model.fit_latency_bandwidth(sizes, [alpha + s / B for s in sizes])
-    assert fit == pytest.approx((alpha, B), rel=1e-9)
+    assert fit[:2] == pytest.approx((alpha, B), rel=1e-9) and fit.supported
     rng = np.random.default_rng(0)
     seconds = [(alpha + s / B) * rng.uniform(0.7, 1.4) for s in sizes]
     A = np.array([[1 / t, s / t] for s, t in zip(sizes, seconds)])
     (a, inv_b), *_ = np.linalg.lstsq(A, np.ones(len(sizes)), rcond=None)
-    assert cost_model.fit_latency_bandwidth(sizes, seconds) == pytest.approx((a, 1 / inv_b))
+    assert a > 0 and inv_b > 0  # so the constrained fit is the unconstrained one
+    fit = cost_model.fit_latency_bandwidth(sizes, seconds)
+    assert fit[:2] == pytest.approx((a, 1 / inv_b)) and fit.supported and fit.note == ""
+
+
+def test_noisy_times_give_no_negative_latency_and_say_the_fit_is_unsupported():
+    """Issue 29's times on a loaded machine: 4 KiB in 280 us, 256 KiB in 264 us. Unconstrained,
+    the line through them falls (1/B < 0). Held at 1/B = 0, the relative least squares of a
+    constant is sum(1/t) / sum(1/t^2) = (1/280 + 1/264) / (1/280^2 + 1/264^2) us = 271.5 us;
+    the other boundary, alpha = 0, cannot fit two times that fall with size."""
+    sizes, seconds = [4096, 262144], [280e-6, 264e-6]
+    A = np.array([[1 / t, s / t] for s, t in zip(sizes, seconds)])
+    assert np.linalg.solve(A, np.ones(2))[1] < 0  # the unconstrained fit is infeasible
+    fit = cost_model.fit_latency_bandwidth(sizes, seconds)
+    assert fit.alpha_s == pytest.approx(271.5e-6, abs=0.05e-6)
+    assert fit.bandwidth == math.inf and not fit.supported
+    assert "1/B held at 0" in fit.note
+
+
+def test_a_negative_latency_is_held_at_zero():
+    """Times of a pure bandwidth 1 GB/s, with the small sizes measured fast: unconstrained
+    alpha < 0. With alpha = 0 the fit of 1/B alone is sum(S/t) / sum((S/t)^2), checked
+    against a brute-force scan of the same relative residual."""
+    sizes = [1e6, 4e6, 16e6]
+    seconds = [0.8e-3, 3.9e-3, 16.2e-3]
+    A = np.array([[1 / t, s / t] for s, t in zip(sizes, seconds)])
+    (a, _), *_ = np.linalg.lstsq(A, np.ones(3), rcond=None)
+    assert a < 0
+    fit = cost_model.fit_latency_bandwidth(sizes, seconds)
+    assert fit.alpha_s == 0.0 and not fit.supported and "alpha held at 0" in fit.note
+    grid = np.linspace(0.8e-9, 1.2e-9, 400001)  # candidate 1/B, s/byte
+    r = ((np.outer(grid, sizes) - seconds) / seconds) ** 2
+    assert 1 / fit.bandwidth == pytest.approx(grid[r.sum(axis=1).argmin()], rel=1e-5)
+
+
+def test_a_fit_needs_two_sizes():
+    with pytest.raises(ValueError, match="2 or more distinct sizes"):
+        cost_model.fit_latency_bandwidth([4096, 4096], [1e-4, 2e-4])
+    with pytest.raises(ValueError, match="positive"):
+        cost_model.fit_latency_bandwidth([4096, 8192], [1e-4, 0.0])
 
 
 def test_a_link_from_a_fit_gives_back_the_fitted_line():

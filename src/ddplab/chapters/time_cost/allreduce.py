@@ -69,7 +69,7 @@ class AllReduce(Result):
     copy_bytes: int
     copy_seconds: float  # rank 0 alone, fastest of COPY_TRIALS
 
-    json_extras = ("algbw", "busbw", "alpha_s", "bandwidth_bytes_per_s",
+    json_extras = ("algbw", "busbw", "alpha_s", "bandwidth_bytes_per_s", "fit_supported",
                    "copy_bandwidth_bytes_per_s", "busbw_over_copy")
 
     @property
@@ -84,8 +84,13 @@ class AllReduce(Result):
         return [b * factor for b in self.algbw]
 
     @property
-    def fit(self) -> tuple[float, float]:
+    def fit(self) -> cost_model.LatencyBandwidthFit:
         return cost_model.fit_latency_bandwidth(self.sizes_bytes, self.seconds)
+
+    @property
+    def fit_supported(self) -> bool:
+        """False where noisy times gave a negative constant and the fit held it at 0."""
+        return self.fit.supported
 
     @property
     def alpha_s(self) -> float:
@@ -116,7 +121,8 @@ class AllReduce(Result):
             lines.append(f"{human(size):>10} {1e3 * t:9.3f} {alg / 1e9:11.3f} {bus / 1e9:11.3f} "
                          f"{1e3 * self.fitted_seconds(size):8.3f}")
         lines += [f"fit T(S) = alpha + S/B: alpha = {1e6 * self.alpha_s:.0f} us, "
-                  f"B = {self.bandwidth_bytes_per_s / 1e9:.3f} GB/s",
+                  f"B = {self.bandwidth_bytes_per_s / 1e9:.3f} GB/s"
+                  + ("" if self.fit.supported else f" ({self.fit.note})"),
                   f"memory copy (rank 0 alone, {human(self.copy_bytes)}, fastest of "
                   f"{COPY_TRIALS}): "
                   f"{self.copy_bandwidth_bytes_per_s / 1e9:.2f} GB/s; best busbw is "
