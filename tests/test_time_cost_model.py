@@ -14,7 +14,13 @@ import math
 import numpy as np
 import pytest
 
-from ddplab.chapters.time_cost import bucket_size, calibration, cluster_prediction, cost_model
+from ddplab.chapters.time_cost import (
+    bucket_size,
+    calibration,
+    cluster_prediction,
+    cost_model,
+    utilisation,
+)
 
 NVLINK = cost_model.INTRA_NODE["NVLink 4 (H100)"]
 IB = cost_model.INTER_NODE["8 x 400 Gb/s per node (EFA v4 measured)"]
@@ -233,3 +239,56 @@ def test_the_calibrated_prediction_is_the_model_with_the_measured_inputs():
     assert check.predict(8).compute_s == pytest.approx(8e-3)  # measured at 1 rank
     assert check.ratio(2) == pytest.approx(0.06 / at2.step_s)
     assert check.agrees == all(0.5 <= check.ratio(w) <= 2 for w in (1, 2))
+
+
+# ---------------------------------------------------------------- utilisation from the record
+
+
+GPT2_SMALL, GPT2_MEDIUM = 124_439_808, 354_823_168  # the record's 124 M and 355 M
+
+
+def test_utilisation_is_the_records_at_its_sizes_and_clamped_outside():
+    """The H100 record (issue 27): compiled 22.1% at 124 M, 28.9% at 355 M, 37.9% at 1.3 B;
+    eager 9.8%, 13.0%, 21.0%."""
+    assert utilisation.from_record(GPT2_MEDIUM).value == pytest.approx(0.289)
+    assert utilisation.from_record(GPT2_MEDIUM, compiled=False).value == pytest.approx(0.13)
+    small = utilisation.from_record(10e6)
+    assert small.value == pytest.approx(0.221) and "clamped" in small.source
+    big = utilisation.from_record(70e9, compiled=False)
+    assert big.value == pytest.approx(0.21) and "clamped" in big.source
+    assert "measured on one NVIDIA H100 80GB HBM3, 2026-11-25" in big.source
+
+
+def test_utilisation_is_interpolated_in_log_params():
+    """Halfway in log(params) between 124 M and 355 M, the geometric mean of the two, lies
+    halfway between their MFUs: (22.1 + 28.9) / 2 = 25.5% compiled, (9.8 + 13.0) / 2 = 11.4%
+    eager. A quarter of the way from 355 M to 1.3 B (1,313,626,112) in log: 355 M x (1313.6 /
+    354.8)^(1/4) = 492.2 M, at 28.9 + (37.9 - 28.9) / 4 = 31.15%. Linear in params instead
+    would give 28.9 + 9 x 137.4 / 958.8 = 30.19% there."""
+    middle = math.sqrt(GPT2_SMALL * GPT2_MEDIUM)
+    assert utilisation.from_record(middle).value == pytest.approx(0.255)
+    assert utilisation.from_record(middle, compiled=False).value == pytest.approx(0.114)
+    quarter = GPT2_MEDIUM * (1_313_626_112 / GPT2_MEDIUM) ** 0.25
+    u = utilisation.from_record(quarter)
+    assert u.value == pytest.approx(0.3115) and "interpolated" in u.source
+
+
+def test_the_cluster_model_computes_at_the_records_utilisation_unless_the_reader_sets_one():
+    chip = cost_model.ACCELERATORS["H100 SXM"]
+    p = cluster_prediction.run(params_millions=124.439808, nodes=1, gpus_per_node=1,
+                               batch_size=16, tokens_per_sample=1024)
+    # one H100 alone: the record's 124 M compiled step, 56.1 ms, to the rounding of its MFU
+    assert p.step.compute_s == pytest.approx(6 * GPT2_SMALL * 16 * 1024 / (989e12 * 0.221))
+    assert p.step.compute_s == pytest.approx(0.0561, rel=0.005)
+    eager = cluster_prediction.run(124.439808, nodes=1, gpus_per_node=1, batch_size=16,
+                                   tokens_per_sample=1024, compiled=False)
+    assert eager.step.compute_s == pytest.approx(0.1256, rel=0.005)
+    mine = cluster_prediction.run(1300, nodes=4, utilisation=0.5)
+    assert mine.utilisation.source == "MFU 50.0%, set by the reader"
+    assert mine.step.compute_s == pytest.approx(
+        cost_model.seconds_per_sample(1.3e9, chip, 2048, 0.5) * 4)
+    assert "MFU" in cluster_prediction.run(1300, nodes=4).describe()
+    with pytest.raises(ValueError, match="at most 1"):
+        cluster_prediction.run(1300, utilisation=40)
+    with pytest.raises(ValueError, match="compiled must be True or False"):
+        cluster_prediction.run(1300, compiled="yes")

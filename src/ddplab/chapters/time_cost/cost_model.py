@@ -136,17 +136,15 @@ ACCELERATORS = {a.name: a for a in (
 # FLOPs of one forward and backward per parameter and per sample (or token): 2 forward, 4
 # backward (Kaplan et al. 2020, "Scaling laws for neural language models", section 2.1: C = 6N).
 FLOPS_PER_PARAM = 6
-# An assumption, not a measurement: large runs report 40-50% of peak (PaLM: 46.2% model FLOPs
-# utilisation, Chowdhery et al. 2022, table 3).
-UTILISATION = 0.4
 # Backward costs twice the forward (the 4 of the 6 above), so it is 2/3 of the computation.
 BACKWARD_SHARE = 2 / 3
 
 
-def seconds_per_sample(params: float, accelerator: Accelerator, tokens_per_sample: int = 1,
-                       utilisation: float = UTILISATION) -> float:
+def seconds_per_sample(params: float, accelerator: Accelerator, tokens_per_sample: int,
+                       utilisation: float) -> float:
     """Forward and backward of one sample: 6 FLOPs per parameter and token, at
-    ``utilisation`` of the accelerator's peak."""
+    ``utilisation`` of the accelerator's peak (model FLOPs utilisation; by model size from
+    measurements in ``utilisation.from_record``)."""
     return FLOPS_PER_PARAM * params * tokens_per_sample / (accelerator.flops * utilisation)
 
 
