@@ -45,15 +45,16 @@ class GpuRecord:
         return self.data["throughput"]["rows"]
 
     def points(self, mode: str) -> list[tuple[float, float]]:
-        """``(params, MFU as a fraction)`` of every model measured in ``mode``, by size."""
+        """``(params, MFU as a fraction)`` of every model measured in ``mode``, by size (a
+        size that was skipped, out of memory, has no MFU)."""
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
         return sorted((r["params"], r["mfu_percent"] / 100) for r in self.rows
-                      if r["mode"] == mode)
+                      if r["mode"] == mode and r["mfu_percent"] is not None)
 
     def mfu_from_step(self, row: dict) -> float:
         """The row's MFU, in percent, worked out again from its step time."""
-        tokens = row["batch_size"] * self.data["throughput"]["seq_len"]
+        tokens = row["batch_size"] * row.get("seq_len", self.data["throughput"]["seq_len"])
         return mfu_percent(row["params"], tokens, row["step_ms"] / 1e3, self.data["peak_flops"])
 
     @property
