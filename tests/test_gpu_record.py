@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from ddplab.chapters.memory import calculator
+from ddplab.chapters.memory import allocator_count, calculator
 from ddplab.common import gpt, gpu_record
 
 H100 = "h100-2026-11-25"
@@ -93,3 +93,11 @@ def test_load_picks_the_newest_and_refuses_what_is_not_a_record(tmp_path, monkey
     broken["machine"] = {k: v for k, v in data["machine"].items() if k != "driver"}
     with pytest.raises(ValueError, match="peak_flops, machine.driver"):
         gpu_record.validate(broken)
+
+
+def test_the_memory_page_sets_the_record_beside_the_calculator():
+    shown = allocator_count.recorded(H100)
+    assert [r["calculator_mib"] for r in shown.rows] == pytest.approx(
+        [r["recorded_calculator_mib"] for r in shown.rows], abs=0.05)  # printed to 0.1
+    assert shown.ratios() == pytest.approx([1345.3 / 1280.31, 1.0], abs=1e-4)
+    assert "cuda MiB" in shown.describe() and shown.allocator == "cuda"

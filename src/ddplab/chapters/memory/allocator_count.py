@@ -26,7 +26,10 @@ import gc
 
 import torch
 
-from ddplab.chapters.memory import malloc_count
+from ddplab.chapters.memory import calculator, malloc_count
+from ddplab.common import gpu_record
+
+MiB = 2 ** 20
 
 
 @dataclasses.dataclass
@@ -80,3 +83,54 @@ def held_after(fn, device):
     after = torch.cuda.memory_allocated(device)
     peak = max(watch.run_peak, torch.cuda.max_memory_allocated(device))
     return result, Counted("cuda", after - before, peak - before, watch.step_peak)
+
+
+# ---------------------------------------------------------------- measured on a GPU, recorded
+
+
+@dataclasses.dataclass
+class Recorded:
+    """A GPU record's memory measurement beside the calculator's bytes for the same run."""
+
+    origin: str
+    run: str  # what ran
+    allocator: str
+    rows: list[dict]  # bucket_view, adam, allocated_mib, calculator_mib (computed here)
+    note: str
+
+    def ratios(self) -> list[float]:
+        return [r["allocated_mib"] / r["calculator_mib"] for r in self.rows]
+
+    def describe(self) -> str:
+        lines = [f"{self.run}, {self.origin}",
+                 f"{'bucket view':>12} {'adam':>18} {self.allocator + ' MiB':>10} "
+                 f"{'calculator MiB':>15} {'ratio':>6}"]
+        peaks = any(r["step_peak_bytes_per_param"] is not None for r in self.rows)
+        lines[-1] += "  step peak, bytes per parameter" if peaks else ""
+        for row, ratio in zip(self.rows, self.ratios()):
+            peak = row["step_peak_bytes_per_param"]
+            lines.append(f"{str(row['bucket_view']):>12} {row['adam']:>18} "
+                         f"{row['allocated_mib']:10.2f} {row['calculator_mib']:15.2f} "
+                         f"{ratio:6.3f}" + (f"  {peak:.2f}" if peak is not None else ""))
+        return "\n".join(lines + ([self.note] if self.note else []))
+
+
+def recorded(record: str | None = None) -> Recorded:
+    """The memory measured in a GPU record (default the newest), with the calculator's bytes
+    for the same run worked out here."""
+    rec = gpu_record.load(record)
+    m = rec.data["memory"]
+    rows = []
+    for row in m["rows"]:
+        predicted = calculator.bytes_per_rank(
+            m["params"], m["optimizer"], m["strategy"], m["world_size"],
+            bucket_view=row["bucket_view"], tensors=m["parameter_tensors"])
+        rows.append({"bucket_view": row["bucket_view"], "adam": row.get("adam", "default"),
+                     "allocated_mib": row["allocated_mib"],
+                     "calculator_mib": sum(predicted.values()) / MiB,
+                     "recorded_calculator_mib": row["calculator_mib"],
+                     "step_peak_bytes_per_param": row.get("step_peak_bytes_per_param")})
+    run = (f"{m['strategy'].upper()} at world size {m['world_size']} on {m['backend']}, "
+           f"{m['model']} ({m['params']:,} parameters), {m['optimizer']} in {m['dtype']}, "
+           f"after {m['steps']} steps")
+    return Recorded(rec.origin, run, m["allocator"], rows, m.get("step_peak_note", ""))
