@@ -46,7 +46,7 @@ class ClusterPrediction:
         s = self.step
         return (f"MODEL, not a measurement: {self.params / 1e6:,.0f} M parameters on "
                 f"{self.nodes} node(s) x {self.gpus_per_node} {self.accelerator} ({self.intra}; "
-                f"{self.inter}; compute at {self.utilisation.source}): "
+                f"{self.inter}; compute at MFU {self.utilisation.value:.1%}): "
                 f"step {1e3 * s.step_s:.1f} ms = compute {1e3 * s.compute_s:.1f} "
                 f"+ copies {1e3 * s.copy_s:.1f} + exposed all-reduce {1e3 * s.exposed_s:.1f} "
                 f"(of {1e3 * s.comm_s:.1f}, {s.buckets} buckets) + optimizer "

@@ -63,3 +63,17 @@ def given(value: float) -> Utilisation:
     if value > 1:
         raise ValueError(f"utilisation is a fraction of peak, at most 1, got {value!r}")
     return Utilisation(value, f"MFU {value:.1%}, set by the reader")
+
+
+def describe_record(record: str | None = None) -> str:
+    """The record's MFU by model size, eager and compiled, and where it was measured."""
+    rec = gpu_record.load(record)
+    lines = [f"model FLOPs utilisation, {rec.origin}:",
+             f"{'parameters':>14} {'batch':>6} {'eager':>7} {'compiled':>9}"]
+    for params in sorted({r["params"] for r in rec.rows}):
+        by_mode = {r["mode"]: r for r in rec.rows if r["params"] == params}
+        cells = [f"{by_mode[m]['mfu_percent']:.1f}%" if by_mode.get(m, {}).get("mfu_percent")
+                 else "-" for m in gpu_record.MODES]
+        lines.append(f"{params:>14,} {next(iter(by_mode.values()))['batch_size']:>6} "
+                     f"{cells[0]:>7} {cells[1]:>9}")
+    return "\n".join(lines)
