@@ -19,6 +19,7 @@ from ddplab.chapters.time_cost import (
     calibration,
     cluster_prediction,
     cost_model,
+    latency_fit,
     utilisation,
 )
 
@@ -51,14 +52,14 @@ def test_a_ring_over_nodes_pays_network_steps_and_the_slowest_link():
 def test_the_fit_recovers_exact_constants_and_matches_numpy():
     sizes = [4096 * 4 ** i for i in range(8)]
     alpha, B = 150e-6, 1.2e9
-    fit = cost_model.fit_latency_bandwidth(sizes, [alpha + s / B for s in sizes])
+    fit = latency_fit.fit_latency_bandwidth(sizes, [alpha + s / B for s in sizes])
     assert fit[:2] == pytest.approx((alpha, B), rel=1e-9) and fit.supported
     rng = np.random.default_rng(0)
     seconds = [(alpha + s / B) * rng.uniform(0.7, 1.4) for s in sizes]
     A = np.array([[1 / t, s / t] for s, t in zip(sizes, seconds)])
     (a, inv_b), *_ = np.linalg.lstsq(A, np.ones(len(sizes)), rcond=None)
     assert a > 0 and inv_b > 0  # so the constrained fit is the unconstrained one
-    fit = cost_model.fit_latency_bandwidth(sizes, seconds)
+    fit = latency_fit.fit_latency_bandwidth(sizes, seconds)
     assert fit[:2] == pytest.approx((a, 1 / inv_b)) and fit.supported and fit.note == ""
 
 
@@ -70,7 +71,7 @@ def test_noisy_times_give_no_negative_latency_and_say_the_fit_is_unsupported():
     sizes, seconds = [4096, 262144], [280e-6, 264e-6]
     A = np.array([[1 / t, s / t] for s, t in zip(sizes, seconds)])
     assert np.linalg.solve(A, np.ones(2))[1] < 0  # the unconstrained fit is infeasible
-    fit = cost_model.fit_latency_bandwidth(sizes, seconds)
+    fit = latency_fit.fit_latency_bandwidth(sizes, seconds)
     assert fit.alpha_s == pytest.approx(271.5e-6, abs=0.05e-6)
     assert fit.bandwidth == math.inf and not fit.supported
     assert "1/B held at 0" in fit.note
@@ -85,7 +86,7 @@ def test_a_negative_latency_is_held_at_zero():
     A = np.array([[1 / t, s / t] for s, t in zip(sizes, seconds)])
     (a, _), *_ = np.linalg.lstsq(A, np.ones(3), rcond=None)
     assert a < 0
-    fit = cost_model.fit_latency_bandwidth(sizes, seconds)
+    fit = latency_fit.fit_latency_bandwidth(sizes, seconds)
     assert fit.alpha_s == 0.0 and not fit.supported and "alpha held at 0" in fit.note
     grid = np.linspace(0.8e-9, 1.2e-9, 400001)  # candidate 1/B, s/byte
     r = ((np.outer(grid, sizes) - seconds) / seconds) ** 2
@@ -94,9 +95,9 @@ def test_a_negative_latency_is_held_at_zero():
 
 def test_a_fit_needs_two_sizes():
     with pytest.raises(ValueError, match="2 or more distinct sizes"):
-        cost_model.fit_latency_bandwidth([4096, 4096], [1e-4, 2e-4])
+        latency_fit.fit_latency_bandwidth([4096, 4096], [1e-4, 2e-4])
     with pytest.raises(ValueError, match="positive"):
-        cost_model.fit_latency_bandwidth([4096, 8192], [1e-4, 0.0])
+        latency_fit.fit_latency_bandwidth([4096, 8192], [1e-4, 0.0])
 
 
 def test_a_link_from_a_fit_gives_back_the_fitted_line():

@@ -9,7 +9,7 @@ calls on the slowest rank (a collective ends when its last rank is done). The fi
 nccl-tests' (doc/PERFORMANCE.md in NVIDIA/nccl-tests): the algorithm bandwidth ``algbw = S / t``
 and, for an all-reduce, the bus bandwidth ``busbw = algbw * 2(n-1)/n``: what each rank's link
 carried, comparable across world sizes. The constants of ``T(S) = alpha + S / B`` are fitted by
-``cost_model.fit_latency_bandwidth``.
+``latency_fit.fit_latency_bandwidth``.
 
 In the same run, rank 0 alone copies a large tensor (``dst.copy_(src)``) while the other ranks
 wait: the memory-copy bandwidth of one rank, the limit to set busbw against. A byte that moves
@@ -27,7 +27,7 @@ import torch
 import torch.distributed as dist
 
 import ddplab
-from ddplab.chapters.time_cost import cost_model
+from ddplab.chapters.time_cost import latency_fit
 from ddplab.common import clock
 from ddplab.common.checks import positive_int
 from ddplab.common.results import Result
@@ -84,8 +84,8 @@ class AllReduce(Result):
         return [b * factor for b in self.algbw]
 
     @property
-    def fit(self) -> cost_model.LatencyBandwidthFit:
-        return cost_model.fit_latency_bandwidth(self.sizes_bytes, self.seconds)
+    def fit(self) -> latency_fit.LatencyBandwidthFit:
+        return latency_fit.fit_latency_bandwidth(self.sizes_bytes, self.seconds)
 
     @property
     def fit_supported(self) -> bool:
