@@ -63,10 +63,15 @@ def machine(device, measured_by: str) -> dict:
             "gpu_count": torch.cuda.device_count() if cuda else 0,
             "driver": _driver() if cuda else None, "torch": torch.__version__,
             "cuda": torch.version.cuda,
-            "nccl": ".".join(map(str, torch.cuda.nccl.version())) if cuda else None,
+            "nccl": _nccl() if cuda else None,
             "python": platform.python_version(),
             "date": datetime.datetime.now(datetime.timezone.utc).date().isoformat(),
             "measured_by": measured_by}
+
+
+def _nccl() -> str:
+    version = torch.cuda.nccl.version()  # a tuple since torch 1.x's (2, 28, 9); an int before
+    return ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
 
 
 def _driver() -> str | None:
