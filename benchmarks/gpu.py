@@ -70,7 +70,7 @@ def machine(device, measured_by: str) -> dict:
 
 
 def _nccl() -> str:
-    version = torch.cuda.nccl.version()  # a tuple since torch 1.x's (2, 28, 9); an int before
+    version = torch.cuda.nccl.version()  # (2, 28, 9[, suffix]): torch/cuda/nccl.py, version()
     return ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
 
 
