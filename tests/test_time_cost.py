@@ -22,8 +22,8 @@ from ddplab.chapters.time_cost import (
     allreduce,
     bucket_size,
     compression,
-    cost_model,
     fp16_overflow,
+    latency_fit,
     plots,
     scaling,
     step_time,
@@ -192,8 +192,9 @@ def test_cli_allreduce_and_step_time_print_the_named_fields():
     assert data["world_size"] == 2 and data["sizes_bytes"] == [4096, 65536]
     for key in ("seconds", "algbw", "busbw"):
         assert len(data[key]) == 2
-    fit = cost_model.fit_latency_bandwidth(data["sizes_bytes"], data["seconds"])
-    assert (data["alpha_s"], data["bandwidth_bytes_per_s"]) == pytest.approx(fit)
+    fit = latency_fit.fit_latency_bandwidth(data["sizes_bytes"], data["seconds"])
+    assert (data["alpha_s"], data["bandwidth_bytes_per_s"]) == pytest.approx(fit[:2])
+    assert data["fit_supported"] == fit.supported
     data = ddplab_json("step-time", "--world-size", "2", "--batch-size", "4", "--layers",
                        "8,64,32,4", "--iterations", "2")
     assert all(data[f"{p}_ms"] >= 0 for p in (*step_time.PHASES, "step"))

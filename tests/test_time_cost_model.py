@@ -14,7 +14,14 @@ import math
 import numpy as np
 import pytest
 
-from ddplab.chapters.time_cost import bucket_size, calibration, cluster_prediction, cost_model
+from ddplab.chapters.time_cost import (
+    bucket_size,
+    calibration,
+    cluster_prediction,
+    cost_model,
+    latency_fit,
+    utilisation,
+)
 
 NVLINK = cost_model.INTRA_NODE["NVLink 4 (H100)"]
 IB = cost_model.INTER_NODE["8 x 400 Gb/s per node (EFA v4 measured)"]
@@ -45,13 +52,52 @@ def test_a_ring_over_nodes_pays_network_steps_and_the_slowest_link():
 def test_the_fit_recovers_exact_constants_and_matches_numpy():
     sizes = [4096 * 4 ** i for i in range(8)]
     alpha, B = 150e-6, 1.2e9
-    fit = cost_model.fit_latency_bandwidth(sizes, [alpha + s / B for s in sizes])
-    assert fit == pytest.approx((alpha, B), rel=1e-9)
+    fit = latency_fit.fit_latency_bandwidth(sizes, [alpha + s / B for s in sizes])
+    assert fit[:2] == pytest.approx((alpha, B), rel=1e-9) and fit.supported
     rng = np.random.default_rng(0)
     seconds = [(alpha + s / B) * rng.uniform(0.7, 1.4) for s in sizes]
     A = np.array([[1 / t, s / t] for s, t in zip(sizes, seconds)])
     (a, inv_b), *_ = np.linalg.lstsq(A, np.ones(len(sizes)), rcond=None)
-    assert cost_model.fit_latency_bandwidth(sizes, seconds) == pytest.approx((a, 1 / inv_b))
+    assert a > 0 and inv_b > 0  # so the constrained fit is the unconstrained one
+    fit = latency_fit.fit_latency_bandwidth(sizes, seconds)
+    assert fit[:2] == pytest.approx((a, 1 / inv_b)) and fit.supported and fit.note == ""
+
+
+def test_noisy_times_give_no_negative_latency_and_say_the_fit_is_unsupported():
+    """Issue 29's times on a loaded machine: 4 KiB in 280 us, 256 KiB in 264 us. Unconstrained,
+    the line through them falls (1/B < 0). Held at 1/B = 0, the relative least squares of a
+    constant is sum(1/t) / sum(1/t^2) = (1/280 + 1/264) / (1/280^2 + 1/264^2) us = 271.5 us;
+    the other boundary, alpha = 0, cannot fit two times that fall with size."""
+    sizes, seconds = [4096, 262144], [280e-6, 264e-6]
+    A = np.array([[1 / t, s / t] for s, t in zip(sizes, seconds)])
+    assert np.linalg.solve(A, np.ones(2))[1] < 0  # the unconstrained fit is infeasible
+    fit = latency_fit.fit_latency_bandwidth(sizes, seconds)
+    assert fit.alpha_s == pytest.approx(271.5e-6, abs=0.05e-6)
+    assert fit.bandwidth == math.inf and not fit.supported
+    assert "1/B held at 0" in fit.note
+
+
+def test_a_negative_latency_is_held_at_zero():
+    """Times of a pure bandwidth 1 GB/s, with the small sizes measured fast: unconstrained
+    alpha < 0. With alpha = 0 the fit of 1/B alone is sum(S/t) / sum((S/t)^2), checked
+    against a brute-force scan of the same relative residual."""
+    sizes = [1e6, 4e6, 16e6]
+    seconds = [0.8e-3, 3.9e-3, 16.2e-3]
+    A = np.array([[1 / t, s / t] for s, t in zip(sizes, seconds)])
+    (a, _), *_ = np.linalg.lstsq(A, np.ones(3), rcond=None)
+    assert a < 0
+    fit = latency_fit.fit_latency_bandwidth(sizes, seconds)
+    assert fit.alpha_s == 0.0 and not fit.supported and "alpha held at 0" in fit.note
+    grid = np.linspace(0.8e-9, 1.2e-9, 400001)  # candidate 1/B, s/byte
+    r = ((np.outer(grid, sizes) - seconds) / seconds) ** 2
+    assert 1 / fit.bandwidth == pytest.approx(grid[r.sum(axis=1).argmin()], rel=1e-5)
+
+
+def test_a_fit_needs_two_sizes():
+    with pytest.raises(ValueError, match="2 or more distinct sizes"):
+        latency_fit.fit_latency_bandwidth([4096, 4096], [1e-4, 2e-4])
+    with pytest.raises(ValueError, match="positive"):
+        latency_fit.fit_latency_bandwidth([4096, 8192], [1e-4, 0.0])
 
 
 def test_a_link_from_a_fit_gives_back_the_fitted_line():
@@ -194,3 +240,56 @@ def test_the_calibrated_prediction_is_the_model_with_the_measured_inputs():
     assert check.predict(8).compute_s == pytest.approx(8e-3)  # measured at 1 rank
     assert check.ratio(2) == pytest.approx(0.06 / at2.step_s)
     assert check.agrees == all(0.5 <= check.ratio(w) <= 2 for w in (1, 2))
+
+
+# ---------------------------------------------------------------- utilisation from the record
+
+
+GPT2_SMALL, GPT2_MEDIUM = 124_439_808, 354_823_168  # the record's 124 M and 355 M
+
+
+def test_utilisation_is_the_records_at_its_sizes_and_clamped_outside():
+    """The H100 record (issue 27): compiled 22.1% at 124 M, 28.9% at 355 M, 37.9% at 1.3 B;
+    eager 9.8%, 13.0%, 21.0%."""
+    assert utilisation.from_record(GPT2_MEDIUM).value == pytest.approx(0.289)
+    assert utilisation.from_record(GPT2_MEDIUM, compiled=False).value == pytest.approx(0.13)
+    small = utilisation.from_record(10e6)
+    assert small.value == pytest.approx(0.221) and "clamped" in small.source
+    big = utilisation.from_record(70e9, compiled=False)
+    assert big.value == pytest.approx(0.21) and "clamped" in big.source
+    assert "measured on one NVIDIA H100 80GB HBM3, 2026-11-25" in big.source
+
+
+def test_utilisation_is_interpolated_in_log_params():
+    """Halfway in log(params) between 124 M and 355 M, the geometric mean of the two, lies
+    halfway between their MFUs: (22.1 + 28.9) / 2 = 25.5% compiled, (9.8 + 13.0) / 2 = 11.4%
+    eager. A quarter of the way from 355 M to 1.3 B (1,313,626,112) in log: 355 M x (1313.6 /
+    354.8)^(1/4) = 492.2 M, at 28.9 + (37.9 - 28.9) / 4 = 31.15%. Linear in params instead
+    would give 28.9 + 9 x 137.4 / 958.8 = 30.19% there."""
+    middle = math.sqrt(GPT2_SMALL * GPT2_MEDIUM)
+    assert utilisation.from_record(middle).value == pytest.approx(0.255)
+    assert utilisation.from_record(middle, compiled=False).value == pytest.approx(0.114)
+    quarter = GPT2_MEDIUM * (1_313_626_112 / GPT2_MEDIUM) ** 0.25
+    u = utilisation.from_record(quarter)
+    assert u.value == pytest.approx(0.3115) and "interpolated" in u.source
+
+
+def test_the_cluster_model_computes_at_the_records_utilisation_unless_the_reader_sets_one():
+    chip = cost_model.ACCELERATORS["H100 SXM"]
+    p = cluster_prediction.run(params_millions=124.439808, nodes=1, gpus_per_node=1,
+                               batch_size=16, tokens_per_sample=1024)
+    # one H100 alone: the record's 124 M compiled step, 56.1 ms, to the rounding of its MFU
+    assert p.step.compute_s == pytest.approx(6 * GPT2_SMALL * 16 * 1024 / (989e12 * 0.221))
+    assert p.step.compute_s == pytest.approx(0.0561, rel=0.005)
+    eager = cluster_prediction.run(124.439808, nodes=1, gpus_per_node=1, batch_size=16,
+                                   tokens_per_sample=1024, compiled=False)
+    assert eager.step.compute_s == pytest.approx(0.1256, rel=0.005)
+    mine = cluster_prediction.run(1300, nodes=4, utilisation=0.5)
+    assert mine.utilisation.source == "MFU 50.0%, set by the reader"
+    assert mine.step.compute_s == pytest.approx(
+        cost_model.seconds_per_sample(1.3e9, chip, 2048, 0.5) * 4)
+    assert "MFU" in cluster_prediction.run(1300, nodes=4).describe()
+    with pytest.raises(ValueError, match="at most 1"):
+        cluster_prediction.run(1300, utilisation=40)
+    with pytest.raises(ValueError, match="compiled must be True or False"):
+        cluster_prediction.run(1300, compiled="yes")

@@ -7,10 +7,11 @@
 Every rank builds the same model of ``LAYERS`` equal ``Linear(width, width)`` layers (so
 ZeRO-1's and FSDP's shares are even), trains it ``steps`` steps with one strategy on its own
 slice of each global batch, and after the last optimizer step counts the bytes it holds by
-category, each distinct storage once (``accounting``). A second count, the bytes the process's
-``malloc`` holds for the run (``malloc_count``), measures the same run from the other side. The
-driver also runs DDP on the same data and reports how far this strategy's parameters end up
-from DDP's.
+category, each distinct storage once (``accounting``). A second count, by the allocator the
+rank's tensors come from (``allocator_count``: the bytes the process's ``malloc`` holds for the
+run on a CPU rank, the CUDA caching allocator's on a GPU rank, with its peaks), measures the
+same run from the other side. The driver also runs DDP on the same data and reports how far
+this strategy's parameters end up from DDP's.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import numpy as np
 import torch
 
 import ddplab
-from ddplab.chapters.memory import accounting, calculator, malloc_count
+from ddplab.chapters.memory import accounting, allocator_count, calculator
 from ddplab.chapters.memory.strategies import OPTIMIZERS, STRATEGIES, Trained
 from ddplab.common.checks import a_bool, one_of, positive_int, positive_number
 from ddplab.common.mlp import make_batch, make_model
@@ -54,23 +55,24 @@ def train(ctx, strategy: str, optimizer: str, params_millions: float, bucket_vie
     """Train, count what this rank holds, and (rank 0, if asked) return the parameters."""
     layers = widths(params_millions)
 
-    def build_and_train():
+    def build_and_train(watch):
         model = make_model(layers, seed=seed, init="he").to(ctx.device)
         trained = Trained(strategy, model, optimizer, bucket_view, ctx.world_size, ctx.device)
+        watch.attach(trained.local_optimizer)
         for step in range(steps):
             X, y = make_batch(layers, batch_size, ctx.world_size, seed, step)
             rows = slice(ctx.rank * batch_size, (ctx.rank + 1) * batch_size)
             trained.step(X[rows].to(ctx.device), y[rows].to(ctx.device))
         return trained
 
-    trained, allocated = malloc_count.held_after(build_and_train)
+    trained, counted = allocator_count.held_after(build_and_train, ctx.device)
     held = accounting.held_bytes(trained.model, trained.local_optimizer,
                                  trained.bucket_buffers())
     tensors = sum(1 for p in trained.model.parameters())
     flat = trained.full_parameters()  # a collective under FSDP: every rank calls it
-    return {"held": held, "allocated": allocated, "tensors": tensors,
+    return {"held": held, "counted": dataclasses.asdict(counted), "tensors": tensors,
             "activations": trained.activation_bytes,
-            "parameters": flat.numpy() if return_parameters and ctx.rank == 0 else None}
+            "parameters": flat.cpu().numpy() if return_parameters and ctx.rank == 0 else None}
 
 
 # ---------------------------------------------------------------- in the caller
@@ -90,7 +92,10 @@ class Memory(Result):
     parameter_count: int
     parameter_tensors: int
     bytes_per_rank: list[dict]  # one per rank: bytes by accounting.CATEGORIES
-    measured_bytes_per_rank: list[int]  # malloc's bytes in use for the run, per rank
+    allocator: str  # what measured_bytes_per_rank counts: "malloc" (CPU ranks) or "cuda"
+    measured_bytes_per_rank: list[int]  # the allocator's bytes in use for the run, per rank
+    peak_bytes_per_rank: list  # cuda: most bytes allocated during the run; malloc: None
+    step_peak_bytes_per_rank: list  # cuda: last optimizer.step()'s most above its start
     max_param_diff_vs_ddp: float
     activation_bytes_per_rank: list[int]  # saved for backward in the last step (gone now)
     torch_version: str
@@ -108,7 +113,8 @@ class Memory(Result):
             bucket_view=self.bucket_view, tensors=self.parameter_tensors)
 
     def measured_over_counted(self) -> list[float]:
-        """malloc's bytes over the tensors' bytes, per rank (None without glibc 2.33+)."""
+        """The allocator's bytes over the tensors' bytes, per rank (None without glibc 2.33+;
+        on CUDA the count leaves out Adam's ``step`` counters, which stay on the host)."""
         return [None if m is None else m / c
                 for m, c in zip(self.measured_bytes_per_rank, self.total_per_rank)]
 
@@ -117,7 +123,7 @@ class Memory(Result):
         lines = [f"{self.strategy}{view}, {self.optimizer}, world size {self.world_size}: "
                  f"{self.parameter_count:,} parameters",
                  f"{f'MB after step {self.steps}':<17}" + "".join(f"{h:>10}" for h in (
-                     "params", "grads", "buckets", "optimizer", "total", "malloc"))]
+                     "params", "grads", "buckets", "optimizer", "total", self.allocator))]
         for rank, held in enumerate(self.bytes_per_rank):
             counted = [held[k] for k in accounting.CATEGORIES] + [sum(held.values())]
             measured = self.measured_bytes_per_rank[rank]
@@ -125,6 +131,10 @@ class Memory(Result):
                          + (f"{'n/a':>10}" if measured is None else f"{measured / 1e6:10.1f}"))
         lines.append(f"activations saved for backward, {self.batch_size} samples per rank: "
                      f"{self.activation_bytes_per_rank[0] / 1e6:.2f} MB (freed by the step)")
+        if self.step_peak_bytes_per_rank[0] is not None:
+            lines.append(f"CUDA allocator, rank 0: peak {self.peak_bytes_per_rank[0] / 1e6:.1f} "
+                         f"MB during the run; the last optimizer step allocated "
+                         f"{self.step_peak_bytes_per_rank[0] / 1e6:.1f} MB more at its peak")
         lines.append(f"largest |parameter - DDP's| after the steps: "
                      f"{self.max_param_diff_vs_ddp:.1e}")
         return "\n".join(lines)
@@ -154,7 +164,10 @@ def run(world_size: int = 2, strategy: str = "ddp", optimizer: str = "adam",
         parameter_count=sum(p.numel() for p in _shapes(layers)),
         parameter_tensors=results[0]["tensors"],
         bytes_per_rank=[r["held"] for r in results],
-        measured_bytes_per_rank=[r["allocated"] for r in results],
+        allocator=results[0]["counted"]["allocator"],
+        measured_bytes_per_rank=[r["counted"]["allocated"] for r in results],
+        peak_bytes_per_rank=[r["counted"]["peak"] for r in results],
+        step_peak_bytes_per_rank=[r["counted"]["step_peak"] for r in results],
         max_param_diff_vs_ddp=diff,
         activation_bytes_per_rank=[r["activations"] for r in results],
         torch_version=torch.__version__)

@@ -9,8 +9,8 @@ from ddplab.screen.style import PAGE_WIDTH, figure
 
 CATEGORY_COLORS = {"parameters": "#4c72b0", "gradients": "#dd8452", "buckets": "#c44e52",
                    "optimizer_state": "#55a868"}
-MALLOC = dict(marker="D", color="black", linestyle="none", markersize=6,
-              label="malloc's count")
+MEASURED = dict(marker="D", color="black", linestyle="none", markersize=6)
+ALLOCATOR_LABEL = {"malloc": "malloc's count", "cuda": "CUDA allocator's count"}
 MB = 1e6
 
 
@@ -25,12 +25,13 @@ def _stack(ax, x, held_list, width=0.6):
 
 
 def per_rank(result):
-    """One bar per rank, stacked by category, with malloc's count of the same run."""
+    """One bar per rank, stacked by category, with the allocator's count of the same run."""
     fig, ax = figure(size=(PAGE_WIDTH, 3.0))
     ranks = np.arange(result.world_size)
     _stack(ax, ranks, result.bytes_per_rank)
     if result.measured_bytes_per_rank[0] is not None:
-        ax.plot(ranks, np.array(result.measured_bytes_per_rank) / MB, **MALLOC)
+        ax.plot(ranks, np.array(result.measured_bytes_per_rank) / MB, **MEASURED,
+                label=ALLOCATOR_LABEL[result.allocator])
     ax.set_xticks(ranks, [f"rank {r}" for r in ranks])
     ax.set_ylabel("MB held after the step")
     view = ", bucket view" if result.bucket_view else ""
@@ -46,8 +47,9 @@ def strategies(results, labels):
     x = np.arange(len(results))
     _stack(ax, x, [r.bytes_per_rank[0] for r in results])
     measured = [r.measured_bytes_per_rank[0] for r in results]
-    if None not in measured:
-        ax.plot(x, np.array(measured) / MB, **MALLOC)
+    allocators = {r.allocator for r in results}
+    if None not in measured and len(allocators) == 1:  # one allocator's count, or none
+        ax.plot(x, np.array(measured) / MB, **MEASURED, label=ALLOCATOR_LABEL[allocators.pop()])
     ax.set_xticks(x, labels, fontsize=8)
     ax.set_ylabel("MB on rank 0")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))

@@ -9,7 +9,7 @@ calls on the slowest rank (a collective ends when its last rank is done). The fi
 nccl-tests' (doc/PERFORMANCE.md in NVIDIA/nccl-tests): the algorithm bandwidth ``algbw = S / t``
 and, for an all-reduce, the bus bandwidth ``busbw = algbw * 2(n-1)/n``: what each rank's link
 carried, comparable across world sizes. The constants of ``T(S) = alpha + S / B`` are fitted by
-``cost_model.fit_latency_bandwidth``.
+``latency_fit.fit_latency_bandwidth``.
 
 In the same run, rank 0 alone copies a large tensor (``dst.copy_(src)``) while the other ranks
 wait: the memory-copy bandwidth of one rank, the limit to set busbw against. A byte that moves
@@ -27,7 +27,7 @@ import torch
 import torch.distributed as dist
 
 import ddplab
-from ddplab.chapters.time_cost import cost_model
+from ddplab.chapters.time_cost import latency_fit
 from ddplab.common import clock
 from ddplab.common.checks import positive_int
 from ddplab.common.results import Result
@@ -69,7 +69,7 @@ class AllReduce(Result):
     copy_bytes: int
     copy_seconds: float  # rank 0 alone, fastest of COPY_TRIALS
 
-    json_extras = ("algbw", "busbw", "alpha_s", "bandwidth_bytes_per_s",
+    json_extras = ("algbw", "busbw", "alpha_s", "bandwidth_bytes_per_s", "fit_supported",
                    "copy_bandwidth_bytes_per_s", "busbw_over_copy")
 
     @property
@@ -84,8 +84,13 @@ class AllReduce(Result):
         return [b * factor for b in self.algbw]
 
     @property
-    def fit(self) -> tuple[float, float]:
-        return cost_model.fit_latency_bandwidth(self.sizes_bytes, self.seconds)
+    def fit(self) -> latency_fit.LatencyBandwidthFit:
+        return latency_fit.fit_latency_bandwidth(self.sizes_bytes, self.seconds)
+
+    @property
+    def fit_supported(self) -> bool:
+        """False where noisy times gave a negative constant and the fit held it at 0."""
+        return self.fit.supported
 
     @property
     def alpha_s(self) -> float:
@@ -116,7 +121,8 @@ class AllReduce(Result):
             lines.append(f"{human(size):>10} {1e3 * t:9.3f} {alg / 1e9:11.3f} {bus / 1e9:11.3f} "
                          f"{1e3 * self.fitted_seconds(size):8.3f}")
         lines += [f"fit T(S) = alpha + S/B: alpha = {1e6 * self.alpha_s:.0f} us, "
-                  f"B = {self.bandwidth_bytes_per_s / 1e9:.3f} GB/s",
+                  f"B = {self.bandwidth_bytes_per_s / 1e9:.3f} GB/s"
+                  + ("" if self.fit.supported else f" ({self.fit.note})"),
                   f"memory copy (rank 0 alone, {human(self.copy_bytes)}, fastest of "
                   f"{COPY_TRIALS}): "
                   f"{self.copy_bandwidth_bytes_per_s / 1e9:.2f} GB/s; best busbw is "

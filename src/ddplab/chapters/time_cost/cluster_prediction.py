@@ -4,8 +4,10 @@
     print(cluster_prediction.run(params_millions=1300, nodes=4).describe())
 
 ``cost_model.predict_step`` for a model of N parameters, a sample of ``tokens_per_sample`` tokens
-(6 FLOPs per parameter and token at ``cost_model.UTILISATION`` of the accelerator's peak), on
-nodes of GPUs joined by published links (``cost_model.INTRA_NODE``, ``INTER_NODE``).
+(6 FLOPs per parameter and token at a model FLOPs utilisation of the accelerator's peak: by
+default the one measured on one GPU for a model of that size, eager or compiled, from a GPU
+record (``utilisation.from_record``); or ``utilisation=``, a fraction the reader sets), on nodes
+of GPUs joined by published links (``cost_model.INTRA_NODE``, ``INTER_NODE``).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 
 from ddplab.chapters.time_cost import cost_model
+from ddplab.chapters.time_cost.utilisation import Utilisation, from_record, given
 from ddplab.common.checks import one_of, positive_int, positive_number
 
 
@@ -29,19 +32,22 @@ class ClusterPrediction:
     accelerator: str
     batch_size: int
     tokens_per_sample: int
+    utilisation: Utilisation
     step: cost_model.Step
     curves: dict
 
     @property
     def title(self) -> str:
         return (f"model: {self.params / 1e6:,.0f} M parameters, {self.accelerator}, "
-                f"{self.batch_size} x {self.tokens_per_sample} tokens per GPU, {self.intra}")
+                f"{self.batch_size} x {self.tokens_per_sample} tokens per GPU, "
+                f"MFU {self.utilisation.value:.0%}, {self.intra}")
 
     def describe(self) -> str:
         s = self.step
         return (f"MODEL, not a measurement: {self.params / 1e6:,.0f} M parameters on "
                 f"{self.nodes} node(s) x {self.gpus_per_node} {self.accelerator} ({self.intra}; "
-                f"{self.inter}): step {1e3 * s.step_s:.1f} ms = compute {1e3 * s.compute_s:.1f} "
+                f"{self.inter}; compute at MFU {self.utilisation.value:.1%}): "
+                f"step {1e3 * s.step_s:.1f} ms = compute {1e3 * s.compute_s:.1f} "
                 f"+ copies {1e3 * s.copy_s:.1f} + exposed all-reduce {1e3 * s.exposed_s:.1f} "
                 f"(of {1e3 * s.comm_s:.1f}, {s.buckets} buckets) + optimizer "
                 f"{1e3 * s.optimizer_s:.1f}; {s.samples_per_s:,.0f} samples/s, efficiency "
@@ -54,9 +60,12 @@ NODE_COUNTS = (1, 2, 4, 8, 16, 32, 64)
 def run(params_millions: float = 1300, gpus_per_node: int = 8, nodes: int = 4,
         intra: str = "NVLink 4 (H100)", inter: str = "8 x 400 Gb/s per node (EFA v4 measured)",
         bucket_mb: float = 25.0, accumulation: int = 1, batch_size: int = 4,
-        tokens_per_sample: int = 2048, accelerator: str = "H100 SXM") -> ClusterPrediction:
+        tokens_per_sample: int = 2048, accelerator: str = "H100 SXM",
+        compiled: bool = True, utilisation: float | None = None) -> ClusterPrediction:
     """The model's step for a model of ``params_millions`` M parameters trained with DDP on
-    ``nodes`` x ``gpus_per_node`` accelerators; a sample is ``tokens_per_sample`` tokens."""
+    ``nodes`` x ``gpus_per_node`` accelerators; a sample is ``tokens_per_sample`` tokens.
+    The computation runs at ``utilisation`` of peak if given, else at the MFU a GPU record
+    measured for this size (``compiled``: under ``torch.compile``, else eager)."""
     positive_number("params_millions", params_millions)
     for name, value in (("gpus_per_node", gpus_per_node), ("nodes", nodes),
                         ("accumulation", accumulation), ("batch_size", batch_size),
@@ -68,7 +77,8 @@ def run(params_millions: float = 1300, gpus_per_node: int = 8, nodes: int = 4,
     one_of("accelerator", accelerator, list(cost_model.ACCELERATORS))
     params = params_millions * 1e6
     chip = cost_model.ACCELERATORS[accelerator]
-    per_sample = cost_model.seconds_per_sample(params, chip, tokens_per_sample)
+    mfu = _utilisation(params, compiled, utilisation)
+    per_sample = cost_model.seconds_per_sample(params, chip, tokens_per_sample, mfu.value)
 
     def step(n: int, link: str) -> cost_model.Step:
         return cost_model.predict_step(params, batch_size, per_sample, gpus_per_node, n,
@@ -79,19 +89,27 @@ def run(params_millions: float = 1300, gpus_per_node: int = 8, nodes: int = 4,
     curves = {link: {n: step(n, link).efficiency for n in sorted({*NODE_COUNTS, nodes})}
               for link in cost_model.INTER_NODE}
     return ClusterPrediction(params, gpus_per_node, nodes, intra, inter, accelerator,
-                             batch_size, tokens_per_sample, step(nodes, inter), curves)
+                             batch_size, tokens_per_sample, mfu, step(nodes, inter), curves)
+
+
+def _utilisation(params: float, compiled: bool, utilisation: float | None) -> Utilisation:
+    if not isinstance(compiled, bool):
+        raise ValueError(f"compiled must be True or False, got {compiled!r}")
+    return from_record(params, compiled) if utilisation is None else given(utilisation)
 
 
 def scaling_curves(params: float, global_batch_size: int, batch_size: int,
                    gpus=(8, 16, 32, 64, 128, 256, 512), gpus_per_node: int = 8,
                    intra: str = "NVLink 4 (H100)",
                    inter: str = "8 x 400 Gb/s per node (EFA v4 measured)",
-                   tokens_per_sample: int = 2048, accelerator: str = "H100 SXM") -> dict:
+                   tokens_per_sample: int = 2048, accelerator: str = "H100 SXM",
+                   compiled: bool = True, utilisation: float | None = None) -> dict:
     """Efficiency against the GPU count: ``weak`` keeps ``batch_size`` per GPU; ``strong``
     divides ``global_batch_size`` over the GPUs, ``batch_size`` at a time, accumulating the
-    rest (one all-reduce per step either way)."""
+    rest (one all-reduce per step either way); utilisation as in ``run``."""
     chip = cost_model.ACCELERATORS[accelerator]
-    per_sample = cost_model.seconds_per_sample(params, chip, tokens_per_sample)
+    mfu = _utilisation(params, compiled, utilisation).value
+    per_sample = cost_model.seconds_per_sample(params, chip, tokens_per_sample, mfu)
     out = {f"weak: {batch_size} per GPU": {}, f"strong: {global_batch_size} in all": {}}
     weak, strong = out
     for n in gpus:

@@ -1,7 +1,7 @@
 """A model of the time of one data-parallel training step: arithmetic only, no torch, no runs.
 
 Everything this module returns is a **model's** figure, never a measurement. The chapter "The
-time cost" first calibrates it on what it measured (:func:`fit_latency_bandwidth`,
+time cost" first calibrates it on what it measured (:func:`latency_fit.fit_latency_bandwidth`,
 :func:`link_from_fit`) and checks its step times against measured ones, and only then lets it
 predict clusters (``cluster_prediction``), from the published figures below.
 
@@ -135,17 +135,15 @@ ACCELERATORS = {a.name: a for a in (
 # FLOPs of one forward and backward per parameter and per sample (or token): 2 forward, 4
 # backward (Kaplan et al. 2020, "Scaling laws for neural language models", section 2.1: C = 6N).
 FLOPS_PER_PARAM = 6
-# An assumption, not a measurement: large runs report 40-50% of peak (PaLM: 46.2% model FLOPs
-# utilisation, Chowdhery et al. 2022, table 3).
-UTILISATION = 0.4
 # Backward costs twice the forward (the 4 of the 6 above), so it is 2/3 of the computation.
 BACKWARD_SHARE = 2 / 3
 
 
-def seconds_per_sample(params: float, accelerator: Accelerator, tokens_per_sample: int = 1,
-                       utilisation: float = UTILISATION) -> float:
+def seconds_per_sample(params: float, accelerator: Accelerator, tokens_per_sample: int,
+                       utilisation: float) -> float:
     """Forward and backward of one sample: 6 FLOPs per parameter and token, at
-    ``utilisation`` of the accelerator's peak."""
+    ``utilisation`` of the accelerator's peak (model FLOPs utilisation; by model size from
+    measurements in ``utilisation.from_record``)."""
     return FLOPS_PER_PARAM * params * tokens_per_sample / (accelerator.flops * utilisation)
 
 
@@ -178,22 +176,6 @@ def allreduce_seconds(nbytes: float, gpus_per_node: int, nodes: int,
     if nodes > 1:
         latency += net_steps * inter.alpha_s
     return latency + 2 * (ranks - 1) / ranks * nbytes / bandwidth
-
-
-def fit_latency_bandwidth(sizes, seconds) -> tuple[float, float]:
-    """``(alpha, B)`` of ``T(S) = alpha + S / B`` by least squares on *relative* residuals,
-    ``sum(((alpha + S/B) - T) / T)^2``: every size counts alike, where plain least squares
-    would let the largest messages alone set alpha. Solved as the 2 x 2 normal equations."""
-    rows = [(1 / t, s / t) for s, t in zip(sizes, seconds)]  # (alpha, 1/B) -> 1
-    a11 = sum(u * u for u, _ in rows)
-    a12 = sum(u * v for u, v in rows)
-    a22 = sum(v * v for _, v in rows)
-    b1 = sum(u for u, _ in rows)
-    b2 = sum(v for _, v in rows)
-    det = a11 * a22 - a12 * a12
-    alpha = (b1 * a22 - b2 * a12) / det
-    inverse_bandwidth = (a11 * b2 - a12 * b1) / det
-    return alpha, 1 / inverse_bandwidth
 
 
 def link_from_fit(alpha_s: float, bandwidth: float, ranks: int, name: str) -> Link:

@@ -1,0 +1,79 @@
+"""How much of a GPU's peak a training step uses, by model size: from measurements, not a flat
+assumption.
+
+The cost model turns FLOPs into seconds at a model FLOPs utilisation (MFU). Large runs report
+40-50% (PaLM: 46.2%, Chowdhery et al. 2022, table 3), but a model of a few hundred million
+parameters keeps a GPU far less busy: on one H100, GPT-2 shapes measured 10-21% eager and
+22-38% under ``torch.compile`` from 124 M to 1.3 B parameters (``ddplab.common.gpu_record``,
+the record of issue 27's run). A flat 40% made small models' computation look 1.4 to 4 times
+faster than it is, and so their communication look larger.
+
+``from_record`` interpolates the record's MFU linearly in ``log(params)`` between the two
+recorded sizes around ``params`` (MFU rose roughly evenly per doubling of size in the record),
+and clamps outside them: below the smallest, the smallest's; above the largest, the
+largest's, which stays below what much larger models reach, so the model errs on the slow
+side there. Every value carries its source.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from ddplab.common import gpu_record
+from ddplab.common.checks import positive_number
+
+
+@dataclasses.dataclass(frozen=True)
+class Utilisation:
+    value: float  # a fraction of the accelerator's peak FLOP/s
+    source: str
+
+
+def from_record(params: float, compiled: bool = True, record: str | None = None) -> Utilisation:
+    """The MFU of a model of ``params`` parameters, eager or compiled, from a GPU record
+    (``record``: a name in ``gpu_record.names()``; default the newest)."""
+    positive_number("params", params)
+    rec = gpu_record.load(record)
+    mode = "compiled" if compiled else "eager"
+    points = rec.points(mode)
+    how = f"{mode}, {rec.origin}"
+
+    def size(n):
+        return f"{n / 1e9:.2g} B" if n >= 1e9 else f"{n / 1e6:.0f} M"
+
+    if params <= points[0][0] or params >= points[-1][0]:
+        n, value = points[0] if params <= points[0][0] else points[-1]
+        edge = "at" if params == n else "clamped to"
+        return Utilisation(value, f"MFU {value:.1%} {edge} the record's {size(n)} "
+                                  f"parameters ({how})")
+    for (n0, u0), (n1, u1) in zip(points, points[1:]):
+        if n0 <= params <= n1:
+            t = (math.log(params) - math.log(n0)) / (math.log(n1) - math.log(n0))
+            value = u0 + t * (u1 - u0)
+            return Utilisation(value, f"MFU {value:.1%}, interpolated in log(params) between "
+                                      f"the record's {size(n0)} ({u0:.1%}) and {size(n1)} "
+                                      f"({u1:.1%}) ({how})")
+    raise AssertionError("unreachable: params lies between the first and last points")
+
+
+def given(value: float) -> Utilisation:
+    """A utilisation the reader sets, as a fraction of peak."""
+    positive_number("utilisation", value)
+    if value > 1:
+        raise ValueError(f"utilisation is a fraction of peak, at most 1, got {value!r}")
+    return Utilisation(value, f"MFU {value:.1%}, set by the reader")
+
+
+def describe_record(record: str | None = None) -> str:
+    """The record's MFU by model size, eager and compiled, and where it was measured."""
+    rec = gpu_record.load(record)
+    lines = [f"model FLOPs utilisation, {rec.origin}:",
+             f"{'parameters':>14} {'batch':>6} {'eager':>7} {'compiled':>9}"]
+    for params in sorted({r["params"] for r in rec.rows}):
+        by_mode = {r["mode"]: r for r in rec.rows if r["params"] == params}
+        cells = [f"{by_mode[m]['mfu_percent']:.1f}%" if by_mode.get(m, {}).get("mfu_percent")
+                 else "-" for m in gpu_record.MODES]
+        lines.append(f"{params:>14,} {next(iter(by_mode.values()))['batch_size']:>6} "
+                     f"{cells[0]:>7} {cells[1]:>9}")
+    return "\n".join(lines)
