@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ddplab.chapters.memory.accounting import CATEGORIES
-from ddplab.screen.style import PAGE_WIDTH, figure
+from ddplab.screen.style import LEGEND_SIZE, PAGE_WIDTH, figure
 
 CATEGORY_COLORS = {"parameters": "#4c72b0", "gradients": "#dd8452", "buckets": "#c44e52",
                    "optimizer_state": "#55a868"}
@@ -36,7 +36,7 @@ def per_rank(result):
     view = ", bucket view" if result.bucket_view else ""
     ax.set_title(f"{result.strategy}{view}, {result.optimizer}, "
                  f"{result.parameter_count / 1e6:.1f} M parameters", fontsize=10)
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    ax.legend(fontsize=LEGEND_SIZE, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     return fig
 
 
@@ -50,7 +50,7 @@ def strategies(results, labels):
         ax.plot(x, np.array(measured) / MB, **MALLOC)
     ax.set_xticks(x, labels, fontsize=8)
     ax.set_ylabel("MB on rank 0")
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    ax.legend(fontsize=LEGEND_SIZE, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     return fig
 
 
@@ -66,7 +66,7 @@ def world_sizes(sweep):
     ax.set_xticks(sorted({n for runs in sweep.values() for n in runs}))
     ax.set_ylabel("MB per rank")
     ax.set_ylim(bottom=0)
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    ax.legend(fontsize=LEGEND_SIZE, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     return fig
 
 
