@@ -95,13 +95,13 @@ class BusyRank0(Result):
         for rank, (done, error) in enumerate(zip(self.steps_finished_per_rank,
                                                  self.error_per_rank)):
             lines.append(f"  rank {rank}: {done} of {self.steps} steps"
-                         + ("" if error is None else f", then\n    {short(error)}"))
+                         + ("" if error is None else ", then, from " + short(error)))
         return "\n".join(lines)
 
 
 def short(error: str) -> str:
     """A gloo error's first sentence, its source file named without the build's path."""
-    first = GLOO_SOURCE.sub(lambda m: f"({m.group(1)}) ", error.splitlines()[0])
+    first = GLOO_SOURCE.sub(lambda m: f"{m.group(1)}:\n    ", error.splitlines()[0])
     return first.split(". ")[0]
 
 
