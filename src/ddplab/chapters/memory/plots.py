@@ -24,8 +24,16 @@ def _stack(ax, x, held_list, width=0.6):
     return bottom
 
 
-def per_rank(result):
-    """One bar per rank, stacked by category, with malloc's count of the same run."""
+def top_of(results) -> float:
+    """The largest bytes any rank of these runs holds, by either count: one y-axis for a
+    panel's pictures, so that their heights compare."""
+    return max(max(r.total_per_rank + [m for m in r.measured_bytes_per_rank if m is not None])
+               for r in results)
+
+
+def per_rank(result, top=None):
+    """One bar per rank, stacked by category, with malloc's count of the same run; ``top``
+    (bytes) fixes the y-axis, as a panel of several runs needs."""
     fig, ax = figure(size=(PAGE_WIDTH, 3.0))
     ranks = np.arange(result.world_size)
     _stack(ax, ranks, result.bytes_per_rank)
@@ -33,6 +41,8 @@ def per_rank(result):
         ax.plot(ranks, np.array(result.measured_bytes_per_rank) / MB, **MALLOC)
     ax.set_xticks(ranks, [f"rank {r}" for r in ranks])
     ax.set_ylabel("MB held after the step")
+    if top is not None:
+        ax.set_ylim(0, 1.1 * top / MB)
     view = ", bucket view" if result.bucket_view else ""
     ax.set_title(f"{result.strategy}{view}, {result.optimizer}, "
                  f"{result.parameter_count / 1e6:.1f} M parameters", fontsize=10)
