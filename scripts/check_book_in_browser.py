@@ -6,7 +6,8 @@ Every page of the built book, served on 127.0.0.1: no console error, no request 
 book's own files (such a request is blocked and reported), every image loaded, every internal
 link (and its #anchor) resolving, each Colab button opening a lab that exists in labs/, the
 page under 6 MB and each static panel under 1.5 MB; the book's search finds the error index for
-every message it lists. On a page with static panels, moving each
+every message it lists, and lists the answering page first for "ZeRO", "FSDP", "clip" and
+"watchdog" (``TOPICS``). On a page with static panels, moving each
 control changes the figure and the text. Then the labs in one real JupyterLab, each run up to
 its first panel: in the first (--lab) a slider move re-runs real DDP and the figure changes, the
 time from the move to the new figure printed; then every other lab (unless --one-lab), its
@@ -166,21 +167,37 @@ def error_messages() -> list[str]:
     return re.findall(r"^## `([^`]+)`", text, re.M)
 
 
+# A reader's search for a topic must put the page that answers it first (issue 32: "ZeRO"
+# ranked the memory page 7th of 8, behind pages that only matched `zero_grad`).
+TOPICS = {"ZeRO": "book/memory.html", "FSDP": "book/memory.html",
+          "clip": "book/training_loop.html", "watchdog": "book/errors.html"}
+
+
+def search_results(page, base: str, query: str) -> list[str]:
+    """The links the book's own search lists for ``query``, best first."""
+    page.goto(f"{base}search.html?q={urllib.parse.quote_plus(query)}")
+    return page.wait_for_function(
+        # Sphinx lists results one by one, 5 ms apart, and titles the list "Search
+        # Results" only after the last: read the links once that title is there.
+        """() => { const r = document.querySelector('#search-results');
+                   const h = r && r.querySelector('h2');
+                   return h && h.textContent.startsWith('Search Results') &&
+                          [...r.querySelectorAll('a')].map(a => a.getAttribute('href')); }""",
+        timeout=20_000).json_value()
+
+
 def check_search(page, checks: Checks, base: str) -> None:
-    """The book's own search, offline, finds the error index for each message it lists."""
+    """The book's own search, offline, finds the error index for each message it lists, and
+    puts the answering page first for each topic of ``TOPICS``."""
     for message in error_messages():
         query = message.strip(". ")
-        page.goto(f"{base}search.html?q={urllib.parse.quote_plus(query)}")
-        found = page.wait_for_function(
-            # Sphinx lists results one by one, 5 ms apart, and titles the list "Search
-            # Results" only after the last: read the links once that title is there.
-            """() => { const r = document.querySelector('#search-results');
-                       const h = r && r.querySelector('h2');
-                       return h && h.textContent.startsWith('Search Results') &&
-                              [...r.querySelectorAll('a')].map(a => a.getAttribute('href')); }""",
-            timeout=20_000).json_value()
+        found = search_results(page, base, query)
         checks.check(any(href.startswith("book/errors.html") for href in found),
                      f"search for {query!r} does not find the error index: {found[:5]}")
+    for query, answer in TOPICS.items():
+        found = search_results(page, base, query)
+        checks.check(bool(found) and found[0].startswith(answer),
+                     f"search for {query!r} does not list {answer} first: {found[:5]}")
 
 
 def check_panels(page, checks: Checks, rel: str) -> str:

@@ -5,7 +5,7 @@ The phases themselves are ``ddplab.common.timed_step``'s; this module only draws
 
 from __future__ import annotations
 
-from ddplab.screen.style import PAGE_WIDTH, figure
+from ddplab.screen.style import LEGEND_SIZE, PAGE_WIDTH, figure
 
 STYLE = {  # phase -> (legend label, bar style)
     "forward": ("forward", dict(color="0.78")),
@@ -32,5 +32,6 @@ def phase_bars(results, labels, ax=None, xlabel="ms (medians over steps, slowest
     ax.invert_yaxis()
     ax.set_xlabel(xlabel, fontsize=9)
     ax.set_xlim(0, 1.2 * max(r.step_ms for r in results))
-    ax.legend(fontsize=8, ncol=2, loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)
+    ax.legend(fontsize=LEGEND_SIZE, ncol=2, loc="lower center", bbox_to_anchor=(0.5, 1.0),
+              frameon=False)
     return fig

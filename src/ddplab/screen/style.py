@@ -7,6 +7,9 @@ import matplotlib.pyplot as plt
 RANK_COLORS = plt.get_cmap("tab10").colors + plt.get_cmap("Dark2").colors
 PAGE_WIDTH = 7.5  # inches: the book's text column at the theme's width, labels stay readable
 WIDE = 9.0  # inches: a figure that may overflow into the margin (the page scales it down)
+# Points for every legend: a page shows a figure of PAGE_WIDTH at about 72 pixels an inch, so
+# this is about 10 pixels there (legends at 7-8 were hard to read at 1280 px, issue 32).
+LEGEND_SIZE = 10
 
 
 def rank_color(rank: int):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import numpy as np
 
-from ddplab.screen.style import WIDE, figure, rank_color
+from ddplab.screen.style import LEGEND_SIZE, WIDE, figure, rank_color
 
 
 def gradients(result, ax=None, legend: bool = True):
@@ -28,7 +28,7 @@ def gradients(result, ax=None, legend: bool = True):
     ax.axhline(0, color="0.6", lw=0.6)
     ax.set_title(_gradients_title(result), fontsize=10, pad=14)
     if legend:
-        ax.legend(fontsize=8, ncol=3, loc="upper right", framealpha=1)
+        ax.legend(fontsize=LEGEND_SIZE, ncol=3, loc="upper right", framealpha=1)
     return fig
 
 
@@ -105,7 +105,7 @@ def node_layout(result):
             label="one process, whole batch")
     ax.axhline(0, color="0.6", lw=0.6)
     ax.set_xlabel("gradient element")
-    ax.legend(fontsize=8, ncol=2, loc="upper right", framealpha=0.9)
+    ax.legend(fontsize=LEGEND_SIZE, ncol=2, loc="upper right", framealpha=0.9)
     return fig
 
 
@@ -120,7 +120,7 @@ def bias(results, labels):
     ax.axhline(0, color="0.6", lw=0.6)
     ax.set_xlabel("gradient element")
     ax.set_ylabel("DDP - one process")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=LEGEND_SIZE)
     return fig
 
 

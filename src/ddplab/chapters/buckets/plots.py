@@ -7,7 +7,7 @@ import numpy as np
 from matplotlib.patches import Patch, Rectangle
 
 from ddplab.screen.phases import phase_bars
-from ddplab.screen.style import WIDE
+from ddplab.screen.style import LEGEND_SIZE, WIDE
 
 BUCKET_COLORS = [c for i, c in enumerate(plt.get_cmap("tab10").colors) if i != 7]  # no grey
 GREY = "0.82"
@@ -147,7 +147,7 @@ def timeline(result, ax=None, legend: bool = True):
                            Patch(fc="white", ec="0.5", hatch="////",
                                  label="waits for all-reduces"),
                            Patch(color="0.55", label="optimizer step")],
-                  fontsize=8, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.25 /
+                  fontsize=LEGEND_SIZE, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.25 /
                   max(1, result.world_size / 2)), frameon=False)
     return ax.figure
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ddplab.screen.style import PAGE_WIDTH, figure, rank_color, text  # noqa: F401 (text: for panels)
+from ddplab.screen.style import LEGEND_SIZE, PAGE_WIDTH, figure, rank_color, text  # noqa: F401 (text: for panels)
 
 
 def steps(result, ax=None):
@@ -68,7 +68,7 @@ def batchnorm(result, ax=None):
     norm = "SyncBatchNormCPU" if result.sync else "BatchNorm1d"
     ax.set_title(f"{norm}, {result.world_size} ranks x {share}: max |DDP - one process| = "
                  f"{result.max_diff:.1e}", fontsize=10)
-    ax.legend(fontsize=8, ncol=3, loc="best")
+    ax.legend(fontsize=LEGEND_SIZE, ncol=3, loc="best")
     return fig
 
 
@@ -85,7 +85,7 @@ def start_state(result, ax=None):
     ax.set_xlabel("parameter element")
     ax.set_title(f"before: up to {result.max_diff_before:.2f} apart; after DDP's constructor: "
                  f"{result.max_diff_after:.0e} from rank 0's", fontsize=10)
-    ax.legend(fontsize=8, ncol=3)
+    ax.legend(fontsize=LEGEND_SIZE, ncol=3)
     return fig
 
 
@@ -101,7 +101,7 @@ def logged_loss(result, ax=None):
             label="one process, global batch")
     ax.set_xlabel("step")
     ax.set_ylabel("MSE loss")
-    ax.legend(fontsize=8, ncol=2)
+    ax.legend(fontsize=LEGEND_SIZE, ncol=2)
     return fig
 
 

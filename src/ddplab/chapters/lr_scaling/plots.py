@@ -6,7 +6,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.ticker import FixedLocator, NullLocator, ScalarFormatter
 
-from ddplab.screen.style import PAGE_WIDTH
+from ddplab.screen.style import LEGEND_SIZE, PAGE_WIDTH
 
 WORLD_COLORS = {1: "#1b9e77", 2: "#7570b3", 4: "#d95f02", 8: "#e7298a"}
 LOG_FLOOR = 1e-9  # a difference of exactly 0 drawn at the bottom of the log axis
@@ -35,7 +35,8 @@ def same_batch(panels: dict):
                         color=world_color(world_size))
         top.set_title(f"{title}: global batch {result.global_batch_size}", fontsize=10)
         top.set_ylabel("loss of the global batch")
-        top.legend(fontsize=8, ncol=2, title="ranks x batch size", title_fontsize=8)
+        top.legend(fontsize=LEGEND_SIZE, ncol=2, title="ranks x batch size",
+                   title_fontsize=LEGEND_SIZE)
         bottom.set_yscale("log")
         bottom.set_ylim(5e-10, 1e-4)
         bottom.set_ylabel("|DDP - one process|\n(0 drawn at 1e-9)")
@@ -103,7 +104,7 @@ def curves(comparison):
     axes[0].set_ylabel("learning rate")
     axes[0].set_xlabel("step")
     _loss_panels(comparison, axes[1], axes[2])
-    axes[1].legend(fontsize=8, loc="upper right")
+    axes[1].legend(fontsize=LEGEND_SIZE, loc="upper right")
     first = comparison.runs[comparison.world_sizes[0]][0]
     fig.suptitle(f"{first.optimizer}, rule {first.rule!r}: lr {first.lr:g} for "
                  f"{first.batch_size} samples per rank, {first.warmup_steps} warmup steps",
@@ -122,7 +123,7 @@ def curves_grid(comparisons: dict):
     for ax in axes[:-1].flat:
         ax.set_xlabel("")
     handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside upper center", ncol=len(labels), fontsize=8)
+    fig.legend(handles, labels, loc="outside upper center", ncol=len(labels), fontsize=LEGEND_SIZE)
     return fig
 
 
@@ -141,7 +142,7 @@ def schedules(comparisons: dict):
         ax.set_title(title, fontsize=9, loc="left")
         ax.set_xlabel("step")
     axes[0][0].set_ylabel("learning rate")
-    axes[0][0].legend(fontsize=8)
+    axes[0][0].legend(fontsize=LEGEND_SIZE)
     return fig
 
 
@@ -166,7 +167,7 @@ def divergence(result):
     ax.set_yscale("log")
     ax.set_xlabel(f"world size, {result.batch_size} samples per rank")
     ax.set_ylabel("learning rate")
-    ax.legend(fontsize=8, loc="upper left", framealpha=0.9)
+    ax.legend(fontsize=LEGEND_SIZE, loc="upper left", framealpha=0.9)
     return fig
 
 
@@ -189,7 +190,7 @@ def summed(averaged, as_if_summed, linear):
     _loss_axes(ax, linear.noise_floor)
     ax.set_xlabel("step")
     ax.set_ylabel("expected loss")
-    ax.legend(fontsize=8, loc="upper right")
+    ax.legend(fontsize=LEGEND_SIZE, loc="upper right")
     return fig
 
 
@@ -214,7 +215,7 @@ def noise_estimates(runs):
             _plain_ticks(ax.yaxis, [2, 5, 10, 20, 50, 100])
         ax.set_xlabel("expected loss at the step\n(training goes to the right)")
         ax.set_title(name, fontsize=10)
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=LEGEND_SIZE)
     return fig
 
 
@@ -245,7 +246,7 @@ def critical_batch(critical, b_simple: float):
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xticks(B, [f"{b:g}" for b in B])
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=LEGEND_SIZE)
     _plain_ticks(axes[0].yaxis, [1, 2, 5, 10, 20, 50, 100, 200])
     _plain_ticks(axes[1].yaxis, critical.best_lrs)
     axes[1].set_xlabel(f"global batch size ({critical.world_size} ranks)")
@@ -262,7 +263,7 @@ def noise_scale(result):
     _loss_axes(left, result.noise_floor)
     left.set_xlabel("step")
     left.set_ylabel("expected loss")
-    left.legend(fontsize=8)
+    left.legend(fontsize=LEGEND_SIZE)
     right.plot(steps, result.trace, ".", color="#d95f02", label="tr(Sigma), DDP")
     right.plot(steps, result.exact_trace, "-", lw=1, color="#d95f02", label="tr(Sigma), true")
     right.plot(steps, result.g2, ".", color="#1b9e77", label="|G|^2, DDP")
@@ -271,5 +272,5 @@ def noise_scale(result):
     right.set_xlabel("step")
     right.set_title(f"{result.world_size} ranks x {result.batch_size}: B_simple "
                     f"{result.b_simple:.1f} (true {result.b_simple_exact:.1f})", fontsize=10)
-    right.legend(fontsize=7, ncol=2)
+    right.legend(fontsize=LEGEND_SIZE, ncol=2)
     return fig

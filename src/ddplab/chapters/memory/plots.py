@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ddplab.chapters.memory.accounting import CATEGORIES
-from ddplab.screen.style import PAGE_WIDTH, figure
+from ddplab.screen.style import LEGEND_SIZE, PAGE_WIDTH, figure
 
 CATEGORY_COLORS = {"parameters": "#4c72b0", "gradients": "#dd8452", "buckets": "#c44e52",
                    "optimizer_state": "#55a868"}
@@ -24,8 +24,16 @@ def _stack(ax, x, held_list, width=0.6):
     return bottom
 
 
-def per_rank(result):
-    """One bar per rank, stacked by category, with the allocator's count of the same run."""
+def top_of(results) -> float:
+    """The largest bytes any rank of these runs holds, by either count: one y-axis for a
+    panel's pictures, so that their heights compare."""
+    return max(max(r.total_per_rank + [m for m in r.measured_bytes_per_rank if m is not None])
+               for r in results)
+
+
+def per_rank(result, top=None):
+    """One bar per rank, stacked by category, with the allocator's count of the same run; ``top``
+    (bytes) fixes the y-axis, as a panel of several runs needs."""
     fig, ax = figure(size=(PAGE_WIDTH, 3.0))
     ranks = np.arange(result.world_size)
     _stack(ax, ranks, result.bytes_per_rank)
@@ -34,10 +42,12 @@ def per_rank(result):
                 label=ALLOCATOR_LABEL[result.allocator])
     ax.set_xticks(ranks, [f"rank {r}" for r in ranks])
     ax.set_ylabel("MB held after the step")
+    if top is not None:
+        ax.set_ylim(0, 1.1 * top / MB)
     view = ", bucket view" if result.bucket_view else ""
     ax.set_title(f"{result.strategy}{view}, {result.optimizer}, "
                  f"{result.parameter_count / 1e6:.1f} M parameters", fontsize=10)
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    ax.legend(fontsize=LEGEND_SIZE, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     return fig
 
 
@@ -52,7 +62,7 @@ def strategies(results, labels):
         ax.plot(x, np.array(measured) / MB, **MEASURED, label=ALLOCATOR_LABEL[allocators.pop()])
     ax.set_xticks(x, labels, fontsize=8)
     ax.set_ylabel("MB on rank 0")
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    ax.legend(fontsize=LEGEND_SIZE, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     return fig
 
 
@@ -68,7 +78,7 @@ def world_sizes(sweep):
     ax.set_xticks(sorted({n for runs in sweep.values() for n in runs}))
     ax.set_ylabel("MB per rank")
     ax.set_ylim(bottom=0)
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    ax.legend(fontsize=LEGEND_SIZE, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     return fig
 
 

@@ -10,8 +10,6 @@
 
 from __future__ import annotations
 
-import importlib
-
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -21,20 +19,36 @@ STRATEGIES = ("ddp", "zero1", "fsdp")
 OPTIMIZERS = ("sgd", "momentum", "adam")
 LEARNING_RATE = 1e-3
 
-# FSDP2's fully_shard is public in torch.distributed.fsdp from torch 2.6 (pytorch#141868, which
-# moved it there); earlier versions keep it in torch.distributed._composable.fsdp.
-_FULLY_SHARD_HOMES = ("torch.distributed.fsdp", "torch.distributed._composable.fsdp")
+# ---------------------------------------------------------------- the lines for your script
 
 
-def fully_shard_function():
-    """FSDP2's ``fully_shard`` from where this torch keeps it, or a clear error."""
-    for home in _FULLY_SHARD_HOMES:
-        try:
-            return importlib.import_module(home).fully_shard
-        except (ImportError, AttributeError):
-            continue
-    raise RuntimeError(f"torch {torch.__version__} has no FSDP2 fully_shard (looked in "
-                       f"{', '.join(_FULLY_SHARD_HOMES)}); the fsdp strategy needs FSDP2")
+def zero1_optimizer(model, optimizer_class, **kwargs):
+    """ZeRO stage 1: each rank keeps and steps the optimizer state of its own share of the
+    parameters, then broadcasts them; use it where you built the optimizer, DDP unchanged."""
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+
+    return ZeroRedundancyOptimizer(model.parameters(), optimizer_class=optimizer_class,
+                                   **kwargs)
+
+
+def shard_with_fsdp(model, device_type: str, world_size: int, reshard_after_forward=None):
+    """FSDP2 (ZeRO stage 3) in place of DDP: every Linear layer, then the whole model, becomes
+    a unit whose parameters are sharded over the ranks (``device_type``: ``"cuda"`` on GPUs).
+    Build the optimizer after this, on ``model.parameters()``, the shards.
+    ``reshard_after_forward``: None, torch's default, frees each layer's gathered parameters
+    after its forward (the root's are kept); False keeps every unit's from forward to backward:
+    ZeRO stage 2's memory during the step, one all-gather fewer."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    try:
+        from torch.distributed.fsdp import fully_shard  # public from torch 2.6 (pytorch#141868)
+    except ImportError:  # torch 2.4 and 2.5 keep it here
+        from torch.distributed._composable.fsdp import fully_shard
+    mesh = init_device_mesh(device_type, (world_size,))
+    for layer in model:
+        if isinstance(layer, torch.nn.Linear):
+            fully_shard(layer, mesh=mesh, reshard_after_forward=reshard_after_forward)
+    return fully_shard(model, mesh=mesh, reshard_after_forward=reshard_after_forward)
 
 
 def optimizer_class(name: str):
@@ -53,23 +67,13 @@ class Trained:
         cls, kwargs = optimizer_class(optimizer_name)
         self.model, self.buckets = model, {}
         if strategy == "fsdp":
-            from torch.distributed.device_mesh import init_device_mesh
-
-            fully_shard = fully_shard_function()
-            mesh = init_device_mesh(device.type, (world_size,))
-            for layer in model:
-                if isinstance(layer, torch.nn.Linear):
-                    fully_shard(layer, mesh=mesh)
-            self.module = fully_shard(model, mesh=mesh)
+            self.module = shard_with_fsdp(model, device.type, world_size)
             self.optimizer = self.local_optimizer = cls(model.parameters(), **kwargs)
             return
         self.module = DDP(model, gradient_as_bucket_view=bucket_view)
         self.module.register_comm_hook(self.buckets, record_bucket)
         if strategy == "zero1":
-            from torch.distributed.optim import ZeroRedundancyOptimizer
-
-            self.optimizer = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=cls,
-                                                     **kwargs)
+            self.optimizer = zero1_optimizer(model, cls, **kwargs)
             self.local_optimizer = self.optimizer.optim  # this rank's share only
         else:
             self.optimizer = self.local_optimizer = cls(model.parameters(), **kwargs)

@@ -8,8 +8,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.patches import Rectangle
 
+from ddplab.screen.style import LEGEND_SIZE, rank_color
 from ddplab.screen.style import PAGE_WIDTH as WIDTH
-from ddplab.screen.style import rank_color
 
 GAP = 0.5  # blank columns between two steps of one rank
 TWICE = "crimson"  # outline of a sample drawn more than once in its epoch
@@ -153,7 +153,7 @@ def steps_per_epoch(keep, divide, batch_size):
         ax.set_xticks(sorted(keep))
         ax.set_ylim(0, ax.get_ylim()[1] * 1.15)
         ax.grid(alpha=0.3)
-    left.legend(fontsize=8)
+    left.legend(fontsize=LEGEND_SIZE)
     return fig
 
 

@@ -7,7 +7,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from ddplab.screen.phases import phase_bars
-from ddplab.screen.style import PAGE_WIDTH, figure, log2_x, rank_color
+from ddplab.screen.style import LEGEND_SIZE, PAGE_WIDTH, figure, log2_x, rank_color
 
 MODEL_STYLE = {  # a model's term -> (label, bar style)
     "compute_s": ("forward and backward", dict(color="tab:blue", alpha=0.75)),
@@ -57,9 +57,9 @@ def allreduce(results, axes=None):
     time_ax.set_ylabel("ms per all-reduce (median)", fontsize=9)
     bw_ax.set_xlabel("message size S, bytes", fontsize=9)
     bw_ax.set_ylabel("GB/s", fontsize=9)
-    time_ax.legend(fontsize=7, loc="upper left")
+    time_ax.legend(fontsize=LEGEND_SIZE, loc="upper left")
     bw_ax.set_ylim(0, 1.35 * max(r.copy_bandwidth_bytes_per_s for r in results.values()) / 1e9)
-    bw_ax.legend(fontsize=7, loc="upper left")
+    bw_ax.legend(fontsize=LEGEND_SIZE, loc="upper left")
     return time_ax.figure
 
 
@@ -94,8 +94,8 @@ def scaling(result, model=None, axes=None):
     rate_ax.set_ylabel("samples per second", fontsize=9)
     eff_ax.set_ylabel("scaling efficiency", fontsize=9)
     eff_ax.set_ylim(0, 1.1)
-    rate_ax.legend(fontsize=7)
-    eff_ax.legend(fontsize=7)
+    rate_ax.legend(fontsize=LEGEND_SIZE)
+    eff_ax.legend(fontsize=LEGEND_SIZE)
     return rate_ax.figure
 
 
@@ -115,7 +115,7 @@ def bucket_tradeoff(sweep, model, ax=None):
     ax.set_xlabel("buckets per step (from bucket_cap_mb)", fontsize=9)
     ax.set_ylabel("exposed communication, ms", fontsize=9)
     ax.set_ylim(0, None)
-    ax.legend(fontsize=7.5, loc="upper center")
+    ax.legend(fontsize=LEGEND_SIZE, loc="upper center")
     return fig
 
 
@@ -132,7 +132,7 @@ def accumulation(timing, ax=None):
                   f"{timing.world_size} ranks)", fontsize=9)
     ax.set_ylabel("ms per optimizer step\n(median, slowest rank)", fontsize=9)
     ax.set_ylim(0, None)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=LEGEND_SIZE)
     return fig
 
 
@@ -150,7 +150,7 @@ def accumulated(result, axes=None):
     count_ax.set_xticks(k, [str(m + 1) for m in k])
     count_ax.set_xlabel("micro-batch", fontsize=9)
     count_ax.set_ylabel("bucket all-reduces launched", fontsize=9)
-    count_ax.legend(fontsize=7)
+    count_ax.legend(fontsize=LEGEND_SIZE)
     ref, got = result.reference_grad, result.accumulated_grad
     # Every k-th entry: a million points (the model's gradient) draw the same cloud as 20,000
     # but took 300 ms per figure here, the most of a slider move (all_sliders.py --profile).
@@ -162,7 +162,7 @@ def accumulated(result, axes=None):
     grad_ax.set_ylabel("DDP, accumulated (rank 0)", fontsize=8.5)
     grad_ax.set_title(f"{result.ratio_to_reference:.3f} times the one-process gradient",
                       fontsize=8.5, loc="left")
-    grad_ax.legend(fontsize=7)
+    grad_ax.legend(fontsize=LEGEND_SIZE)
     return count_ax.figure
 
 
@@ -211,7 +211,7 @@ def calibration(check, ax=None):
     ax.set_xlabel("ms per step", fontsize=9)
     ax.set_xlim(0, 1.3 * max(max(check.measured_s.values()),
                              max(check.predict(w).step_s for w in ws)) * 1e3)
-    ax.legend(fontsize=7.5, ncol=3, loc="lower center", bbox_to_anchor=(0.5, 1.0),
+    ax.legend(fontsize=LEGEND_SIZE, ncol=3, loc="lower center", bbox_to_anchor=(0.5, 1.0),
               frameon=False)
     return fig
 
@@ -227,7 +227,7 @@ def cluster(prediction, axes=None):
     parts = [(1e3 * getattr(step, k), *MODEL_STYLE[k]) for k in MODEL_STYLE]
     end = _stacked(bar_ax, 0, parts, True)
     bar_ax.text(end, 0, "", va="center", fontsize=8)
-    bar_ax.legend(fontsize=7, ncol=4, loc="lower center", bbox_to_anchor=(0.5, 1.0),
+    bar_ax.legend(fontsize=LEGEND_SIZE, ncol=4, loc="lower center", bbox_to_anchor=(0.5, 1.0),
                   frameon=False)
     for i, (name, curve) in enumerate(prediction.curves.items()):
         chosen = name == prediction.inter
@@ -235,7 +235,7 @@ def cluster(prediction, axes=None):
                     lw=2.2 if chosen else 1, color=rank_color(i), label=name)
     eff_ax.set_ylim(0, 1.05)
     eff_ax.set_ylabel("model: weak scaling efficiency", fontsize=8.5)
-    eff_ax.legend(fontsize=7, loc="lower left")
+    eff_ax.legend(fontsize=LEGEND_SIZE, loc="lower left")
     _cluster_labels(bar_ax, eff_ax, prediction, end)
     return bar_ax.figure
 
@@ -294,5 +294,5 @@ def predicted_scaling(curves: dict, title: str, ax=None):
     ax.set_xlabel("GPUs", fontsize=9)
     ax.set_ylabel("model: scaling efficiency", fontsize=9)
     ax.set_title(title, fontsize=8.5, loc="left")
-    ax.legend(fontsize=7.5)
+    ax.legend(fontsize=LEGEND_SIZE)
     return fig

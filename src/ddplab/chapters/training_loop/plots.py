@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ddplab.screen.style import PAGE_WIDTH, figure, rank_color, text  # noqa: F401 (text: for panels)
+from ddplab.screen.style import LEGEND_SIZE, PAGE_WIDTH, figure, rank_color, text  # noqa: F401 (text: for panels)
 
 
 def norms(result, ax=None):
@@ -23,7 +23,7 @@ def norms(result, ax=None):
     ax.axhline(result.max_norm, color="grey", ls="--", lw=1, label="max_norm")
     ax.set_xticks(range(len(groups)), [name for name, _ in groups])
     ax.set_ylabel("gradient norm")
-    ax.legend(fontsize=7, ncol=2)
+    ax.legend(fontsize=LEGEND_SIZE, ncol=2)
     return fig
 
 
@@ -41,7 +41,7 @@ def metrics(result, ax=None):
     ax.invert_yaxis()
     ax.set_xlabel("AUC")
     ax.set_xlim(0, 1)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=LEGEND_SIZE)
     ax.set_title(f"{result.dataset_size} samples, {result.predictions_per_rank} per rank",
                  fontsize=10)
     return fig

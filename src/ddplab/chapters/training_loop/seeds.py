@@ -46,12 +46,11 @@ class RandomCrops(Dataset):
                 int(np.random.randint(1000)))
 
 
-def seed_everything(seed: int, rank: int, seeding: str) -> None:
+def seed_everything(seed: int, rank: int) -> None:
     """What to copy: ``seed + rank`` for everything a rank draws on its own."""
-    s = seed + rank if seeding == "seed+rank" else seed
-    torch.manual_seed(s)
-    random.seed(s)
-    np.random.seed(s)
+    torch.manual_seed(seed + rank)
+    random.seed(seed + rank)
+    np.random.seed(seed + rank)
 
 
 # ---------------------------------------------------------------- on every rank
@@ -59,7 +58,8 @@ def seed_everything(seed: int, rank: int, seeding: str) -> None:
 
 def draws(ctx, seeding: str, seed: int, samples: int) -> dict:
     """The crops this rank's loop draws in its own process."""
-    seed_everything(seed, ctx.rank, seeding)
+    # "same": every rank seeds as rank 0 does, as a script with one seed does
+    seed_everything(seed, ctx.rank if seeding == "seed+rank" else 0)
     return {"main": [list(RandomCrops(samples)[i]) for i in range(samples)]}
 
 
@@ -69,7 +69,7 @@ def worker_draws(rank: int, seeding: str, seed: int, samples: int, workers: int)
     caller's random states are put back afterwards."""
     states = torch.get_rng_state(), random.getstate(), np.random.get_state()
     try:
-        seed_everything(seed, rank, seeding)
+        seed_everything(seed, rank if seeding == "seed+rank" else 0)
         loader = DataLoader(RandomCrops(samples), batch_size=None, num_workers=workers)
         return [[int(v) for v in item] for item in loader]
     finally:
