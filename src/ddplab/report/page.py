@@ -104,6 +104,16 @@ def machine_table(machine: dict) -> str:
     return table(("", ""), body)
 
 
+def prediction_table(prediction: dict) -> str:
+    body = [(nodes, p["ranks"], shown(p["step"]["predicted"], "s"),
+             shown(p["exposed_allreduce"]["predicted"], "s"),
+             shown(p["samples_per_s"]["predicted"], "samples/s"),
+             shown(p["efficiency"]["predicted"], "1"))
+            for nodes, p in prediction["nodes"].items()]
+    return table(("nodes", "ranks", "step (model)", "exposed all-reduce (model)",
+                  "samples/s (model)", "efficiency (model)"), body)
+
+
 def verdicts(data: dict) -> list[str]:
     """The summary's lines after its table: the margin check and the predictions."""
     return [line for line in summary_lines(data)
@@ -138,6 +148,7 @@ def render(report) -> str:
             parts.append(machine_table(section_data))
         if part == "prediction" and section_data.get("what"):
             parts.append(f"<p class='prediction'>{html.escape(section_data['what'])}</p>")
+            parts.append(prediction_table(section_data))
         parts += images.get(part, [])
         parts.append(f"<details><summary>{html.escape(title)}: every number</summary><pre>"
                      f"{html.escape(json.dumps(section_data, indent=1))}</pre></details>")
