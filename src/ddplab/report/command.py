@@ -59,14 +59,16 @@ class Progress:
         self.stream.flush()
 
 
-def main(args) -> int:
+def main(args, progress=None) -> int:
+    """Run the report for parsed ``args``; ``progress`` replaces the stderr lines (tests)."""
     from ddplab import report
     from ddplab.report.stages import NotEnoughMemory
 
     reporting = is_reporting_process()
     try:
         made = report.run(args.world_size, args.params_millions, args.quick, args.backend,
-                          args.timeout, progress=Progress() if reporting else None)
+                          args.timeout,
+                          progress=(progress or Progress()) if reporting else None)
     except (ValueError, TypeError) as exc:  # bad input or too little memory: nothing measured
         if reporting:
             kind = "too little memory" if isinstance(exc, NotEnoughMemory) else "error"

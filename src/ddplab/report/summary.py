@@ -3,6 +3,8 @@ prediction, the ratio measured/predicted, and what is missing."""
 
 from __future__ import annotations
 
+from ddplab.chapters.time_cost.allreduce import human
+
 SCALE = {"s": (1e3, "ms"), "bytes": (1e-6, "MB"), "bytes/s": (1e-9, "GB/s"),
          "samples/s": (1, "samples/s"), "1": (100, "%")}
 
@@ -11,7 +13,8 @@ def shown(x: float | None, unit: str) -> str:
     if x is None:
         return "-"
     factor, name = SCALE.get(unit, (1, unit))
-    return f"{x * factor:,.3g} {name}"
+    scaled = x * factor
+    return f"{scaled:,.0f} {name}" if abs(scaled) >= 1000 else f"{scaled:.3g} {name}"
 
 
 def rows(data: dict) -> list[tuple[str, dict]]:
@@ -20,7 +23,7 @@ def rows(data: dict) -> list[tuple[str, dict]]:
     allreduce = data.get("allreduce") or {}
     if allreduce.get("sizes"):
         for row in (allreduce["sizes"][0], allreduce["sizes"][-1]):
-            out.append((f"all-reduce of {row['bytes'] / 1024:,.0f} KiB", row["time"]))
+            out.append((f"all-reduce of {human(row['bytes'])}", row["time"]))
     step = data.get("step") or {}
     for phase, figure in (step.get("phases") or {}).items():
         out.append((f"DDP step: {phase}", figure))
