@@ -18,7 +18,7 @@ from conftest import alive
 from ddplab.__main__ import main, parser
 from ddplab.chapters.memory import memory
 from ddplab.chapters.time_cost import calibration, cost_model
-from ddplab.report import command, fit, schema
+from ddplab.report import command, fit, schema, stages
 
 KiB = 1024
 
@@ -77,6 +77,17 @@ def test_fit_with_a_negative_latency_holds_it_at_zero():
     found = fit.fit(sizes, times)
     assert found.alpha_s == 0 and 0 < found.bandwidth < float("inf")
     assert not found.supported
+
+
+def test_allreduce_sizes_are_capped_by_the_memory_free():
+    """64 MiB free, 2 ranks on the host: a message of S bytes takes 2 S per rank (tensor and
+    buffers), 4 S for the host, within a quarter of 64 MiB: S <= 4 MiB."""
+    sizes = [4 * KiB * 4 ** i for i in range(10)]
+    machine = {"available_memory": {"value": 64 * 2 ** 20, "unit": "bytes"},
+               "device_memory": None, "ranks_per_host": {"node": 2}}
+    assert max(stages.sizes_that_fit(sizes, machine)) == 4 * 2 ** 20
+    machine["available_memory"] = None  # unknown: nothing capped
+    assert stages.sizes_that_fit(sizes, machine) == sizes
 
 
 # ---------------------------------------------------------------- a report at two ranks

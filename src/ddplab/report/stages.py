@@ -48,7 +48,7 @@ def bytes_needed_per_rank(s: Settings) -> float:
     step = 5 * 4 * mlp.param_count(s.layers)
     adam = sum(calculator.bytes_per_rank(s.memory_params_millions * 1e6, "adam", "ddp",
                                          s.world_size).values())
-    return 2 * max(step, adam, 2 * max(s.sizes))
+    return 2 * max(step, adam)
 
 
 def check_memory(s: Settings, section: dict) -> None:
@@ -66,6 +66,18 @@ def check_memory(s: Settings, section: dict) -> None:
             f"free; choose a smaller --params-millions")
 
 
+def sizes_that_fit(sizes, machine_section: dict) -> list[int]:
+    """The message sizes whose tensors (and as much again of the backend's buffers) fit in a
+    quarter of the memory free, for every rank of a host (or on each GPU)."""
+    free = machine_section["available_memory"]
+    if free is None:
+        return list(sizes)
+    ranks = (1 if machine_section["device_memory"] is not None
+             else max(machine_section["ranks_per_host"].values()))
+    fitting = [size for size in sizes if 2 * size * ranks <= free["value"] / 4]
+    return fitting or list(sizes[:1])
+
+
 def allreduce_stage(s: Settings, found: dict) -> dict:
     model = found["model"]
     if model.world_size < 2:  # one rank still measures the copy bandwidth DDP's copies use
@@ -74,7 +86,8 @@ def allreduce_stage(s: Settings, found: dict) -> dict:
         model.copy_bandwidth = result.copy_bandwidth_bytes_per_s
         return {"missing": f"the all-reduce {NEEDS_RANKS}",
                 "copy_bandwidth": measured_only(model.copy_bandwidth, "bytes/s")}
-    result = allreduce.run(model.world_size, sizes=s.sizes, repeats=s.repeats,
+    sizes = sizes_that_fit(s.sizes, found["sections"]["machine"])
+    result = allreduce.run(model.world_size, sizes=sizes, repeats=s.repeats,
                            backend=s.backend, timeout=s.timeout)
     found["allreduce"] = result
     model.fit = fit(result.sizes_bytes, result.seconds)
@@ -83,8 +96,11 @@ def allreduce_stage(s: Settings, found: dict) -> dict:
     return {
         "world_size": result.world_size,
         "scope": "across nodes" if hosts > 1 else "inside one node",
-        "missing": ("inside each node: this report all-reduces over every rank only"
-                    if hosts > 1 else None),
+        "missing": "; ".join(
+            ([f"sizes above {allreduce.human(max(sizes))}: too little memory free"]
+             if len(sizes) < len(s.sizes) else [])
+            + (["inside each node: this report all-reduces over every rank only"]
+               if hosts > 1 else [])) or None,
         "sizes": [{"bytes": size, "time": compared(t, model.fit.seconds(size), "s"),
                    "algbw": value(alg, "bytes/s"), "busbw": value(bus, "bytes/s")}
                   for size, t, alg, bus in zip(result.sizes_bytes, result.seconds,
