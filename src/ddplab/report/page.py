@@ -22,14 +22,28 @@ from ddplab.report.summary import rows, shown, summary_lines  # noqa: E402
 from ddplab.screen.style import PAGE_WIDTH  # noqa: E402
 
 BOOK = "https://github.com/ddplab/ddplab/blob/main/book/"
-SECTIONS = {  # part -> (title, the book's section that explains it)
-    "machine": ("The machine", "running.md"),
-    "allreduce": ("All-reduce against message size", "time_cost.md#the-all-reduce"),
-    "step": ("One DDP step", "time_cost.md#what-one-step-costs"),
-    "buckets": ("Bucket size and accumulation", "time_cost.md#overlap-and-bucket-size"),
-    "memory": ("Memory per rank", "memory.md#what-one-ddp-rank-holds"),
+SECTIONS = {  # part -> (title, what it measures, the book's section that explains it)
+    "machine": ("The machine", "Where the ranks ran, and what sets NCCL's choices.",
+                "running.md"),
+    "allreduce": ("All-reduce against message size",
+                  "Median time of an all-reduce of each size on the slowest rank; algbw = S/t "
+                  "and busbw = algbw x 2(n-1)/n as nccl-tests defines them; the model is "
+                  "T(S) = alpha + S/B fitted to these times.", "time_cost.md#the-all-reduce"),
+    "step": ("One DDP step",
+             "Forward, backward, the wait for the all-reduce that backward did not hide, and "
+             "the optimizer, beside the same steps without DDP; the model adds to that "
+             "computation DDP's copies and the exposed all-reduce.",
+             "time_cost.md#what-one-step-costs"),
+    "buckets": ("Bucket size and accumulation",
+                "Step time at several bucket_cap_mb values against the model's best bucket "
+                "count sqrt(S/(w o)); with no_sync, one all-reduce per optimizer step.",
+                "time_cost.md#overlap-and-bucket-size"),
+    "memory": ("Memory per rank",
+               "Bytes each rank holds after an Adam step, counted tensor by tensor, against "
+               "the memory chapter's calculator.", "memory.md#what-one-ddp-rank-holds"),
     "prediction": ("Prediction for more nodes",
-                   "time_cost.md#from-here-to-a-cluster-a-cost-model"),
+                   "What the model, calibrated on the measurements above, says for two and "
+                   "four times the nodes.", "time_cost.md#from-here-to-a-cluster-a-cost-model"),
 }
 CSS = """body{font-family:sans-serif;max-width:60em;margin:2em auto;padding:0 1em;color:#222}
 table{border-collapse:collapse;margin:0.5em 0}td,th{border:1px solid #ccc;padding:2px 8px;
@@ -137,9 +151,9 @@ def render(report) -> str:
         parts.append(f"<div class='missing'>Not measured:<ul>{items}</ul></div>")
     parts += ["<h2>Summary</h2>", compared_table(data),
               f"<pre>{html.escape(chr(10).join(verdicts(data)))}</pre>"]
-    for part, (title, section) in SECTIONS.items():
-        parts.append(f"<h2 id='{part}'>{html.escape(title)}</h2>"
-                     f"<p><a href='{BOOK}{section}'>What this measures, in the book</a></p>")
+    for part, (title, words, section) in SECTIONS.items():
+        parts.append(f"<h2 id='{part}'>{html.escape(title)}</h2><p>{html.escape(words)} "
+                     f"<a href='{BOOK}{section}'>In the book.</a></p>")
         section_data = data.get(part)
         if section_data is None:
             parts.append("<p class='missing'>Not measured.</p>")
