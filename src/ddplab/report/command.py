@@ -19,7 +19,7 @@ from ddplab.engine.torchrun import is_reporting_process
 
 def add_command(commands) -> None:
     from ddplab.engine.backend import BACKENDS
-    from ddplab.report.settings import DEFAULT_PARAMS_MILLIONS, QUICK_PARAMS_MILLIONS
+    from ddplab.report.settings import DEFAULT_PARAMS_MILLIONS
 
     sub = commands.add_parser(
         "report", help="measure this cluster and set the book's model beside each figure",
@@ -29,8 +29,8 @@ def add_command(commands) -> None:
     sub.add_argument("--out", default="ddplab-report",
                      help="folder for report.html and report.json (default ddplab-report)")
     sub.add_argument("--params-millions", type=float, default=None,
-                     help=f"the step's model, M parameters (default {DEFAULT_PARAMS_MILLIONS}; "
-                          f"{QUICK_PARAMS_MILLIONS} with --quick)")
+                     help=f"the step's model, M parameters (default {DEFAULT_PARAMS_MILLIONS}, "
+                          f"the chapter 'The time cost''s)")
     sub.add_argument("--quick", action="store_true",
                      help="fewer sizes, repeats and configurations (for CI)")
     sub.add_argument("--backend", choices=BACKENDS, default="auto")
