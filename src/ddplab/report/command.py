@@ -10,6 +10,7 @@ included, before any rank trains.
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import time
@@ -23,7 +24,7 @@ def add_command(commands) -> None:
 
     sub = commands.add_parser(
         "report", help="measure this cluster and set the book's model beside each figure",
-        description=__doc__, formatter_class=__import__("argparse").RawDescriptionHelpFormatter)
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub.add_argument("--world-size", type=int, default=None,
                      help="number of ranks (default 2; under torchrun: torchrun's)")
     sub.add_argument("--out", default="ddplab-report",
@@ -70,10 +71,9 @@ def main(args, progress=None) -> int:
                           args.timeout,
                           progress=(progress or Progress()) if reporting else None)
     except (ValueError, TypeError) as exc:  # bad input or too little memory: nothing measured
-        if reporting:
-            kind = "too little memory" if isinstance(exc, NotEnoughMemory) else "error"
-            print(f"python -m ddplab report: {kind}: {exc}".replace(f"{kind}: {kind}", kind),
-                  file=sys.stderr)
+        if reporting:  # NotEnoughMemory's message starts "too little memory"
+            kind = "" if isinstance(exc, NotEnoughMemory) else "error: "
+            print(f"python -m ddplab report: {kind}{exc}", file=sys.stderr)
         return 2
     paths = made.write(args.out)
     if reporting:
