@@ -1,7 +1,7 @@
 # Every target sets up .venv first (scripts/setup.sh; a no-op once done).
 PY := .venv/bin/python
 
-.PHONY: setup run test book check-browser two-nodes bench lab clean colab-sim
+.PHONY: setup run test book check-browser two-nodes report bench lab clean colab-sim
 
 setup:
 	@sh scripts/setup.sh
@@ -19,6 +19,9 @@ book: setup  ## the book, every page executed by real runs; warnings are errors
 
 check-browser: setup  ## the built book in Chromium: every page, its static panels, one lab in JupyterLab
 	$(PY) scripts/check_book_in_browser.py
+
+report: setup  ## ddplab report --quick on 2 local ranks: _build/report/report.{html,json}
+	$(PY) -m ddplab report --world-size 2 --quick --out _build/report
 
 two-nodes: setup  ## one experiment as two torchrun nodes on this machine, checked against the local pool
 	$(PY) scripts/two_nodes.py

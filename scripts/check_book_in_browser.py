@@ -1,6 +1,7 @@
 """Check the built book the way a reader sees it: every page in a real browser, then one lab.
 
     python scripts/check_book_in_browser.py [--html _build/html] [--screenshots DIR] [--no-lab]
+        [--report _build/report/report.html]
 
 Every page of the built book, served on 127.0.0.1: no console error, no request leaving the
 book's own files (such a request is blocked and reported), every image loaded, every internal
@@ -11,7 +12,9 @@ every message it lists, and lists the answering page first for "ZeRO", "FSDP", "
 control changes the figure and the text. Then the labs in one real JupyterLab, each run up to
 its first panel: in the first (--lab) a slider move re-runs real DDP and the figure changes, the
 time from the move to the new figure printed; then every other lab (unless --one-lab), its
-first slider moved, the times printed.
+first slider moved, the times printed. Then ``ddplab report``'s page (--report, written by
+``make report``), opened as a reader opens an attached file, from file://: no console error, no
+request at all beyond its own data: URIs, every figure loaded and on screen.
 A full-page screenshot of each page goes to DIR (default _build/screenshots). Prints
 "N passed, M failed" and exits non-zero on a failure. Needs Chromium and Playwright (see
 scripts/browser.py).
@@ -233,6 +236,45 @@ def check_panels(page, checks: Checks, rel: str) -> str:
     return "".join(f", panel {i}: {size / 1e6:.2f} MB" for i, size in enumerate(sizes))
 
 
+def check_report(chromium, checks: Checks, report: Path, shots: Path) -> None:
+    """The report's one self-contained file, from disk: nothing fetched, every figure shown."""
+    page = chromium.new_page(viewport={"width": 1280, "height": 900})
+    errors, fetched = [], []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+
+    def route(r):
+        url = r.request.url
+        if url.startswith("data:") or url == report.as_uri():
+            r.continue_()
+        else:
+            fetched.append(url)
+            r.abort()
+
+    page.route("**/*", route)
+    page.goto(report.as_uri(), wait_until="load")
+    # every figure decoded, with a size on the page, scrolled into view
+    images = page.evaluate("""async () => {
+        const out = [];
+        for (const img of document.images) {
+            img.scrollIntoView();
+            try { await img.decode(); } catch (e) {}
+            const box = img.getBoundingClientRect();
+            out.push([img.src.slice(0, 30), img.naturalWidth, box.width * box.height]);
+        }
+        return out;
+    }""")
+    rel = f"report {report.name}"
+    checks.check(not errors, f"{rel}: console errors {errors}")
+    checks.check(not fetched, f"{rel}: requests beyond the file: {fetched}")
+    checks.check(bool(images), f"{rel}: no figures")
+    hidden = [src for src, width, area in images if width == 0 or area == 0]
+    checks.check(not hidden, f"{rel}: figures not shown: {hidden}")
+    page.screenshot(path=str(shots / "report.png"), full_page=True)
+    print(f"{rel}: {report.stat().st_size / 1e6:.2f} MB, {len(images)} figures, nothing fetched")
+    page.close()
+
+
 def check_lab(chromium, checks: Checks, lab: str, url: str, shots: Path) -> None:
     start = time.perf_counter()
     page = chromium.new_page(viewport={"width": 1300, "height": 1000})
@@ -298,6 +340,8 @@ def main() -> None:
     parser.add_argument("--lab", default="labs/01_averaging.ipynb")
     parser.add_argument("--no-lab", action="store_true")
     parser.add_argument("--one-lab", action="store_true", help="only --lab, no other lab")
+    parser.add_argument("--report", default=str(ROOT / "_build" / "report" / "report.html"),
+                        help="ddplab report's page, checked where it exists (make report)")
     args = parser.parse_args()
     html, shots = Path(args.html).resolve(), Path(args.screenshots)
     shots.mkdir(parents=True, exist_ok=True)
@@ -323,6 +367,11 @@ def main() -> None:
             except Exception as exc:
                 checks.check(False, f"search: {type(exc).__name__}: {exc}")
             page.close()
+            report = Path(args.report).resolve()
+            if report.is_file():
+                check_report(chromium, checks, report, shots)
+            else:
+                print(f"no report at {report}: not checked (make report writes it)")
             chromium.close()
             if not args.no_lab:
                 others = [] if args.one_lab else sorted((ROOT / "labs").glob("*.ipynb"))

@@ -1,12 +1,15 @@
 """Two torchrun nodes on this machine: the multi-node path readers use, run end to end.
 
-    python scripts/two_nodes.py [--timeout 180]
+    python scripts/two_nodes.py [--timeout 180] [--report-out _build/report-two-nodes]
 
 Starts two torchrun agents, as two nodes would (``--nnodes 2 --nproc-per-node 1``, c10d
 rendezvous on 127.0.0.1 at a free port), each running ``python -m ddplab averaging --json``, and
 checks that the JSON printed (by global rank 0, on whichever node it is) equals the local warm
 pool's at world size 2: the same gradients on every rank, the same reference. Exits non-zero on
-a difference, an error or the timeout; every process it started is ended either way. While it
+a difference, an error or the timeout; every process it started is ended either way. Then the
+same two nodes run ``python -m ddplab report --quick``: rank 0 (on either node) must write
+``report.json`` and ``report.html`` under ``--report-out``, its JSON complete
+(``ddplab.report.schema``) at world size 2. While it
 runs (about 10 s), torchrun's own stores listen on every interface (ARCHITECTURE.md, "The
 rendered book in a browser"): torch gives them no listening address.
 """
@@ -31,13 +34,18 @@ EXPERIMENT = ["averaging", "--batch-size", "8", "--reduction", "mean", "--json"]
 TOLERANCE = 1e-6  # both runs sum the same two gradients with gloo; float32 rounding at most
 
 
-def agents(port: int) -> list[subprocess.Popen]:
+def agents(port: int, arguments=EXPERIMENT) -> list[subprocess.Popen]:
     command = [TORCHRUN, "--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
                "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", f"ddplab-{port}",
-               "--local-addr", "127.0.0.1", "-m", "ddplab", *EXPERIMENT]
+               "--local-addr", "127.0.0.1", "-m", "ddplab", *arguments]
+    # Two "nodes" share this machine's cores: one thread per rank, as torchrun itself sets
+    # (OMP_NUM_THREADS=1) when it starts several processes on a node, not for one per node.
+    # Without it the quick report as two nodes took 93 s here, with it 43 s (load average
+    # about 11 both times: two ranks of two threads each on two cores, beside gloo's threads).
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
     # Each agent in a session of its own: on a timeout its whole tree is ended at once.
     return [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             start_new_session=True) for _ in range(2)]
+                             start_new_session=True, env=env) for _ in range(2)]
 
 
 def end(process: subprocess.Popen) -> None:
@@ -72,32 +80,67 @@ def differences(a, b, path="") -> list[str]:
     return [] if a == b else [f"{path}: {a!r} and {b!r}"]
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--timeout", type=float, default=180.0)
-    args = parser.parse_args()
+def run_nodes(arguments, timeout: float):
+    """Two agents running ``python -m ddplab ARGUMENTS``: (exit codes, [(stdout, stderr)],
+    seconds), or None on the timeout. Every process started is ended either way."""
     start = time.perf_counter()
-    nodes = agents(free_port())
+    nodes = agents(free_port(), arguments)
     try:
         outputs = []
         for node in nodes:
-            left = max(args.timeout - (time.perf_counter() - start), 1.0)
+            left = max(timeout - (time.perf_counter() - start), 1.0)
             outputs.append(node.communicate(timeout=left))
     except subprocess.TimeoutExpired:
-        print(f"two nodes: no result within {args.timeout:g} s")
-        return 1
+        print(f"two nodes: no result within {timeout:g} s")
+        return None
     finally:
         for node in nodes:
             end(node)
-    two_nodes_s = time.perf_counter() - start
-    codes = [node.returncode for node in nodes]
+    return [node.returncode for node in nodes], outputs, time.perf_counter() - start
+
+
+def one_result(ran) -> str | None:
+    """The one node's printed output, or None (reported) on an error or a second printer."""
+    if ran is None:
+        return None
+    codes, outputs, _ = ran
     printed = [out for out, _ in outputs if out.strip()]
     if codes != [0, 0] or len(printed) != 1:
         print(f"two nodes: exit codes {codes}, {len(printed)} printed a result")
         for i, (out, err) in enumerate(outputs):
             print(f"--- node {i} stdout\n{out[-2000:]}\n--- node {i} stderr\n{err[-3000:]}")
+        return None
+    return printed[0]
+
+
+def report_as_two_nodes(out: str, timeout: float) -> int:
+    """``ddplab report --quick`` as two torchrun nodes: both files written, the JSON whole."""
+    from ddplab.report import schema
+
+    ran = run_nodes(["report", "--quick", "--out", out, "--json"], timeout)
+    printed = one_result(ran)
+    if printed is None:
         return 1
-    remote = json.loads(printed[0])
+    data = json.loads(printed)
+    written = [name for name in ("report.json", "report.html")
+               if os.path.isfile(os.path.join(out, name))]
+    found = schema.problems(data)
+    print(f"report as two torchrun nodes in {ran[2]:.1f} s: world size "
+          f"{data['machine']['world_size']}, files {written}, JSON problems: {found or 'none'}")
+    return 0 if not found and len(written) == 2 and data["machine"]["world_size"] == 2 else 1
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--timeout", type=float, default=180.0)
+    parser.add_argument("--report-out", default="_build/report-two-nodes")
+    args = parser.parse_args()
+    ran = run_nodes(EXPERIMENT, args.timeout)
+    printed = one_result(ran)
+    if printed is None:
+        return 1
+    two_nodes_s = ran[2]
+    remote = json.loads(printed)
     local = json.loads(subprocess.run(
         [sys.executable, "-m", "ddplab", *EXPERIMENT, "--world-size", "2"], check=True,
         capture_output=True, text=True, timeout=args.timeout).stdout)
@@ -106,7 +149,9 @@ def main() -> int:
           f"{len(remote['ddp_grads'])} ranks' gradients, in {two_nodes_s:.1f} s")
     print(f"local pool, world size 2: {len(found)} field(s) differ "
           f"(numbers within {TOLERANCE:g}): {found or 'none'}")
-    return 0 if not found and remote["world_size"] == 2 else 1
+    if found or remote["world_size"] != 2:
+        return 1
+    return report_as_two_nodes(args.report_out, args.timeout)
 
 
 if __name__ == "__main__":

@@ -65,14 +65,25 @@ def imported_modules(path: pathlib.Path) -> set[str]:
 
 def test_nothing_outside_the_chapters_imports_a_chapter():
     """The engine, common and screen never import a chapter; only the CLI and the forkserver's
-    preload find them, through ddplab.chapters' own functions."""
+    preload find them, through ddplab.chapters' own functions, and the report, which sits above
+    the chapters as the CLI does (it runs their drivers)."""
     src = ROOT / "src" / "ddplab"
     finders = {src / "__main__.py", src / "engine" / "preload.py"}
+    above = {"chapters", "report"}
     for path in set(src.rglob("*.py")) - finders:
-        if "chapters" in path.relative_to(src).parts:
+        if above & set(path.relative_to(src).parts):
             continue
         chapter_imports = {m for m in imported_modules(path) if m.startswith("ddplab.chapters")}
         assert not chapter_imports, f"{path.relative_to(ROOT)} imports {chapter_imports}"
+
+
+def test_nothing_below_the_report_imports_it():
+    src = ROOT / "src" / "ddplab"
+    for path in set(src.rglob("*.py")) - {src / "__main__.py"}:
+        if "report" in path.relative_to(src).parts:
+            continue
+        found = {m for m in imported_modules(path) if m.startswith("ddplab.report")}
+        assert not found, f"{path.relative_to(ROOT)} imports {found}"
 
 
 def test_no_module_of_the_library_is_over_300_lines():

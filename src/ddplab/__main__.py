@@ -6,7 +6,12 @@
 Locally, ``--world-size`` sets the number of rank processes (default 2); under torchrun it is
 torchrun's and need not be given. Only rank 0 prints under torchrun.
 
-One command is not an experiment: ``exercise`` checks a solution of yours on real ranks.
+Two commands are not a chapter's experiment: ``report`` measures your cluster and sets the
+book's cost model beside each figure (``ddplab.report``), and ``exercise`` checks a solution of
+yours on real ranks.
+
+    python -m ddplab report --world-size 2 [--out DIR] [--quick] [--json]
+    torchrun --nnodes N --nproc-per-node G [rendezvous args] -m ddplab report [--out DIR]
 
     python -m ddplab exercise average-gradients --solution mine.py [--world-size N] [--json]
 
@@ -49,7 +54,14 @@ def parser() -> argparse.ArgumentParser:
         if hasattr(module, "add_arguments"):
             module.add_arguments(sub)
     add_exercise_command(commands)
+    report_command().add_command(commands)
     return top
+
+
+def report_command():
+    from ddplab.report import command
+
+    return command
 
 
 def add_exercise_command(commands) -> None:
@@ -101,6 +113,8 @@ def main(argv=None) -> int:
     args = cli.parse_args(argv)
     if args.command == "exercise":
         return exercise_main(cli, args)
+    if args.command == "report":
+        return report_command().main(args)
     if args.world_size is None:
         args.world_size = int(os.environ["WORLD_SIZE"]) if under_torchrun() else 2
     module = EXPERIMENTS[args.command]

@@ -1,0 +1,109 @@
+"""The report's driver: run every stage in order, on the local pool or under torchrun, and
+collect one JSON document (``report.json``) and the results its figures draw.
+
+    from ddplab import report
+    made = report.run(world_size=2, quick=True)
+    print(made.describe())           # the summary table
+    made.write("ddplab-report")      # report.json and report.html (on rank 0 under torchrun)
+
+A stage that fails (a rank that raises or dies, a rank that never arrives) ends the report
+there: every part not measured is named under ``missing``, ``failure`` says what happened, and
+the pool has already ended every rank process (ARCHITECTURE.md, "Failures").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+
+from ddplab.common.progress import report as progress_report
+from ddplab.common.results import to_json
+from ddplab.engine.torchrun import is_reporting_process, launched_world_size, under_torchrun
+from ddplab.report.settings import Settings
+from ddplab.report.stages import STAGES
+from ddplab.report.summary import summary_lines
+
+SCHEMA_VERSION = 1
+
+
+@dataclasses.dataclass
+class Report:
+    data: dict  # what report.json holds
+    found: dict  # the chapters' results, for the figures (not in the JSON)
+
+    @property
+    def failure(self) -> str | None:
+        return self.data["failure"]
+
+    @property
+    def missing(self) -> list[dict]:
+        return self.data["missing"]
+
+    def to_json(self) -> dict:
+        return to_json(self.data)
+
+    def describe(self) -> str:
+        return "\n".join(summary_lines(self.data))
+
+    def write(self, out: str = "ddplab-report") -> dict:
+        """``out/report.json`` and ``out/report.html`` (rank 0 only under torchrun): their
+        paths, or {} on the other ranks."""
+        if not is_reporting_process():
+            return {}
+        from ddplab.report.page import render  # matplotlib: only where a page is written
+
+        os.makedirs(out, exist_ok=True)
+        paths = {"json": os.path.join(out, "report.json"),
+                 "html": os.path.join(out, "report.html")}
+        with open(paths["json"], "w") as f:
+            json.dump(self.to_json(), f, indent=1, allow_nan=False)
+        with open(paths["html"], "w") as f:
+            f.write(render(self))
+        return paths
+
+
+def run(world_size: int | None = None, params_millions: float | None = None,
+        quick: bool = False, backend: str = "auto", timeout: float = 120.0,
+        progress=None) -> Report:
+    """Measure everything the report holds on ``world_size`` ranks (under torchrun:
+    torchrun's). ``progress(done, total, label)`` is called before each stage."""
+    if world_size is None:
+        world_size = launched_world_size() if under_torchrun() else 2
+    settings = Settings(world_size, params_millions, quick, backend, timeout)
+    data = {"schema_version": SCHEMA_VERSION, "settings": settings.to_json(), "machine": None,
+            "allreduce": None, "step": None, "buckets": None, "memory": None,
+            "prediction": None, "missing": [], "failure": None, "seconds": None}
+    found = {}
+    start = time.perf_counter()
+    for i, (name, key, what, stage) in enumerate(STAGES):
+        progress_report(progress, i, len(STAGES), what)
+        try:
+            section = stage(settings, found)
+        except ValueError:  # bad input (too little memory too), refused before ranks ran it
+            raise
+        except (Exception, KeyboardInterrupt) as exc:  # a rank failed, died or never arrived
+            data["failure"] = (f"{what} ({name}) failed: {type(exc).__name__}: "
+                               f"{first_line(exc)}")
+            for _, later, _, _ in STAGES[i:]:
+                data["missing"].append({"part": later, "why": f"not measured: {what} "
+                                                              f"failed"})
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            break
+        found.setdefault("sections", {})[name] = section
+        if key == "buckets.accumulation":
+            data["buckets"]["accumulation"] = section
+        else:
+            data[key] = section
+        if section.get("missing"):
+            data["missing"].append({"part": key, "why": section["missing"]})
+    progress_report(progress, len(STAGES), len(STAGES), "done")
+    data["seconds"] = time.perf_counter() - start
+    return Report(data, found)
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else ""

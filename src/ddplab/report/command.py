@@ -1,0 +1,87 @@
+"""``python -m ddplab report``: the command line of :mod:`ddplab.report`.
+
+    python -m ddplab report --world-size 2 [--out DIR] [--quick] [--json]
+    torchrun --nnodes N --nproc-per-node G [rendezvous args] -m ddplab report [--out DIR]
+
+Exit 0 with both files written; 1 when a stage failed (a rank raised, died or never arrived:
+the files still say what was measured and what is missing); 2 on bad input, too little memory
+included, before any rank trains.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from ddplab.engine.torchrun import is_reporting_process
+
+
+def add_command(commands) -> None:
+    from ddplab.engine.backend import BACKENDS
+    from ddplab.report.settings import DEFAULT_PARAMS_MILLIONS
+
+    sub = commands.add_parser(
+        "report", help="measure this cluster and set the book's model beside each figure",
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub.add_argument("--world-size", type=int, default=None,
+                     help="number of ranks (default 2; under torchrun: torchrun's)")
+    sub.add_argument("--out", default="ddplab-report",
+                     help="folder for report.html and report.json (default ddplab-report)")
+    sub.add_argument("--params-millions", type=float, default=None,
+                     help=f"the step's model, M parameters (default {DEFAULT_PARAMS_MILLIONS}, "
+                          f"the chapter 'The time cost''s)")
+    sub.add_argument("--quick", action="store_true",
+                     help="fewer sizes, repeats and configurations (for CI)")
+    sub.add_argument("--backend", choices=BACKENDS, default="auto")
+    sub.add_argument("--timeout", type=float, default=120.0,
+                     help="seconds before a rank that has not answered is a hang (default 120)")
+    sub.add_argument("--json", action="store_true", help="print report.json's content")
+
+
+class Progress:
+    """Rank 0's progress on stderr: one line rewritten in place on a terminal, one line per
+    stage otherwise (a log file, CI)."""
+
+    def __init__(self, stream=None):
+        self.stream = stream or sys.stderr
+        self.terminal = self.stream.isatty()
+        self.start = time.perf_counter()
+
+    def __call__(self, done: int, total: int, label: str) -> None:
+        line = (f"ddplab report: [{done}/{total}] {label} "
+                f"({time.perf_counter() - self.start:.0f} s)")
+        if self.terminal:
+            end = "\n" if done == total else ""
+            self.stream.write(f"\r\033[K{line}{end}")
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+
+def main(args, progress=None) -> int:
+    """Run the report for parsed ``args``; ``progress`` replaces the stderr lines (tests)."""
+    from ddplab import report
+    from ddplab.report.stages import NotEnoughMemory
+
+    reporting = is_reporting_process()
+    try:
+        made = report.run(args.world_size, args.params_millions, args.quick, args.backend,
+                          args.timeout,
+                          progress=(progress or Progress()) if reporting else None)
+    except (ValueError, TypeError) as exc:  # bad input or too little memory: nothing measured
+        if reporting:  # NotEnoughMemory's message starts "too little memory"
+            kind = "" if isinstance(exc, NotEnoughMemory) else "error: "
+            print(f"python -m ddplab report: {kind}{exc}", file=sys.stderr)
+        return 2
+    paths = made.write(args.out)
+    if reporting:
+        print(json.dumps(made.to_json(), indent=1) if args.json else made.describe())
+        where = f"{paths['html']} and {paths['json']}"
+        if made.failure:
+            print(f"python -m ddplab report: {made.failure}\nthe partial report is in {where}",
+                  file=sys.stderr)
+        else:
+            print(f"report written: {where}", file=sys.stderr if args.json else sys.stdout)
+    return 1 if made.failure else 0

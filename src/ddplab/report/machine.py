@@ -1,0 +1,79 @@
+"""The machine a report was measured on: hosts, ranks per host, devices, versions, NCCL's
+environment; and the memory one host has free, to refuse a model that cannot fit before any
+rank trains it."""
+
+from __future__ import annotations
+
+import collections
+import os
+
+import torch
+
+import ddplab
+
+GiB = 2 ** 30
+
+
+def available_bytes(device) -> int | None:
+    """Bytes free for this rank's host or GPU: ``torch.cuda.mem_get_info`` on a GPU, Linux's
+    ``MemAvailable`` (/proc/meminfo) on a CPU; None where neither can be read."""
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def describe_rank(ctx) -> dict:
+    """What this rank runs on (a rank function)."""
+    device = ctx.device
+    return {
+        "rank": ctx.rank, "local_rank": ctx.local_rank, "host": ctx.host, "backend": ctx.backend,
+        "device": str(device),
+        "device_name": (torch.cuda.get_device_name(device) if device.type == "cuda"
+                        else "CPU"),
+        "device_memory_bytes": (torch.cuda.get_device_properties(device).total_memory
+                                if device.type == "cuda" else None),
+        "available_bytes": available_bytes(device),
+        "nccl_env": {k: v for k, v in sorted(os.environ.items()) if k.startswith("NCCL_")},
+    }
+
+
+def nccl_version() -> str | None:
+    if not torch.cuda.is_available():
+        return None
+    try:
+        return ".".join(map(str, torch.cuda.nccl.version()))
+    except (RuntimeError, AttributeError):  # a build without NCCL
+        return None
+
+
+def describe(world_size: int, backend: str = "auto", timeout: float = 60.0) -> dict:
+    """Every rank's description, summed up: the report's ``machine`` section."""
+    ranks = ddplab.run(describe_rank, world_size, backend=backend, timeout=timeout)
+    per_host = collections.Counter(r["host"] for r in ranks)
+    gpu_memory = [r["device_memory_bytes"] for r in ranks if r["device_memory_bytes"]]
+    available = [r["available_bytes"] for r in ranks if r["available_bytes"] is not None]
+    return {
+        "world_size": len(ranks),
+        "hosts": sorted(per_host),
+        "ranks_per_host": dict(sorted(per_host.items())),
+        "devices": sorted({r["device_name"] for r in ranks}),
+        "device_memory": ({"value": min(gpu_memory), "unit": "bytes",
+                           "what": "smallest GPU's total"} if gpu_memory else None),
+        "available_memory": ({"value": min(available), "unit": "bytes",
+                              "what": "least free on one host or GPU, before the report"}
+                             if available else None),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "nccl": nccl_version(),
+        "backend": ranks[0]["backend"],
+        "nccl_env": ranks[0]["nccl_env"],
+        "ranks": ranks,
+    }
+
