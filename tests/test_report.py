@@ -17,8 +17,8 @@ import rank_fns
 from conftest import alive
 from ddplab.__main__ import main, parser
 from ddplab.chapters.memory import memory
-from ddplab.chapters.time_cost import calibration, cost_model
-from ddplab.report import command, fit, schema, stages
+from ddplab.chapters.time_cost import calibration, latency_fit
+from ddplab.report import command, schema, stages
 
 KiB = 1024
 
@@ -44,39 +44,16 @@ def two_ranks(tmp_path_factory):
 # ---------------------------------------------------------------- the fit
 
 
-def test_fit_recovers_latency_and_bandwidth_from_exact_times():
-    sizes = [4 * KiB * 4 ** i for i in range(6)]
-    times = [100e-6 + s / 2e9 for s in sizes]  # alpha 100 us, B 2 GB/s, worked by hand
-    found = fit.fit(sizes, times)
-    assert found.supported and found.note == ""
-    assert found.alpha_s == pytest.approx(100e-6, rel=1e-9)
-    assert found.bandwidth == pytest.approx(2e9, rel=1e-9)
-
-
-def test_fit_of_noisy_times_is_never_negative_and_says_so():
-    """Times seen here under load: a 4 KiB all-reduce slower than a 256 KiB one (280 against
-    264 us). The unconstrained fit gives a negative inverse bandwidth; the report's fit holds
-    the bandwidth at infinity (every size takes alpha) and says the data cannot support both."""
+def test_the_report_says_when_the_times_cannot_support_a_fit():
+    """Times seen under load: a 4 KiB all-reduce slower than a 256 KiB one (280 against 264
+    us). The chapter's fit holds 1/B at 0 (every size takes alpha, between the fastest and the
+    slowest time) and the report carries its note instead of a negative constant."""
     sizes = [4 * KiB, 16 * KiB, 64 * KiB, 256 * KiB]
     times = [280e-6, 272e-6, 268e-6, 264e-6]
-    raw_alpha, raw_bandwidth = cost_model.fit_latency_bandwidth(sizes, times)
-    assert raw_bandwidth < 0  # what the report must not print
-    found = fit.fit(sizes, times)
-    assert not found.supported and "cannot support" in found.note
-    assert found.bandwidth == float("inf")
-    # with S/B gone, the relative least squares' alpha lies between the fastest and slowest time
-    assert min(times) <= found.alpha_s <= max(times)
-
-
-def test_fit_with_a_negative_latency_holds_it_at_zero():
-    """Small messages faster than the line through the large ones: the unconstrained alpha is
-    negative; held at 0, B is fitted alone and is positive."""
-    sizes = [4 * KiB, 64 * KiB, 1024 * KiB, 16384 * KiB]
-    times = [1e-6, 40e-6, 1000e-6, 16000e-6]
-    assert cost_model.fit_latency_bandwidth(sizes, times)[0] < 0
-    found = fit.fit(sizes, times)
-    assert found.alpha_s == 0 and 0 < found.bandwidth < float("inf")
-    assert not found.supported
+    found = latency_fit.fit_latency_bandwidth(sizes, times)
+    assert not found.supported and "do not support" in found.note
+    assert found.bandwidth == float("inf") and min(times) <= found.alpha_s <= max(times)
+    assert found.seconds(64 * KiB) == found.alpha_s
 
 
 def test_allreduce_sizes_are_capped_by_the_memory_free():

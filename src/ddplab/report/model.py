@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ddplab.chapters.time_cost import cost_model
-from ddplab.report.fit import Fit
+from ddplab.chapters.time_cost import cost_model, latency_fit
 
 
 @dataclasses.dataclass
@@ -15,7 +14,7 @@ class Calibrated:
     params: int
     world_size: int
     batch_size: int
-    fit: Fit | None = None  # the all-reduce over every rank; None at world size 1
+    fit: latency_fit.LatencyBandwidthFit | None = None  # every rank's all-reduce; None at W=1
     copy_bandwidth: float | None = None
     seconds_per_sample: float | None = None  # forward and backward, every rank busy
     optimizer_s: float | None = None

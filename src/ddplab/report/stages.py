@@ -18,7 +18,6 @@ from ddplab.chapters.time_cost import (
 from ddplab.common import mlp
 from ddplab.report import machine
 from ddplab.report.figures import compared, measured_only, predicted_only
-from ddplab.report.fit import fit
 from ddplab.report.model import Calibrated
 from ddplab.report.settings import BATCH_SIZE, MICRO_BATCH_SIZE, MiB, Settings
 
@@ -90,7 +89,7 @@ def allreduce_stage(s: Settings, found: dict) -> dict:
     result = allreduce.run(model.world_size, sizes=sizes, repeats=s.repeats,
                            backend=s.backend, timeout=s.timeout)
     found["allreduce"] = result
-    model.fit = fit(result.sizes_bytes, result.seconds)
+    model.fit = result.fit  # non-negative, flagged where the times cannot support it
     model.copy_bandwidth = result.copy_bandwidth_bytes_per_s
     hosts = len(found["sections"]["machine"]["hosts"])
     return {

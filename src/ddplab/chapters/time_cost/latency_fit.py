@@ -21,6 +21,10 @@ class LatencyBandwidthFit(NamedTuple):
     supported: bool
     note: str
 
+    def seconds(self, nbytes: float) -> float:
+        """The fitted time of an all-reduce of ``nbytes``."""
+        return self.alpha_s + nbytes / self.bandwidth
+
 
 def fit_latency_bandwidth(sizes, seconds) -> LatencyBandwidthFit:
     """``alpha >= 0`` and ``1/B >= 0`` of ``T(S) = alpha + S / B`` by least squares on
