@@ -18,6 +18,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import importlib.machinery
+import importlib.util
+import os
+import sys
 import time
 import uuid
 
@@ -173,25 +177,49 @@ def scale_of(actual, expected) -> float | None:
     return None
 
 
+SOLUTION_MODULE = "ddplab_solution"
+
+
 def load_solution(path: str, name: str):
-    """The object called ``name`` that the file at ``path`` defines. Its functions are named
-    as a module that no process can import, so that ``ddplab.run`` ships them by value."""
+    """The object called ``name`` that the file at ``path`` defines, loaded as Python imports a
+    module (``importlib.util.spec_from_file_location`` + ``module_from_spec``): the file's own
+    ``from __future__`` imports only (``compile`` inside this module would pass on its
+    ``annotations`` flag), and its module registered in ``sys.modules`` while it runs, since
+    ``@dataclass`` looks its class's module up there (``dataclasses._is_type``: ``sys.modules
+    .get(cls.__module__).__dict__``). Afterwards the module is taken out of ``sys.modules``
+    again, so no process can import it by name and ``ddplab.run`` ships its functions and
+    classes by value (cloudpickle pickles by reference only what it can import)."""
+    if not os.path.isfile(path):
+        raise Unusable(f"cannot read {path}: no such file")
+    spec = importlib.util.spec_from_file_location(SOLUTION_MODULE, path,
+                                                  loader=_SourceLoader(SOLUTION_MODULE, path))
+    module = importlib.util.module_from_spec(spec)
+    before = sys.modules.get(SOLUTION_MODULE)
+    sys.modules[SOLUTION_MODULE] = module
     try:
-        with open(path) as handle:
-            source = handle.read()
-    except OSError as exc:
-        raise Unusable(f"cannot read {path}: {exc}") from None
-    try:
-        code = compile(source, path, "exec")
+        spec.loader.exec_module(module)
     except SyntaxError as exc:
         raise Unusable(f"{path}, line {exc.lineno}: syntax error: {exc.msg}") from None
-    namespace = {"__name__": "ddplab_solution", "__file__": path}
-    try:
-        exec(code, namespace)
+    except OSError as exc:
+        raise Unusable(f"cannot read {path}: {exc}") from None
     except Exception as exc:
         raise Unusable(f"{path} raised while loading: {type(exc).__name__}: {exc}") from None
+    finally:
+        if before is None:
+            sys.modules.pop(SOLUTION_MODULE, None)
+        else:
+            sys.modules[SOLUTION_MODULE] = before
+    namespace = vars(module)
     if name not in namespace:
         defined = sorted(k for k, v in namespace.items() if callable(v) and not k.startswith("_")
-                         and getattr(v, "__module__", None) == "ddplab_solution")
+                         and getattr(v, "__module__", None) == SOLUTION_MODULE)
         raise Unusable(f"{path} defines no {name!r} (it defines: {', '.join(defined) or 'none'})")
     return namespace[name]
+
+
+class _SourceLoader(importlib.machinery.SourceFileLoader):
+    """A file of any name (``mine.txt`` too) read as Python source, never from or into a
+    ``__pycache__`` (a reader's folder is left as it was)."""
+
+    def get_code(self, fullname):
+        return self.source_to_code(self.get_data(self.path), self.path)
