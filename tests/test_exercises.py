@@ -196,7 +196,8 @@ def test_a_collective_one_rank_skips_is_a_hang_naming_the_rank_that_never_came()
 
 def test_the_command_exits_0_when_passed_1_when_wrong_2_when_unusable(tmp_path):
     right = tmp_path / "right.py"
-    right.write_text("import torch.distributed as dist\n\n\n"
+    # the answer's annotations name torch: a file Python can import must import it
+    right.write_text("import torch\nimport torch.distributed as dist\n\n\n"
                      + inspect.getsource(exercises.average_gradients.answer))
     done = ddplab_cli("exercise", "average-gradients", "--solution", str(right), "--json")
     assert done.returncode == 0, done.stderr
