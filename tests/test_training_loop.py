@@ -109,6 +109,21 @@ def test_bad_input_is_a_value_error():
         printing.run(steps=0)
 
 
+def test_f1_is_exact_from_all_reduced_counts_but_not_the_mean_of_ranks_f1():
+    # F1 = 2 TP / (2 TP + FP + FN) is a function of sums: all-reducing the counts is enough
+    from ddplab.chapters.training_loop.evaluation import validation_set
+
+    scores, labels = validation_set(30, 0)
+    predicted, truth = scores > 0.5, labels == 1
+    tp, fp = (predicted & truth).sum(), (predicted & ~truth).sum()
+    fn = (~predicted & truth).sum()
+    one_process = 2 * tp / (2 * tp + fp + fn)
+    results = ddplab.run(rank_fns.f1_from_counts, 3, dataset_size=30, seed=0)
+    assert all(r["f1"] == pytest.approx(one_process, abs=1e-12) for r in results)
+    mean_of_ranks = np.mean([r["local_f1"] for r in results])
+    assert abs(mean_of_ranks - one_process) > 1e-3  # the shortcut the page warns against
+
+
 def test_ddp_optimizer_splits_the_compiled_graph_at_bucket_boundaries():
     split = torch_compile.run(world_size=2, bucket_cap_mb=1.0)
     assert split.graphs == split.buckets == 3
