@@ -8,15 +8,15 @@
   gradients and the caller compares them, so a missing collective cannot pair with one of ours.
 * A hang or a raise comes back with every rank's notes: an exercise's ``explain`` may put
   what they show (the collectives a rank started, say) into words.
-* :func:`watching` lets an exercise see each call of the process group's methods that the
-  reader's code makes (:func:`watching_allreduce`: each all-reduce it starts).
+* :func:`watching` (``ddplab.common.process_group_spy``) lets an exercise see each call of the
+  process group's methods that the reader's code makes (:func:`watching_allreduce`: each
+  all-reduce it starts).
 * :func:`compare_grads` says which parameter differs, on which rank, and by what factor.
 * :func:`load_solution` reads a ``.py`` file for the command line.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import importlib.machinery
 import importlib.util
@@ -26,10 +26,10 @@ import time
 import uuid
 
 import numpy as np
-import torch.distributed as dist
 
 import ddplab
 from ddplab.common import hang_watch
+from ddplab.common.process_group_spy import watching
 
 
 class Unusable(ValueError):
@@ -84,33 +84,6 @@ def enter(call_id: str, rank: int) -> None:
 
 def leave(call_id: str, rank: int) -> None:
     hang_watch.note(call_id, rank, left=True)
-
-
-@contextlib.contextmanager
-def watching(see, *methods: str):
-    """Inside the block, every call of the ``ProcessGroup`` methods named (``allreduce``, which
-    ``dist.all_reduce`` calls; ``send``, which ``dist.send``, ``dist.isend`` and
-    ``dist.batch_isend_irecv`` call) first calls ``see(method, *args, **kwargs)``, then the
-    method. Each class entry (a pybind11 instancemethod) is put back afterwards: the attribute
-    read through the class is a plain builtin that would no longer bind ``self``."""
-    entries = {method: dist.ProcessGroup.__dict__[method] for method in methods}
-
-    def spy_on(method):
-        call = getattr(dist.ProcessGroup, method)
-
-        def spy(group, *args, **kwargs):
-            see(method, *args, **kwargs)
-            return call(group, *args, **kwargs)
-
-        return spy
-
-    for method in methods:
-        setattr(dist.ProcessGroup, method, spy_on(method))
-    try:
-        yield
-    finally:
-        for method, entry in entries.items():
-            setattr(dist.ProcessGroup, method, entry)
 
 
 def watching_allreduce(see):
