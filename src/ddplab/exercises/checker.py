@@ -74,7 +74,9 @@ def run_case(on_rank, world_size: int, timeout: float, what: str, **params) -> O
             problem = hang_message(call_id, world_size, what, time.perf_counter() - start)
         else:
             summary = str(exc).split("\n\nTraceback")[0]
-            problem = f"{what} raised on rank {exc.rank}: {summary}"
+            said = f"rank {exc.rank} raised "  # the rank is named once
+            error = summary[len(said):] if summary.startswith(said) else summary
+            problem = f"{what} raised on rank {exc.rank}: {error}"
     return Outcome(None, problem, hang_watch.read_notes(call_id, world_size))
 
 
@@ -112,31 +114,67 @@ def hang_message(call_id: str, world_size: int, what: str, seconds: float) -> st
 
 def compare_grads(got: list[dict], want: dict, hints: dict, where: str,
                   rtol: float = 1e-4, atol: float = 1e-6) -> str | None:
-    """None when every rank's gradients (``got[rank][name]``) equal ``want[name]``; else which
-    parameter on which rank differs, by what factor, and the hint for that factor if any
-    (``hints``: factor -> words)."""
+    """None when every rank's gradients (``got[rank][name]``) equal ``want[name]``; else what
+    differs, having looked at every parameter on every rank first: one factor shared by all
+    the wrong gradients (``hints``: factor -> words), a gradient that is another parameter's
+    right one, ranks that ended with different gradients, or the first difference."""
+    wrong = []  # (rank, name, factor or None)
     for rank, grads in enumerate(got):
         for name, expected in want.items():
             actual = grads.get(name)
             if actual is None:
                 return f"{where}: parameter {name!r} has no gradient on rank {rank}."
-            if np.allclose(actual, expected, rtol=rtol, atol=atol):
-                continue
-            head = f"{where}: the gradient of {name!r} on rank {rank} "
-            others = [r for r in range(len(got)) if not np.allclose(
-                got[r][name], actual, rtol=rtol, atol=atol)]
-            factor = scale_of(actual, expected)
-            if factor is not None:
-                for value, words in hints.items():
-                    if np.isclose(factor, value, rtol=1e-3):
-                        return f"{head}is {factor:.3g} times the right one: {words}"
-                return f"{head}is {factor:.3g} times the right one."
-            if others:
-                return (f"{head}differs from rank {others[0]}'s: the ranks did not end with the "
-                        "same gradient, so they did not all take part in the average.")
-            error = float(np.max(np.abs(actual - expected)))
-            return f"{head}differs from the right one by up to {error:.3g}."
-    return None
+            if not np.allclose(actual, expected, rtol=rtol, atol=atol):
+                wrong.append((rank, name, scale_of(actual, expected)))
+    if not wrong:
+        return None
+    factors = [factor for _, _, factor in wrong]
+    if None not in factors and np.allclose(factors, factors[0], rtol=1e-3):
+        return _one_factor(wrong, want, len(got), hints, where)
+    for rank, name, _ in wrong:  # a gradient that landed on the wrong parameter
+        other = next((o for o, right in want.items() if o != name and np.shape(right) ==
+                      np.shape(got[rank][name]) and np.allclose(got[rank][name], right,
+                                                                rtol=rtol, atol=atol)), None)
+        if other is not None:
+            return (f"{where}: the gradient of {name!r} on rank {rank} is the right gradient of "
+                    f"{other!r}: {name!r} received the gradient of {other!r}. Copy each "
+                    "parameter's slice of the bucket back from the offset it was flattened "
+                    "to, in the same order.")
+    rank, name, factor = wrong[0]
+    head = f"{where}: the gradient of {name!r} on rank {rank} "
+    if factor is not None:
+        return f"{head}is {factor:.3g} times the right one{_hint(factor, hints)}"
+    others = [r for r in range(len(got)) if not np.allclose(
+        got[r][name], got[rank][name], rtol=rtol, atol=atol)]
+    if others:
+        return (f"{head}differs from rank {others[0]}'s: the ranks ended with different "
+                "gradients, where every rank must hold the same average (a rank left out of "
+                "an all-reduce, or a gradient changed on one rank after its all-reduce, ends "
+                "like this).")
+    error = float(np.max(np.abs(got[rank][name] - want[name])))
+    return f"{head}differs from the right one by up to {error:.3g}."
+
+
+def _one_factor(wrong, want, world_size: int, hints: dict, where: str) -> str:
+    """Every wrong gradient is ``factor`` times the right one: say which, and what it means."""
+    factor = wrong[0][2]
+    words = _hint(factor, hints)
+    if len(wrong) == len(want) * world_size:
+        return f"{where}: every gradient, on every rank, is {factor:.3g} times the right one{words}"
+    names = sorted({name for _, name, _ in wrong}, key=list(want).index)
+    right = [n for n in want if n not in names]
+    ranks = sorted({rank for rank, _, _ in wrong})
+    on = "every rank" if len(ranks) == world_size else ranks_text(ranks)
+    return (f"{where}: the gradients of {', '.join(map(repr, names))} on {on} are "
+            f"{factor:.3g} times the right ones"
+            + (f" (those of {', '.join(map(repr, right))} are right)" if right else "") + words)
+
+
+def _hint(factor: float, hints: dict) -> str:
+    for value, words in hints.items():
+        if np.isclose(factor, value, rtol=1e-3):
+            return f": {words}"
+    return "."
 
 
 def scale_of(actual, expected) -> float | None:
