@@ -11,6 +11,7 @@ import subprocess
 import pytest
 import torch
 
+from conftest import ddplab_json
 from ddplab.chapters.memory import calculator, calculator_form, precision
 
 GB80 = 80e9
@@ -168,3 +169,12 @@ def test_the_translation_refuses_python_it_does_not_know():
         calculator_form._function("def f(x):\n    return max(x, 1)\n")
     with pytest.raises(ValueError, match="no translation"):
         calculator_form._function("def f(x):\n    if x:\n        raise KeyError(x)\n")
+
+
+def test_cli_json_carries_the_scheme_and_the_calculators_bytes():
+    data = ddplab_json("precision", "--world-size", "2", "--strategy", "zero1",
+                       "--params-millions", "0.3")
+    assert data["scheme"] == "autocast" and data["strategy"] == "zero1"
+    held = data["bytes_per_rank"][0]
+    assert {k: data["predicted_per_rank"][k] for k in held} == held
+    assert data["dtypes"]["parameters"] == ["float32"]

@@ -29,10 +29,10 @@ import torch
 import torch.nn.functional as F
 
 import ddplab
-from ddplab.chapters.memory import accounting, calculator, malloc_count
+from ddplab.chapters.memory import accounting, calculator, malloc_count, memory
 from ddplab.chapters.memory.memory import widths
 from ddplab.chapters.memory.strategies import STRATEGIES, Trained, fully_shard_function
-from ddplab.common.checks import a_bool, one_of, positive_int, positive_number
+from ddplab.common.checks import one_of
 from ddplab.common.ledger import local
 from ddplab.common.mlp import make_batch, make_model
 from ddplab.common.results import Result
@@ -40,7 +40,6 @@ from ddplab.common.results import Result
 COMMAND = "precision"  # python -m ddplab precision
 SCHEMES = ("autocast", "fsdp_policy")  # the calculator's schemes that are run here
 BATCH_SIZE = 4
-MAX_PARAMS_MILLIONS = 50
 
 
 class PolicySharded:
@@ -161,35 +160,28 @@ class Precision(Result):
 
     def describe(self) -> str:
         view = ", bucket view" if self.bucket_view else ""
+        head = (f"{self.strategy}{view}, Adam, {calculator.PRECISION_NAMES[self.scheme]}, "
+                f"world size {self.world_size}: {self.parameter_count:,} parameters")
+        rows = [f"  {category:<16}{nbytes / self.parameter_count:6.2f} bytes/parameter  "
+                f"{', '.join(self.dtypes[category]) or '-'}"
+                for category, nbytes in self.bytes_per_rank[0].items()]
         layer = self.first_layer_computes_with
-        lines = [f"{self.strategy}{view}, Adam, {calculator.PRECISION_NAMES[self.scheme]}, "
-                 f"world size {self.world_size}: {self.parameter_count:,} parameters"]
-        for category, nbytes in self.bytes_per_rank[0].items():
-            lines.append(f"  {category:<16}{nbytes / self.parameter_count:6.2f} bytes/parameter"
-                         f"  {', '.join(self.dtypes[category]) or '-'}")
-        lines.append(f"  total{self.bytes_per_parameter():17.2f} bytes/parameter on rank 0; "
-                     f"the model's output: {self.output_dtype}")
-        lines.append(f"the first layer computes with {', '.join(layer['dtypes'])} parameters, "
-                     f"{layer['bytes'] / 1e6:.2f} MB while it runs")
-        return "\n".join(lines)
+        return "\n".join([
+            head, *rows, f"  total{self.bytes_per_parameter():17.2f} bytes/parameter on rank 0; "
+            f"the model's output: {self.output_dtype}",
+            f"the first layer computes with {', '.join(layer['dtypes'])} parameters, "
+            f"{layer['bytes'] / 1e6:.2f} MB while it runs"])
 
 
 def run(world_size: int = 2, strategy: str = "ddp", scheme: str = "autocast",
         params_millions: float = 2.0, bucket_view: bool = False, steps: int = 2, seed: int = 0,
         backend: str = "auto", timeout: float = 120.0) -> Precision:
     """Train under ``scheme`` on ``world_size`` ranks and count each rank's bytes."""
-    positive_int("world_size", world_size)
-    one_of("strategy", strategy, STRATEGIES)
     one_of("scheme", scheme, SCHEMES)
     if calculator.ONLY_WITH[scheme] not in ("", strategy):
         raise ValueError(f"scheme {scheme!r} is FSDP2's MixedPrecisionPolicy: strategy "
                          f"{calculator.ONLY_WITH[scheme]!r} only, got {strategy!r}")
-    positive_number("params_millions", params_millions)
-    if params_millions > MAX_PARAMS_MILLIONS:
-        raise ValueError(f"params_millions must be at most {MAX_PARAMS_MILLIONS}, got "
-                         f"{params_millions!r}")
-    a_bool("bucket_view", bucket_view)
-    positive_int("steps", steps)
+    memory._check(world_size, strategy, "adam", params_millions, bucket_view, steps)  # its checks
     results = ddplab.run(train, world_size, strategy=strategy, scheme=scheme,
                          params_millions=params_millions, bucket_view=bucket_view, steps=steps,
                          seed=seed, backend=backend, timeout=timeout)
