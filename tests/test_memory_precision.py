@@ -178,3 +178,27 @@ def test_cli_json_carries_the_scheme_and_the_calculators_bytes():
     held = data["bytes_per_rank"][0]
     assert {k: data["predicted_per_rank"][k] for k in held} == held
     assert data["dtypes"]["parameters"] == ["float32"]
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="needs node to run the JavaScript")
+@pytest.mark.parametrize("precision, strategy, shown", [
+    ("autocast", "ddp", "largest model that fits, step included: 3.33 billion"),  # 80 / 24
+    ("fsdp_policy", "ddp", "precision fsdp_policy is for strategy fsdp only, not ddp")])
+def test_the_forms_script_shows_the_steady_state_the_step_and_refusals(precision, strategy,
+                                                                         shown):
+    html = calculator_form.form_html()
+    script = html.split("<script>\n", 1)[1].rsplit("\n</script>", 1)[0]
+    values = {"billions": "7", "optimizer": "adam", "precision": precision,
+              "strategy": strategy, "world_size": "8", "activations": "0", "gpu": "80"}
+    page = (f"var elements = {{bucket_view: {{checked: false}}}}, values = {json.dumps(values)};"
+            "for (var k in values) elements[k] = {value: values[k]};"
+            "var pre = {textContent: ''}, form = {elements: elements, "
+            "addEventListener: function () {}};"
+            "var document = {getElementById: function () { return {querySelector: "
+            "function (q) { return q === 'form' ? form : pre; }}; }};")
+    out = subprocess.run(["node", "-e", page + script + "\nconsole.log(pre.textContent);"],
+                         capture_output=True, text=True, check=True)
+    assert shown in out.stdout
+    if precision == "autocast":  # 7 B x 20 bytes, and 7 B x (20 - 0 + 4) in the step
+        assert "total per rank  140.00 GB: does not fit" in out.stdout
+        assert "during optimizer.step(), at least 168.00 GB" in out.stdout
