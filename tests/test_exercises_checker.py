@@ -1,7 +1,9 @@
-"""A solution file is loaded as Python imports a module (issue 28): a correct file that uses
-``@dataclass``, ``typing``, its own ``from __future__`` imports, module-level helpers and a
-``__main__`` block passes the command's check; before, ``@dataclass`` could not even load
-("'NoneType' object has no attribute '__dict__'": the module was not in ``sys.modules``)."""
+"""The exercise checker itself (issue 28). A solution file is loaded as Python imports a
+module: a correct file that uses ``@dataclass``, ``typing``, its own ``from __future__``
+imports, module-level helpers and a ``__main__`` block passes the command's check; before,
+``@dataclass`` could not even load ("'NoneType' object has no attribute '__dict__'": the module
+was not in ``sys.modules``). And ``compare_grads`` looks at every parameter on every rank
+before it says what differs."""
 
 import sys
 import textwrap
@@ -125,3 +127,28 @@ def test_a_file_that_raises_while_loading_is_unusable_with_the_error(tmp_path):
         checker.load_solution(str(path), "Broken")
     with pytest.raises(checker.Unusable, match="no such file"):
         checker.load_solution(str(tmp_path / "absent.py"), "f")
+
+
+def test_compare_grads_looks_at_every_parameter_before_it_speaks():
+    import numpy as np
+
+    want = {"a": np.array([1.0, 2.0]), "b": np.array([3.0, -1.0]), "c": np.array([0.5, 4.0])}
+    # every gradient on both ranks twice the right one: one factor, named with its hint
+    doubled = [{k: 2 * v for k, v in want.items()}] * 2
+    said = checker.compare_grads(doubled, want, {2: "added twice."}, "here")
+    assert said == "here: every gradient, on every rank, is 2 times the right one: added twice."
+    # only some: which, and which are right
+    some = [{**want, "b": 2 * want["b"]}] * 2
+    assert checker.compare_grads(some, want, {}, "here") == \
+        "here: the gradients of 'b' on every rank are 2 times the right ones (those of 'a', " \
+        "'c' are right)."
+    # a gradient that is another parameter's right one
+    swapped = [{"a": want["b"], "b": want["a"], "c": want["c"]}] * 2
+    assert "'a' on rank 0 is the right gradient of 'b'" in \
+        checker.compare_grads(swapped, want, {}, "here")
+    # ranks that ended differently: said as such, not as ranks left out of the average
+    apart = [{**want, "a": np.array([1.0, 7.0])}, {**want, "a": np.array([5.0, 2.0])}]
+    said = checker.compare_grads(apart, want, {}, "here")
+    assert "differs from rank 1's: the ranks ended with different gradients" in said
+    assert "did not all take part" not in said
+    assert checker.compare_grads([want, want], want, {}, "here") is None
