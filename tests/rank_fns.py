@@ -50,3 +50,19 @@ def listening_sockets(ctx):
 
     return [(c.laddr.ip, c.laddr.port) for c in psutil.Process().net_connections("inet")
             if c.status == psutil.CONN_LISTEN]
+
+
+def f1_from_counts(ctx, dataset_size, seed):
+    """This rank's F1, and F1 from the all-reduced true-positive, false-positive and
+    false-negative counts (the training-loop page's sentence on F1)."""
+    from ddplab.chapters.training_loop.evaluation import validation_set
+
+    scores, labels = validation_set(dataset_size, seed)
+    mine = slice(ctx.rank, dataset_size, ctx.world_size)
+    predicted, truth = scores[mine] > 0.5, labels[mine] == 1
+    counts = torch.tensor([(predicted & truth).sum(), (predicted & ~truth).sum(),
+                           (~predicted & truth).sum()], dtype=torch.float64, device=ctx.device)
+    local = 2 * counts[0] / (2 * counts[0] + counts[1] + counts[2])
+    dist.all_reduce(counts)
+    tp, fp, fn = counts.cpu().tolist()
+    return {"local_f1": float(local), "f1": 2 * tp / (2 * tp + fp + fn)}

@@ -46,8 +46,8 @@ AVERAGE = {
         def average_gradients(model):
             for p in model.parameters():
                 dist.all_reduce(p.grad)
-        """, r"'0.weight' on rank 0 is 2 times the right one: summed over the ranks but not "
-             r"divided by the world size \(2\)"),
+        """, r"every gradient, on every rank, is 2 times the right one: summed over the ranks "
+             r"but not divided by the world size \(2\)"),
     "divided, never exchanged": ("""
         def average_gradients(model):
             for p in model.parameters():
@@ -93,6 +93,21 @@ SHARDS = {
             idx = (idx * 3)[:per * world_size] if not drop_last else idx[:per * world_size]
             return idx[rank::world_size]
         """, r"epoch=1.*That is epoch 0's order: .*seed \+ epoch"),
+    "shuffled with Python's random": ("""
+        import math
+        import random
+        def shard_indices(dataset_len, rank, world_size, epoch, shuffle, drop_last, seed):
+            indices = list(range(dataset_len))
+            if shuffle:
+                random.Random(seed + epoch).shuffle(indices)
+            per = (math.ceil((dataset_len - world_size) / world_size)
+                   if drop_last and dataset_len % world_size
+                   else math.ceil(dataset_len / world_size))
+            total = per * world_size
+            indices = indices[:total] if drop_last else (indices * 3)[:total]
+            return indices[rank:total:world_size]
+        """, r"shuffle=True.*Every case without shuffle passes and this shuffled one does not.*"
+             r"torch\.randperm\(dataset_len, generator=g\).*seed \+ epoch"),
 }
 
 ACCUMULATE = {
@@ -147,14 +162,40 @@ BUCKETED = {
                         q.grad.copy_(flat[offset:offset + q.numel()].view_as(q.grad))
                         offset += q.numel()
                 self.pending, self.ready = [], [0] * len(self.buckets)
-        """, r"is 2 times the right one: summed over the ranks but not divided"),
+        """, r"every gradient, on every rank, is 2 times the right one: summed over the ranks "
+             r"but not divided by the world size \(2\); or the gradient was added twice"),
     "counts never reset between steps": ("""
         class BucketedDDP(Answer):
             def finish_gradient_synchronization(self):
                 ready = self.ready
                 super().finish_gradient_synchronization()
                 self.ready = ready
-        """, r"step 2: 0 all-reduces on rank 0, expected 2"),
+        """, r"step 2: 0 all-reduces on rank 0, expected 2, one per bucket, while step 1 "
+             r"launched 2: .*kept its value from step 1\. Reset that state for the next step"),
+    "a hook that writes .grad before autograd adds it": ("""
+        class BucketedDDP(Answer):
+            def __init__(self, module, bucket_size_mb):
+                super().__init__(module, bucket_size_mb)
+                for p in self.bucket_of:  # and the answer's post-accumulate hooks stay
+                    p.register_hook(lambda g, p=p: self._write(p, g))
+
+            def _write(self, p, g):
+                p.grad = g.clone()  # autograd then adds g to it: twice the gradient
+        """, r"every gradient, on every rank, is 2 times the right one: .*or the gradient was "
+             r"added twice: a hook registered with register_hook runs before autograd"),
+    "a bucket copied back in reverse": ("""
+        class BucketedDDP(Answer):
+            def finish_gradient_synchronization(self):
+                for i, flat, work in self.pending:
+                    work.wait()
+                    flat /= dist.get_world_size()
+                    offset = 0
+                    for q in reversed(self.buckets[i]):  # not the order it was flattened in
+                        q.grad.copy_(flat[offset:offset + q.numel()].view_as(q.grad))
+                        offset += q.numel()
+                self.pending, self.ready = [], [0] * len(self.buckets)
+        """, r"step 1: the gradient of '0.weight' on rank 0 is the right gradient of "
+             r"'2.weight': '0.weight' received the gradient of '2.weight'"),
 }
 
 WRONG = [(name, kind, *case) for name, table in [
@@ -196,7 +237,8 @@ def test_a_collective_one_rank_skips_is_a_hang_naming_the_rank_that_never_came()
 
 def test_the_command_exits_0_when_passed_1_when_wrong_2_when_unusable(tmp_path):
     right = tmp_path / "right.py"
-    right.write_text("import torch.distributed as dist\n\n\n"
+    # the answer's annotations name torch: a file Python can import must import it
+    right.write_text("import torch\nimport torch.distributed as dist\n\n\n"
                      + inspect.getsource(exercises.average_gradients.answer))
     done = ddplab_cli("exercise", "average-gradients", "--solution", str(right), "--json")
     assert done.returncode == 0, done.stderr

@@ -1,7 +1,8 @@
 """The shard-optimizer exercise: the answer passes, and so does a sharding by size (PyTorch's
 ZeroRedundancyOptimizer); the mistakes readers make (a plain optimizer, no broadcast, a
-broadcast from rank 0, gradients divided again, a rank that owns nothing) are each rejected
-with a message that names them; the command's exit codes."""
+broadcast from rank 0, gradients divided again, a rank that owns nothing, a broadcast only the
+owner calls) are each rejected with a message that names them and the case; the command's exit
+codes."""
 
 import inspect
 import json
@@ -65,9 +66,30 @@ WRONG = {
                 super().__init__(params, optimizer_cls, **kwargs)
                 if self.local is None:  # the answer's guard left out
                     self.local = optimizer_cls([], **kwargs)
-        """, "world size 3, adam, layers [6, 3] (2 parameters): a rank that owns no parameter "
-             "raised: ShardedOptimizer raised on rank 2: rank 2 raised ValueError: optimizer got "
-             "an empty parameter list. With fewer parameters than ranks some rank owns none"),
+        """, "world size 3, adam, layers [6, 3] (2 parameters): ShardedOptimizer raised on rank "
+             "2: ValueError: optimizer got an empty parameter list. With 2 parameters on 3 "
+             "ranks some rank owns none"),
+    "another raise on a rank that owns nothing": ("""
+        class ShardedOptimizer(Answer):
+            def __init__(self, params, optimizer_cls, **kwargs):
+                super().__init__(params, optimizer_cls, **kwargs)
+                self.lr = self.local.param_groups[0]["lr"]  # None on a rank that owns nothing
+        """, "world size 3, adam, layers [6, 3] (2 parameters): ShardedOptimizer raised on rank "
+             "2: AttributeError: 'NoneType' object has no attribute 'param_groups'. With 2 "
+             "parameters on 3 ranks some rank owns none, and a rank that owns none must still "
+             "run"),
+    "only the owner calls broadcast": ("""
+        class ShardedOptimizer(Answer):
+            def step(self, closure=None):
+                if self.local is not None:
+                    self.local.step()
+                with torch.no_grad():
+                    for p, owner in self.owners:
+                        if owner == dist.get_rank():
+                            dist.broadcast(p, src=owner)
+        """, f"{FIRST}: hang in dist.broadcast. Broadcasts each rank started: rank 0: 1, the "
+             "last from src=0; rank 1: 1, the last from src=1. A broadcast is a collective: "
+             "every rank must call every broadcast"),
     "all the state on rank 0": ("""
         class ShardedOptimizer(Answer):
             def __init__(self, params, optimizer_cls, **kwargs):
@@ -112,6 +134,7 @@ def test_a_wrong_solution_is_rejected_naming_the_mistake(kind):
     verdict = exercises.check(NAME, reader(source), timeout=5)
     assert not verdict.passed
     assert verdict.message.startswith(words), verdict.message
+    assert verdict.message.count("rank 2") <= 1, verdict.message  # a rank is named once
 
 
 def test_the_command_says_1_for_a_plain_optimizer_and_0_for_the_answer(tmp_path, capsys):

@@ -1,10 +1,6 @@
 """The memory chapter: each byte count against arithmetic from the parameter count, ZeRO-1's
-and FSDP's training against one process on the whole batch, the calculator's JavaScript
-against its Python, and the CLI."""
-
-import json
-import shutil
-import subprocess
+and FSDP's training against one process on the whole batch, and the CLI (the calculator's
+precision schemes and its JavaScript: test_memory_precision.py)."""
 
 import pytest
 import torch
@@ -12,7 +8,7 @@ import torch.nn.functional as F
 
 import ddplab
 from conftest import ddplab_cli, ddplab_json
-from ddplab.chapters.memory import calculator, calculator_form, memory
+from ddplab.chapters.memory import memory
 from ddplab.common.mlp import make_batch, make_model
 
 F32 = 4  # bytes per float32
@@ -133,33 +129,6 @@ def test_a_gpu_rank_is_measured_by_the_cuda_allocator(bucket_view):
 def test_bad_input_is_refused_before_any_rank_starts(bad, message):
     with pytest.raises(ValueError, match=message):
         memory.run(**bad)
-
-
-def test_rules_of_thumb():
-    assert calculator.bytes_per_parameter("adam", "ddp", 8, "bf16", bucket_view=True) == 16
-    assert calculator.bytes_per_parameter("adam", "fsdp", 8, "bf16") == 2
-    assert calculator.bytes_per_parameter("adam", "zero1", 4, "bf16", True) == 2 + 2 + 3
-    assert calculator.largest_model(80e9, "adam", "ddp", 1, "bf16", True) == 5e9
-
-
-@pytest.mark.skipif(shutil.which("node") is None, reason="needs node to run the JavaScript")
-def test_the_generated_javascript_computes_what_python_does():
-    cases = [(p, o, s, w, pr, bv) for p in (1e6, 7e9) for o in ("sgd", "momentum", "adam")
-             for s in calculator.CALCULATOR_STRATEGIES for w in (1, 8) for pr in ("fp32", "bf16")
-             for bv in (False, True)]
-    calls = ",".join(f"[bytes_per_rank({p}, '{o}', '{s}', {w}, '{pr}', {str(bv).lower()}, 48,"
-                     f" 1e9), largest_model(80e9, '{o}', '{s}', {w}, '{pr}', "
-                     f"{str(bv).lower()}, 1e9)]" for p, o, s, w, pr, bv in cases)
-    script = calculator_form.javascript() + f"\nconsole.log(JSON.stringify([{calls}]));"
-    out = subprocess.run(["node", "-e", script], capture_output=True, text=True, check=True)
-    for (p, o, s, w, pr, bv), (parts, most) in zip(cases, json.loads(out.stdout)):
-        assert parts == pytest.approx(calculator.bytes_per_rank(p, o, s, w, pr, bv, 48, 1e9))
-        assert most == pytest.approx(calculator.largest_model(80e9, o, s, w, pr, bv, 1e9))
-
-
-def test_the_translation_refuses_python_it_does_not_know():
-    with pytest.raises(ValueError, match="no translation"):
-        calculator_form._function("def f(x):\n    return max(x, 1)\n")
 
 
 def test_cli_json_fields():

@@ -109,6 +109,21 @@ def test_bad_input_is_a_value_error():
         printing.run(steps=0)
 
 
+def test_f1_is_exact_from_all_reduced_counts_but_not_the_mean_of_ranks_f1():
+    # F1 = 2 TP / (2 TP + FP + FN) is a function of sums: all-reducing the counts is enough
+    from ddplab.chapters.training_loop.evaluation import validation_set
+
+    scores, labels = validation_set(30, 0)
+    predicted, truth = scores > 0.5, labels == 1
+    tp, fp = (predicted & truth).sum(), (predicted & ~truth).sum()
+    fn = (~predicted & truth).sum()
+    one_process = 2 * tp / (2 * tp + fp + fn)
+    results = ddplab.run(rank_fns.f1_from_counts, 3, dataset_size=30, seed=0)
+    assert all(r["f1"] == pytest.approx(one_process, abs=1e-12) for r in results)
+    mean_of_ranks = np.mean([r["local_f1"] for r in results])
+    assert abs(mean_of_ranks - one_process) > 1e-3  # the shortcut the page warns against
+
+
 def test_ddp_optimizer_splits_the_compiled_graph_at_bucket_boundaries():
     split = torch_compile.run(world_size=2, bucket_cap_mb=1.0)
     assert split.graphs == split.buckets == 3
@@ -117,8 +132,19 @@ def test_ddp_optimizer_splits_the_compiled_graph_at_bucket_boundaries():
     assert whole.graphs == 1 and whole.buckets == 3
     with pytest.raises(ValueError, match="bucket_cap_mb"):
         torch_compile.run(bucket_cap_mb=0.5)
-    # torch.compile(DDP(model)): dynamo gives the backend no graph in torch 2.13 on CPU
-    assert torch_compile.run(world_size=2, outside=True).graphs == 0
+    # torch.compile(DDP(model)): graph breaks in DDP's forward, then dynamo starts no frame in
+    # nn.Sequential.forward (torch's own file), so a bare Sequential gets no graph at all...
+    bare = torch_compile.run(world_size=2, outside=True)
+    assert bare.graphs == 0 and bare.graph_breaks > 0
+    assert bare.saved_key == "0.weight"  # DDP's module is the plain model here
+    # ...while the same layers in a class of one's own get DDPOptimizer's split either way
+    for outside in (False, True):
+        own = torch_compile.run(world_size=2, outside=outside, model_kind="module")
+        assert own.graphs == own.buckets == 3 and own.max_diff_vs_one_process < 1e-6
+        # torch.compile's wrapper keeps the model as _orig_mod, in the saved keys too
+        assert own.saved_key == ("layers.0.weight" if outside else "_orig_mod.layers.0.weight")
+    with pytest.raises(ValueError, match="model_kind"):
+        torch_compile.run(model_kind="mlp")
 
 
 def test_same_seed_on_every_rank_draws_the_same_augmentations_also_in_workers():

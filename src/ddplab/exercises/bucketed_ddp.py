@@ -132,6 +132,20 @@ def on_rank(ctx, solution, call_id: str, bucket_params: float, seed: int) -> dic
     return {"got": got, "want": want, "launches": launches}
 
 
+ADDED_TWICE = ("the gradient was added twice: a hook registered with register_hook runs "
+               "before autograd accumulates the gradient, so a .grad it writes gets the "
+               "gradient added to it again. Let autograd write .grad and start the bucket from "
+               "register_post_accumulate_grad_hook.")
+
+
+def hints(world_size: int) -> dict:
+    """Factor -> what a gradient that many times the right one means."""
+    summed = f"summed over the ranks but not divided by the world size ({world_size})"
+    if world_size == 2:
+        return {2: f"{summed}; or {ADDED_TWICE}"}
+    return {world_size: f"{summed}.", 2: ADDED_TWICE}
+
+
 def judge(world_size: int, params: dict, results: list) -> str | None:
     buckets = expected_buckets(params["bucket_params"])
     mb = params["bucket_params"] * PARAM_MB
@@ -141,6 +155,12 @@ def judge(world_size: int, params: dict, results: list) -> str | None:
         at = f"{where}, step {step + 1}"
         launched = results[0]["launches"][step]
         if len(launched) != buckets:
+            if step and len(results[0]["launches"][0]) == buckets:
+                return (f"{at}: {len(launched)} all-reduces on rank 0, expected {buckets}, "
+                        f"one per bucket, while step 1 launched {buckets}: what counts the "
+                        "gradients ready in each bucket (or remembers the buckets launched) "
+                        "kept its value from step 1. Reset that state for the next step, in "
+                        "finish_gradient_synchronization().")
             return (f"{at}: {len(launched)} all-reduces on rank 0, expected {buckets}, one per "
                     "bucket" + (": one per parameter is not bucketing." if len(launched) ==
                                 LAYERS else "."))
@@ -150,9 +170,7 @@ def judge(world_size: int, params: dict, results: list) -> str | None:
                     "all-reduce (async_op=True) from a gradient hook as soon as its last "
                     "gradient is ready, and wait in finish_gradient_synchronization().")
         problem = checker.compare_grads([r["got"][step] for r in results],
-                                        results[0]["want"][step],
-                                        {world_size: f"summed over the ranks but not divided "
-                                                     f"by the world size ({world_size})."}, at)
+                                        results[0]["want"][step], hints(world_size), at)
         if problem:
             return problem
     return None

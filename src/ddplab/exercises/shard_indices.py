@@ -82,22 +82,26 @@ def on_rank(ctx, solution, call_id: str) -> list[dict]:
 
 
 def judge(world_size: int, params: dict, results: list) -> str | None:
-    for entry in sorted((e for per_rank in results for e in per_rank),
-                        key=lambda e: (CASES.index(tuple(e["case"].values())), e["rank"])):
-        got, want = entry["got"], entry["want"]
+    entries = sorted((e for per_rank in results for e in per_rank),
+                     key=lambda e: (CASES.index(tuple(e["case"].values())), e["rank"]))
+    for entry in entries:
         try:
-            got = [int(i) for i in got]
+            entry["got"] = [int(i) for i in entry["got"]]
         except (TypeError, ValueError):
-            return f"{FUNCTION} must return a list of ints, got {got!r}"
+            return f"{FUNCTION} must return a list of ints, got {entry['got']!r}"
+    unshuffled_pass = all(e["got"] == e["want"] for e in entries if not e["case"]["shuffle"])
+    for entry in entries:
+        got, want = entry["got"], entry["want"]
         if got != want:
             case = ", ".join(f"{k}={v}" for k, v in entry["case"].items())
             return (f"case {case}, rank {entry['rank']}: expected {want}, got {got}. "
-                    f"{diagnosis(entry['case'], entry['rank'], got)}")
+                    f"{diagnosis(entry['case'], entry['rank'], got, unshuffled_pass)}")
     return None
 
 
-def diagnosis(case: dict, rank: int, got: list[int]) -> str:
-    """The mistake ``got`` matches, in words, when it matches one."""
+def diagnosis(case: dict, rank: int, got: list[int], unshuffled_pass: bool = False) -> str:
+    """The mistake ``got`` matches, in words, when it matches one; ``unshuffled_pass``: every
+    case without shuffle was right."""
     n, w, epoch = case["dataset_len"], case["world_size"], case["epoch"]
     shuffle, drop_last, seed = case["shuffle"], case["drop_last"], case["seed"]
     want = sampler(n, rank, w, epoch, shuffle, drop_last, seed)
@@ -108,6 +112,12 @@ def diagnosis(case: dict, rank: int, got: list[int]) -> str:
                 "seed + epoch, so each epoch has its own order.")
     if not shuffle and got == sampler(n, rank, w, epoch, True, drop_last, seed):
         return "With shuffle=False the indices are in order: do not shuffle."
+    if shuffle and unshuffled_pass and sorted(got) != sorted(want):
+        return ("Every case without shuffle passes and this shuffled one does not, so the "
+                "padding and striding are right and the order is not: the sampler shuffles with "
+                "torch.randperm(dataset_len, generator=g), g = torch.Generator() seeded with "
+                "seed + epoch (g.manual_seed(seed + epoch)). Python's random or numpy give "
+                "another order for the same seed.")
     if not drop_last and got == order[rank::w]:
         return ("No padding: without drop_last the sampler repeats indices from the start "
                 f"until every rank has ceil({n}/{w}) = {per_rank}.")

@@ -35,6 +35,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from ddplab.common import hang_watch
 from ddplab.common.ledger import Ledger
 from ddplab.common.mlp import make_batch, make_model
 from ddplab.exercises import checker
@@ -151,13 +152,20 @@ def on_rank(ctx, solution, call_id: str, optimizer: str, layers: list[int], seed
     ddp = DDP(model)  # on the pool's group, formed before the reader's code
     cls, kwargs = OPTIMIZERS[optimizer]
     mine = slice(ctx.rank * BATCH_SIZE, (ctx.rank + 1) * BATCH_SIZE)
+    started = [0]
+
+    def note_broadcast(_, tensors, opts, *rest, **kwargs):  # so that a hang can name it
+        started[0] += 1
+        hang_watch.note(call_id, ctx.rank, broadcast=started[0], src=opts.rootRank)
+
     checker.enter(call_id, ctx.rank)
-    sharded = solution(model.parameters(), cls, **kwargs)
-    for i in range(STEPS):
-        X, y = make_batch(layers, BATCH_SIZE, world_size, seed, i)
-        sharded.zero_grad()
-        F.mse_loss(ddp(X[mine].to(ctx.device)), y[mine].to(ctx.device)).backward()
-        sharded.step()
+    with checker.watching(note_broadcast, "broadcast"):
+        sharded = solution(model.parameters(), cls, **kwargs)
+        for i in range(STEPS):
+            X, y = make_batch(layers, BATCH_SIZE, world_size, seed, i)
+            sharded.zero_grad()
+            F.mse_loss(ddp(X[mine].to(ctx.device)), y[mine].to(ctx.device)).backward()
+            sharded.step()
     checker.leave(call_id, ctx.rank)
     names = {id(p): n for n, p in model.named_parameters()}
     return {"got": {n: p.detach().cpu() for n, p in model.named_parameters()},
@@ -171,15 +179,28 @@ def where(world_size: int, params: dict) -> str:
 
 
 def explain(world_size: int, params: dict, outcome) -> str | None:
-    """A rank that owns no parameter and built the wrapped optimizer on an empty list, in
-    words; other hangs and raises stay as :func:`checker.run_case` put them (None)."""
-    if "empty parameter list" not in outcome.problem:
-        return None
-    said = outcome.problem.splitlines()[0].rstrip(".")
-    return (f"{where(world_size, params)}: a rank that owns no parameter raised: {said}. With "
-            "fewer parameters than ranks some rank owns none: build optimizer_cls only on a "
-            "rank that has parameters to step, and let every rank still take part in every "
-            "broadcast.")
+    """A hang or a raise, with the case named: a raise where some rank owns no parameter, and
+    a hang in the broadcasts (from the notes: how many each rank started, from which source),
+    in words."""
+    at = where(world_size, params)
+    count = 2 * (len(params["layers"]) - 1)
+    if not outcome.problem.startswith("hang"):
+        if count >= world_size:
+            return f"{at}: {outcome.problem}"
+        return (f"{at}: {outcome.problem.rstrip('.')}. With {count} parameters on "
+                f"{world_size} ranks some rank owns none, and a rank that owns none must still "
+                "run: build optimizer_cls only on a rank that has parameters to step (an "
+                "optimizer refuses an empty parameter list), let step() step nothing there, "
+                "and let that rank still take part in every broadcast.")
+    started = [[n for n in notes if "broadcast" in n] for notes in outcome.notes or []]
+    if not any(started):
+        return f"{at}: {outcome.problem}"
+    last = "; ".join(f"rank {r}: {len(b)}, the last from src={b[-1]['src']}" if b else
+                     f"rank {r}: none" for r, b in enumerate(started))
+    return (f"{at}: hang in dist.broadcast. Broadcasts each rank started: {last}. A broadcast is a "
+            "collective: every rank must call every broadcast, in the same order, the owner "
+            "of the parameter as the source and every other rank to receive it "
+            "(dist.broadcast(p, src=owner) on every rank, for every parameter).")
 
 
 def close(a, b) -> bool:

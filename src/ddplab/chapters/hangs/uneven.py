@@ -24,8 +24,9 @@ batches of ``batch_size`` samples, the last rank ``extra_batches`` more, read th
   ``torch/nn/parallel/distributed.py``), and at the end the last rank to join broadcasts its
   parameters to all. With ``divide_by_initial_world_size=True`` (the default) the gradient of a
   step that fewer ranks took is still divided by the initial world size; with False, by the
-  number of ranks that took it. Join also adds one all-reduce to every forward
-  (``Join.notify_join_context``, called from ``DistributedDataParallel.forward``).
+  number of ranks that took it. Join also adds two all-reduces to every forward
+  (``Join.notify_join_context`` and ``_check_global_requires_backward_grad_sync``, both from
+  ``DistributedDataParallel._pre_forward``; counted in ``join_cost``).
 
 After the loop every rank checks in at a ``monitored_barrier`` (``hang_watch.finish``), which
 names the ranks that never arrived. The rank function notes its process id, then each step

@@ -1,10 +1,11 @@
 """The calculator as one piece of HTML: a form, and the formulas of ``calculator`` translated
 from their Python source into JavaScript when the page is built. No kernel, no CDN.
 
-The translation (``javascript``) knows only the little Python the formulas use: functions with
-defaults, assignments, returns, arithmetic, ``==``, ``x if c else y``, dict literals and
-look-ups in the module's tables, and calls of each other. Anything else raises, so a formula
-written in other Python fails the build instead of drifting from the JavaScript.
+The translation (``javascript``) knows only the little Python the formulas use: functions
+with defaults, assignments, returns, arithmetic, ``==``, ``!=``, ``<``, ``and``, ``x if c else
+y``, dict literals and look-ups in the module's tables, calls of each other, and ``if c: raise
+ValueError(text)`` (a JavaScript ``throw``; the form shows its text). Anything else raises, so
+a formula written in other Python fails the build instead of drifting from the JavaScript.
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ import json
 
 from ddplab.chapters.memory import calculator
 
-FUNCTIONS = ("share", "bytes_per_rank", "bytes_per_parameter", "largest_model")
-_OPERATORS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.Eq: "==="}
+FUNCTIONS = ("share", "bytes_per_rank", "bytes_per_parameter", "step_temporary_per_parameter",
+             "largest_model")
+_OPERATORS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}
+_COMPARISONS = {ast.Eq: "===", ast.NotEq: "!==", ast.Lt: "<"}
 
 
 def _expr(node) -> str:
@@ -27,8 +30,11 @@ def _expr(node) -> str:
         return node.id
     if isinstance(node, ast.BinOp) and type(node.op) in _OPERATORS:
         return f"({_expr(node.left)} {_OPERATORS[type(node.op)]} {_expr(node.right)})"
-    if isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) is ast.Eq:
-        return f"({_expr(node.left)} === {_expr(node.comparators[0])})"
+    if isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in _COMPARISONS:
+        return (f"({_expr(node.left)} {_COMPARISONS[type(node.ops[0])]} "
+                f"{_expr(node.comparators[0])})")
+    if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.And):
+        return "(" + " && ".join(_expr(v) for v in node.values) + ")"
     if isinstance(node, ast.IfExp):
         return f"({_expr(node.test)} ? {_expr(node.body)} : {_expr(node.orelse)})"
     if isinstance(node, ast.Subscript):
@@ -57,9 +63,23 @@ def _function(source: str) -> str:
             lines.append(f"  var {_expr(statement.targets[0])} = {_expr(statement.value)};")
         elif isinstance(statement, ast.Return):
             lines.append(f"  return {_expr(statement.value)};")
+        elif _is_raise_if(statement):
+            error = statement.body[0].exc
+            lines.append(f"  if {_expr(statement.test)} {{ throw new Error("
+                         f"{_expr(error.args[0])}); }}")
         else:
             raise ValueError(f"no translation for {ast.unparse(statement)}")
     return "\n".join(lines + ["}"])
+
+
+def _is_raise_if(statement) -> bool:
+    """``if c: raise ValueError(text)``, nothing else in the ``if``."""
+    if not (isinstance(statement, ast.If) and not statement.orelse
+            and len(statement.body) == 1 and isinstance(statement.body[0], ast.Raise)):
+        return False
+    error = statement.body[0].exc
+    return (isinstance(error, ast.Call) and isinstance(error.func, ast.Name)
+            and error.func.id == "ValueError" and len(error.args) == 1 and not error.keywords)
 
 
 def javascript() -> str:
@@ -88,37 +108,47 @@ grid-template-columns:repeat(2,max-content);gap:0.2em 1em">
 _SHOW = """(function () {{
 {formulas}
   var root = document.getElementById({id}), form = root.querySelector("form");
-  function show() {{
+  function lines() {{
     var v = function (n) {{ return form.elements[n].value; }};
     var P = Number(v("billions")) * 1e9, W = Math.max(1, Math.round(Number(v("world_size"))));
     var bv = form.elements["bucket_view"].checked, act = Number(v("activations")) * 1e9;
-    var parts = bytes_per_rank(P, v("optimizer"), v("strategy"), W, v("precision"), bv, 0,
-                               act);
-    var lines = [], total = 0;
+    var o = v("optimizer"), s = v("strategy"), pr = v("precision");
+    var parts = bytes_per_rank(P, o, s, W, pr, bv, 0, act);
+    var out = ["held from backward through the optimizer step (the steady state):"];
+    var total = 0;
     for (var k in parts) {{ total += parts[k];
-      lines.push((k + "          ").slice(0, 16) + (parts[k] / 1e9).toFixed(2) + " GB"); }}
+      out.push((k + "          ").slice(0, 16) + (parts[k] / 1e9).toFixed(2) + " GB"); }}
     var gpu = Number(v("gpu")) * 1e9;
-    lines.push("total per rank  " + (total / 1e9).toFixed(2) + " GB: " +
-               (total <= gpu ? "fits" : "does not fit") + " in " + v("gpu") + " GB");
-    var most = largest_model(gpu, v("optimizer"), v("strategy"), W, v("precision"), bv, act);
-    lines.push("largest model that fits: " + (Math.max(0, most) / 1e9).toFixed(2) +
-               " billion parameters");
-    root.querySelector("pre").textContent = lines.join("\\n");
+    out.push("total per rank  " + (total / 1e9).toFixed(2) + " GB: " +
+             (total <= gpu ? "fits" : "does not fit") + " in " + v("gpu") + " GB");
+    var peak = total - act + P * step_temporary_per_parameter(o, s, W, pr);
+    out.push("during optimizer.step(), at least " + (peak / 1e9).toFixed(2) + " GB: " +
+             (peak <= gpu ? "fits" : "does not fit"));
+    var most = largest_model(gpu, o, s, W, pr, bv, act);
+    out.push("largest model that fits, step included: " + (Math.max(0, most) / 1e9)
+             .toFixed(2) + " billion parameters");
+    return out;
+  }}
+  function show() {{
+    var text;
+    try {{ text = lines().join("\\n"); }} catch (error) {{ text = error.message; }}
+    root.querySelector("pre").textContent = text;
   }}
   form.addEventListener("input", show); show();
 }})();"""
 
 
-def _options(values, chosen) -> str:
+def _options(values, chosen, labels=None) -> str:
+    labels = labels or {}
     return "".join(f'<option value="{html.escape(v)}"{" selected" if v == chosen else ""}>'
-                   f"{html.escape(v)}</option>" for v in values)
+                   f"{html.escape(labels.get(v, v))}</option>" for v in values)
 
 
 def form_html(element_id: str = "ddplab-memory-calculator") -> str:
     """The form and its script, as one HTML string."""
     body = _FORM.format(
         id=element_id, optimizers=_options(("sgd", "momentum", "adam"), "adam"),
-        precisions=_options(calculator.PRECISIONS, "bf16"),
+        precisions=_options(calculator.PRECISIONS, "autocast", calculator.PRECISION_NAMES),
         strategies=_options(calculator.CALCULATOR_STRATEGIES, "ddp"))
     script = _SHOW.format(formulas=javascript(), id=json.dumps(element_id))
     return f"{body}\n<script>\n{script}\n</script>"

@@ -16,12 +16,22 @@ by hand (torch 2.13, one gloo rank, this model, 1 MiB buckets): wrapping ``aot_e
 ``inductor`` in the same counter gives the same 3 graphs, compiled in 1.4 s and 18 s on this
 machine's CPU; neither runs here.
 
-``outside=True`` compiles the wrapper instead, ``torch.compile(DDP(model))``. In torch 2.13 on
-CPU the backend is then given no graph at all: dynamo's log (``TORCH_LOGS=graph_breaks,dynamo``,
-read once by hand) shows a graph break at ``self.logger.set_runtime_stats_and_log()`` in
-DDP's ``_pre_forward`` and a context manager it does not trace (``_inside_ddp_forward``),
-after which the model's forward runs uncompiled. DDP's own buckets are
-read after the first backward from ``ddp._get_ddp_logging_data()`` ("bucket_sizes").
+``outside=True`` compiles the wrapper instead, ``torch.compile(DDP(model))``. Dynamo then
+breaks the graph inside DDP's own forward (``TORCH_LOGS=graph_breaks``, read once by hand: at
+``self.logger.set_runtime_stats_and_log()`` in ``_pre_forward`` and at the
+``_inside_ddp_forward`` context manager; the count is in ``torch._dynamo.utils.counters``),
+runs the rest of it eagerly, and starts a new frame at the model's forward, which it traces only
+if that forward is not in torch's own files: ``trace_rules.check`` skips
+``torch.nn.Sequential.forward`` (``torch/_dynamo/trace_rules.py``; compiling a torch.nn module
+directly is the exception, ``OptimizedModule._initialize`` wraps it, ``eval_frame.py``). So
+``model_kind="sequential"``, a bare ``nn.Sequential``, gets no graph compiled at all, and
+``model_kind="module"``, the same layers in a class of one's own (``Stack``), gets DDPOptimizer's
+split as ``DDP(torch.compile(model))`` does. DDP's own buckets are read after the first
+backward from the comm hook.
+
+``torch.compile(model)`` returns an ``OptimizedModule`` that holds the model as ``_orig_mod``:
+its state-dict keys, and DDP's ``ddp.module.state_dict()`` around it, start with
+``_orig_mod.`` (``saved_key``), which a plain model's ``load_state_dict`` refuses.
 """
 
 from __future__ import annotations
@@ -33,21 +43,40 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import ddplab
-from ddplab.common.checks import a_bool, int_in_range, positive_number
+from ddplab.common.checks import a_bool, int_in_range, one_of, positive_number
 from ddplab.common.mlp import make_batch, make_model
 from ddplab.common.results import Result
 
 LAYERS = (64, 512, 512, 512, 10)  # 128 KB, 1 MB, 1 MB, 20 KB of float32 weights
+MODEL_KINDS = ("sequential", "module")
+
+
+class Stack(torch.nn.Module):
+    """The same layers in a model class of one's own: its forward is the reader's code, which
+    dynamo traces as a frame of its own (``nn.Sequential.forward`` is torch's, which it
+    skips)."""
+
+    def __init__(self, layers, seed):
+        super().__init__()
+        self.layers = make_model(layers, seed)
+
+    def forward(self, x):
+        return self.layers(x)
+
+
+def build_model(model_kind: str, seed: int) -> torch.nn.Module:
+    return make_model(LAYERS, seed) if model_kind == "sequential" else Stack(LAYERS, seed)
 
 
 # ---------------------------------------------------------------- on every rank
 
 
 def compiled_step(ctx, bucket_cap_mb: float, optimize_ddp: bool, outside: bool,
-                  seed: int) -> dict:
+                  seed: int, model_kind: str = "sequential") -> dict:
     """Two steps of DDP around the compiled model; count the graphs the backend is given and
     the buckets DDP all-reduces in the second backward (after DDP rebuilt its buckets)."""
     import torch._dynamo
+    from torch._dynamo.utils import counters
     from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
     graphs, buckets = [], []
@@ -61,7 +90,8 @@ def compiled_step(ctx, bucket_cap_mb: float, optimize_ddp: bool, outside: bool,
         return allreduce_hook(state, bucket)
 
     torch._dynamo.reset()
-    model = make_model(LAYERS, seed).to(ctx.device)
+    counters.clear()
+    model = build_model(model_kind, seed).to(ctx.device)
     with torch._dynamo.config.patch(optimize_ddp=optimize_ddp):
         # compile the module inside DDP: dynamo sees the active DDP module while DDP's forward
         # runs it (DistributedDataParallel._get_active_ddp_module, convert_frame.py)
@@ -78,8 +108,10 @@ def compiled_step(ctx, bucket_cap_mb: float, optimize_ddp: bool, outside: bool,
             model.zero_grad()
             X, y = make_batch(LAYERS, 4, ctx.world_size, seed, step)
             F.mse_loss(step_model(X[rows].to(ctx.device)), y[rows].to(ctx.device)).backward()
+    graph_breaks = sum(counters["graph_break"].values())
     torch._dynamo.reset()
     return {"graphs": len(graphs), "graph_nodes": graphs, "bucket_bytes": list(buckets),
+            "graph_breaks": graph_breaks, "saved_key": next(iter(ddp.module.state_dict())),
             "grad": torch.cat([p.grad.flatten() for p in model.parameters()]).cpu().numpy()}
 
 
@@ -92,23 +124,28 @@ class Compile(Result):
     bucket_cap_mb: float
     optimize_ddp: bool
     outside: bool  # torch.compile(DDP(model)) rather than DDP(torch.compile(model))
+    model_kind: str  # "sequential" (a bare nn.Sequential) or "module" (a class of one's own)
     graphs: int  # graphs the backend compiled
+    graph_breaks: int  # dynamo's count of graph breaks, over both steps
+    saved_key: str  # the first key of ddp.module.state_dict()
     buckets: int  # buckets DDP all-reduced in the second backward
     bucket_bytes: list[int]
     max_diff_vs_one_process: float  # the second step's gradient
 
     def describe(self) -> str:
         wrap = "compile(DDP(m))" if self.outside else "DDP(compile(m))"
-        return (f"{wrap}, bucket_cap_mb {self.bucket_cap_mb:g}, "
+        kind = "nn.Sequential" if self.model_kind == "sequential" else "own nn.Module"
+        return (f"{wrap}, m: {kind}, bucket_cap_mb {self.bucket_cap_mb:g}, "
                 f"optimize_ddp={self.optimize_ddp}: "
-                f"{self.graphs} graph(s) compiled\n  DDP's buckets (MiB): "
+                f"{self.graphs} graph(s) compiled, {self.graph_breaks} graph break(s)\n"
+                f"  ddp.module.state_dict() keys like {self.saved_key!r}\n  DDP's buckets (MiB): "
                 f"{[round(b / 2**20, 2) for b in self.bucket_bytes]}; gradient off one "
                 f"process's by {self.max_diff_vs_one_process:.1e}")
 
 
 def run(world_size: int = 2, bucket_cap_mb: float = 1.0, optimize_ddp: bool = True,
         outside: bool = False, seed: int = 0, backend: str = "auto",
-        timeout: float = 120.0) -> Compile:
+        timeout: float = 120.0, model_kind: str = "sequential") -> Compile:
     """Compile DDP's module with a counting backend; compare graphs with buckets."""
     int_in_range("world_size", world_size, 1, 64)
     positive_number("bucket_cap_mb", bucket_cap_mb)
@@ -117,15 +154,18 @@ def run(world_size: int = 2, bucket_cap_mb: float = 1.0, optimize_ddp: bool = Tr
                          f"1 MiB and may not exceed the cap), got {bucket_cap_mb!r}")
     a_bool("optimize_ddp", optimize_ddp)
     a_bool("outside", outside)
+    one_of("model_kind", model_kind, MODEL_KINDS)
     results = ddplab.run(compiled_step, world_size, backend=backend, timeout=timeout,
                          bucket_cap_mb=float(bucket_cap_mb), optimize_ddp=optimize_ddp,
-                         outside=outside, seed=seed)
-    model = make_model(LAYERS, seed)
+                         outside=outside, seed=seed, model_kind=model_kind)
+    model = build_model(model_kind, seed)
     X, y = make_batch(LAYERS, 4, world_size, seed, 1)
     F.mse_loss(model(X), y).backward()
     reference = torch.cat([p.grad.flatten() for p in model.parameters()]).numpy()
     return Compile(
         world_size=world_size, bucket_cap_mb=float(bucket_cap_mb), optimize_ddp=optimize_ddp,
-        outside=outside, graphs=results[0]["graphs"], buckets=len(results[0]["bucket_bytes"]),
+        outside=outside, model_kind=model_kind, graphs=results[0]["graphs"],
+        graph_breaks=results[0]["graph_breaks"], saved_key=results[0]["saved_key"],
+        buckets=len(results[0]["bucket_bytes"]),
         bucket_bytes=results[0]["bucket_bytes"],
         max_diff_vs_one_process=float(max(abs(r["grad"] - reference).max() for r in results)))
