@@ -31,7 +31,7 @@ import torch.nn.functional as F
 import ddplab
 from ddplab.chapters.memory import accounting, calculator, malloc_count, memory
 from ddplab.chapters.memory.memory import widths
-from ddplab.chapters.memory.strategies import STRATEGIES, Trained, fully_shard_function
+from ddplab.chapters.memory.strategies import STRATEGIES, Trained, shard_with_fsdp
 from ddplab.common.checks import one_of
 from ddplab.common.ledger import local
 from ddplab.common.mlp import make_batch, make_model
@@ -47,17 +47,11 @@ class PolicySharded:
     the model, and Adam on the sharded (fp32) parameters: ``Trained``'s attributes."""
 
     def __init__(self, model, world_size, device):
-        from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import MixedPrecisionPolicy
 
-        fully_shard = fully_shard_function()
-        mesh = init_device_mesh(device.type, (world_size,))
         policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16)
-        for layer in model:
-            if isinstance(layer, torch.nn.Linear):
-                fully_shard(layer, mesh=mesh, mp_policy=policy)
         self.model = model
-        self.module = fully_shard(model, mesh=mesh, mp_policy=policy)
+        self.module = shard_with_fsdp(model, device.type, world_size, mp_policy=policy)
         self.optimizer = self.local_optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
 
     def bucket_buffers(self) -> list:

@@ -31,13 +31,15 @@ def zero1_optimizer(model, optimizer_class, **kwargs):
                                    **kwargs)
 
 
-def shard_with_fsdp(model, device_type: str, world_size: int, reshard_after_forward=None):
+def shard_with_fsdp(model, device_type: str, world_size: int, reshard_after_forward=None,
+                    **fsdp_options):
     """FSDP2 (ZeRO stage 3) in place of DDP: every Linear layer, then the whole model, becomes
     a unit whose parameters are sharded over the ranks (``device_type``: ``"cuda"`` on GPUs).
     Build the optimizer after this, on ``model.parameters()``, the shards.
     ``reshard_after_forward``: None, torch's default, frees each layer's gathered parameters
     after its forward (the root's are kept); False keeps every unit's from forward to backward:
-    ZeRO stage 2's memory during the step, one all-gather fewer."""
+    ZeRO stage 2's memory during the step, one all-gather fewer. ``fsdp_options`` go to every
+    ``fully_shard`` call (e.g. ``mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16)``)."""
     from torch.distributed.device_mesh import init_device_mesh
 
     try:
@@ -47,8 +49,10 @@ def shard_with_fsdp(model, device_type: str, world_size: int, reshard_after_forw
     mesh = init_device_mesh(device_type, (world_size,))
     for layer in model:
         if isinstance(layer, torch.nn.Linear):
-            fully_shard(layer, mesh=mesh, reshard_after_forward=reshard_after_forward)
-    return fully_shard(model, mesh=mesh, reshard_after_forward=reshard_after_forward)
+            fully_shard(layer, mesh=mesh, reshard_after_forward=reshard_after_forward,
+                        **fsdp_options)
+    return fully_shard(model, mesh=mesh, reshard_after_forward=reshard_after_forward,
+                       **fsdp_options)
 
 
 def optimizer_class(name: str):
