@@ -25,7 +25,7 @@ import numpy as np
 import torch.distributed as dist
 
 import ddplab
-from ddplab.common import hang_watch
+from ddplab.engine import hang_watch
 
 
 class Unusable(ValueError):

@@ -26,8 +26,8 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, TensorDataset
 
-from ddplab.common import hang_watch
 from ddplab.common.mlp import make_batch, make_model
+from ddplab.engine import hang_watch
 from ddplab.exercises import checker
 
 NAME = "equal-batches"

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ddplab.common import hang_watch
+from ddplab.engine import hang_watch
 from ddplab.exercises import checker
 
 NAME = "ring-allreduce"
