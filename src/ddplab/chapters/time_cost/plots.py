@@ -120,7 +120,7 @@ def bucket_tradeoff(sweep, model, ax=None):
 
 
 def accumulation(timing, ax=None):
-    """ms per optimizer step against the number of micro-batches (``accumulation.Timing``)."""
+    """ms per optimizer step against the number of micro-batches (``accumulation_time.Timing``)."""
     fig, ax = figure(ax, (PAGE_WIDTH, 2.8))
     k = timing.micro_batches
     ax.plot(k, [1e3 * s for s in timing.every_micro_batch_s], "o-", color="tab:red",
@@ -130,7 +130,7 @@ def accumulation(timing, ax=None):
     ax.set_xticks(k)
     ax.set_xlabel(f"micro-batches k per optimizer step ({timing.batch_size} samples each, "
                   f"{timing.world_size} ranks)", fontsize=9)
-    ax.set_ylabel("ms per optimizer step\n(median, slowest rank)", fontsize=9)
+    ax.set_ylabel("ms per optimizer step\n(the median step)", fontsize=9)
     ax.set_ylim(0, None)
     ax.legend(fontsize=8)
     return fig
