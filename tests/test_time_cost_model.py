@@ -105,6 +105,9 @@ def test_the_best_bucket_count_minimises_the_tradeoff():
     assert model.best == best and model.buckets[0] == 1 and model.buckets[-1] == pytest.approx(32)
     lowest = model.buckets[int(np.argmin(model.exposed_s))]
     assert lowest == pytest.approx(best, rel=0.07)  # the grid's step is 6%
+    assert model.best_is_a_minimum
+    # by hand: S / w = 16.8 ms over one bucket, plus one call's 0.15 ms
+    assert model.exposed(1) == pytest.approx(16.8e-3 + 150e-6)
 
 
 def test_the_algorithm_bandwidth_of_a_ring_of_8_on_nvlink():
