@@ -18,6 +18,7 @@ from ddplab.common.mlp import make_batch, make_model
 from ddplab.exercises import checker
 
 NAME = "accumulate"
+LAB = "labs/05_time_cost.ipynb"  # the lab that ends with this exercise
 FUNCTION = "accumulate_step"
 SIGNATURE = "accumulate_step(ddp_model, micro_batches, loss_fn)"
 AGAINST = "one process on the whole global batch, with one all-reduce per step"

@@ -30,6 +30,7 @@ from ddplab.common import mlp
 from ddplab.exercises import checker
 
 NAME = "bucketed-ddp"
+LAB = "labs/04_buckets.ipynb"  # the lab that ends with this exercise
 FUNCTION = "BucketedDDP"
 SIGNATURE = "class BucketedDDP(torch.nn.Module): __init__(module, bucket_size_mb), forward, " \
             "finish_gradient_synchronization()"

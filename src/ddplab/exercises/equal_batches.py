@@ -31,6 +31,7 @@ from ddplab.engine import hang_watch
 from ddplab.exercises import checker
 
 NAME = "equal-batches"
+LAB = "labs/06_hangs.ipynb"  # the lab that ends with this exercise
 FUNCTION = "train_epoch_equal_count"
 SIGNATURE = "train_epoch_equal_count(ddp, optimizer, loader)"
 AGAINST = ("one process on the whole global batches, every rank taking as many steps as the "

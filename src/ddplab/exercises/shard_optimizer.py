@@ -40,6 +40,7 @@ from ddplab.common.mlp import make_batch, make_model
 from ddplab.exercises import checker
 
 NAME = "shard-optimizer"
+LAB = "labs/07_memory.ipynb"  # the lab that ends with this exercise
 FUNCTION = "ShardedOptimizer"
 SIGNATURE = ("class ShardedOptimizer(torch.optim.Optimizer): __init__(params, optimizer_cls, "
              "**kwargs), step(closure=None), zero_grad()")
