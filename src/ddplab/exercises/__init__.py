@@ -28,14 +28,14 @@ from ddplab.exercises.checker import Unusable, Verdict
 
 
 def _discover() -> dict:
-    """Every module of this package that names an exercise (a top-level ``NAME = ...``) and
+    """Every module of this package that names an exercise (a top-level ``NAME, LAB = ...``) and
     its lab (``LAB``), in the labs' order: an exercise is registered by existing, as a chapter
     is. The others (the checker, the labs' prediction widget, which imports ipywidgets) are
     not imported for this."""
     found = []
     for info in pkgutil.iter_modules(__path__):
         path = pathlib.Path(__path__[0]) / f"{info.name}.py"
-        if re.search(r"^NAME = ", path.read_text(), re.M):
+        if re.search(r"^NAME(, LAB)? = ", path.read_text(), re.M):
             found.append(importlib.import_module(f"{__name__}.{info.name}"))
     return {m.NAME: m for m in sorted(found, key=lambda m: m.LAB)}
 

@@ -29,8 +29,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from ddplab.common import mlp
 from ddplab.exercises import checker
 
-NAME = "bucketed-ddp"
-LAB = "labs/04_buckets.ipynb"  # the lab that ends with this exercise
+NAME, LAB = "bucketed-ddp", "labs/04_buckets.ipynb"
 FUNCTION = "BucketedDDP"
 SIGNATURE = "class BucketedDDP(torch.nn.Module): __init__(module, bucket_size_mb), forward, " \
             "finish_gradient_synchronization()"

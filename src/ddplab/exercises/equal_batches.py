@@ -30,8 +30,7 @@ from ddplab.common.mlp import make_batch, make_model
 from ddplab.engine import hang_watch
 from ddplab.exercises import checker
 
-NAME = "equal-batches"
-LAB = "labs/06_hangs.ipynb"  # the lab that ends with this exercise
+NAME, LAB = "equal-batches", "labs/06_hangs.ipynb"
 FUNCTION = "train_epoch_equal_count"
 SIGNATURE = "train_epoch_equal_count(ddp, optimizer, loader)"
 AGAINST = ("one process on the whole global batches, every rank taking as many steps as the "

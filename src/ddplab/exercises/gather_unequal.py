@@ -16,8 +16,7 @@ import torch.distributed as dist
 
 from ddplab.exercises import checker
 
-NAME = "gather-unequal"
-LAB = "labs/08_training_loop.ipynb"  # the lab that ends with this exercise
+NAME, LAB = "gather-unequal", "labs/08_training_loop.ipynb"
 FUNCTION = "gather_unequal"
 SIGNATURE = "gather_unequal(tensor) -> torch.Tensor"
 AGAINST = "every rank's tensor concatenated in rank order"

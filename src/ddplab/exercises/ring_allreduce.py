@@ -31,8 +31,7 @@ import torch.distributed as dist
 from ddplab.engine import hang_watch
 from ddplab.exercises import checker
 
-NAME = "ring-allreduce"
-LAB = "labs/00_running.ipynb"  # the lab that ends with this exercise
+NAME, LAB = "ring-allreduce", "labs/00_running.ipynb"
 FUNCTION = "ring_all_reduce"
 SIGNATURE = "ring_all_reduce(tensor) -> None"
 AGAINST = ("the sum over the ranks, each rank sending at most 2(N-1) chunks of about 1/N of the "

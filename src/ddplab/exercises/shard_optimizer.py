@@ -39,8 +39,7 @@ from ddplab.common.ledger import Ledger
 from ddplab.common.mlp import make_batch, make_model
 from ddplab.exercises import checker
 
-NAME = "shard-optimizer"
-LAB = "labs/07_memory.ipynb"  # the lab that ends with this exercise
+NAME, LAB = "shard-optimizer", "labs/07_memory.ipynb"
 FUNCTION = "ShardedOptimizer"
 SIGNATURE = ("class ShardedOptimizer(torch.optim.Optimizer): __init__(params, optimizer_cls, "
              "**kwargs), step(closure=None), zero_grad()")
