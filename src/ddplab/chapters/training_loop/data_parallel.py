@@ -110,14 +110,15 @@ class DataParallelVsDDP(Result):
 
     def describe(self) -> str:
         devices = (f"devices {self.dp_device_ids}" if self.dp_device_ids else
-                   "no GPU, so device_ids is [] and its forward just calls the module")
+                   "no GPU: device_ids is [],\n  its forward just calls the module")
         return "\n".join([
-            f"DataParallel: {self.dp_processes} process (the caller), {devices}; output "
-            f"{'is' if self.dp_output_is_module else 'is not'} the bare module's",
-            f"DDP: {self.ddp_processes} processes, one per rank, {self.batch_size} samples "
-            f"each; bucket all-reduces in the step per rank: {self.ddp_allreduces}",
+            f"DataParallel: {self.dp_processes} process (the caller); {devices}:",
+            f"  its output {'is' if self.dp_output_is_module else 'is not'} the bare module's",
+            f"DDP: {self.ddp_processes} processes, one per rank, {self.batch_size} samples each",
+            f"  bucket all-reduces in the step, per rank: {self.ddp_allreduces}",
             f"largest gradient difference, DDP vs DataParallel on the global batch of "
-            f"{self.world_size * self.batch_size}: {self.max_grad_diff:.1e}"])
+            f"{self.world_size * self.batch_size}:",
+            f"  {self.max_grad_diff:.1e}"])
 
 
 def run(world_size: int = 2, batch_size: int = 4, seed: int = 0, backend: str = "auto",
