@@ -171,11 +171,11 @@ class Timeline(Result):
                 f"{min(during)} to {max(during)} of them started during backward")
 
     def describe_phases(self) -> str:
-        """Median ms of the step and its phases (see ``median``)."""
-        step, forward, backward, waiting = (1e3 * self.median(p) for p in
-                                            ("step", "forward", "backward", "waiting"))
+        """Ms of the run's step and its phases (see ``median``)."""
+        step, forward, backward, waiting, optimizer = (
+            1e3 * self.median(p) for p in ("step", "forward", "backward", "waiting", "optimizer"))
         return (f"step {step:6.1f}, forward {forward:5.1f}, backward {backward:6.1f}, "
-                f"waiting {waiting:5.1f}")
+                f"waiting {waiting:5.1f}, optimizer {optimizer:4.1f}")
 
 
 def _phases(it: dict, mode: str) -> dict:
