@@ -138,15 +138,13 @@ class Timeline(Result):
         return self.events(0)["comm"]
 
     def to_json(self) -> dict:
-        ms = {p: 1e3 * self.median(p) for p in
-              ("step", "forward", "backward", "after_last_gradient", "waiting")}
+        """The run's step and its phases in ms as ``step_time``'s JSON names them, every
+        iteration's step, and every rank's shown iteration."""
+        ms = {f"{p}_ms": 1e3 * self.median(p) for p in
+              ("step", *timed_step.PHASES, "after_last_gradient")}
         return {"layers": list(self.layers), "world_size": self.world_size, "mode": self.mode,
-                "bucket_cap_mb": self.bucket_cap_mb, "step_ms": [1e3 * t for t in self.step_s],
-                "median_step_ms": ms["step"],
-                "median_forward_ms": ms["forward"],
-                "median_backward_ms": ms["backward"],
-                "median_after_last_gradient_ms": ms["after_last_gradient"],
-                "median_waiting_ms": ms["waiting"],
+                "bucket_cap_mb": self.bucket_cap_mb, **ms,
+                "step_ms_per_iteration": [1e3 * t for t in self.step_s],
                 "shown_iteration": [self.events(r) for r in range(self.world_size)]}
 
     def describe(self) -> str:

@@ -182,7 +182,7 @@ def compression(results, axes=None):
     axes[1].set_xscale("log")
     axes[1].set_xlim(1e-5, 2)
     axes[1].set_xlabel("relative error of the\naveraged gradient", fontsize=8.5)
-    axes[2].barh(y, [r.step_ms for r in results.values()], color=colors)
+    axes[2].barh(y, [r.forward_backward_ms for r in results.values()], color=colors)
     axes[2].set_xlabel("forward + backward, ms\n(median, rank 0)", fontsize=8.5)
     for ax in axes:
         ax.set_yticks(y, names if ax is axes[0] else [""] * len(names), fontsize=9)
