@@ -50,3 +50,11 @@ def listening_sockets(ctx):
 
     return [(c.laddr.ip, c.laddr.port) for c in psutil.Process().net_connections("inet")
             if c.status == psutil.CONN_LISTEN]
+
+
+def sleep_on_the_gpu(ctx, cycles: int) -> float:
+    """A kernel that keeps the GPU busy: its call returns at once, its work does not; the
+    seconds ``timed_step.timed`` reads for it."""
+    from ddplab.common import timed_step
+
+    return timed_step.timed(torch.cuda._sleep, ctx.device, cycles)["step"]

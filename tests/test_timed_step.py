@@ -5,6 +5,7 @@ import pytest
 import torch
 
 import ddplab
+import rank_fns
 from ddplab.common import timed_step
 
 
@@ -31,16 +32,11 @@ def test_the_phases_of_a_step_add_up_to_it():
     assert sum(phases[p] for p in timed_step.PHASES) == phases["step"]
 
 
-def sleep_on_the_gpu(ctx, cycles: int) -> float:
-    """A kernel that keeps the GPU busy: its call returns at once, its work does not."""
-    return timed_step.timed(torch.cuda._sleep, ctx.device, cycles)["step"]
-
-
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 def test_a_step_on_a_gpu_is_timed_to_the_end_of_its_kernels():
     torch.cuda.init()
     cycles = 10 ** 9  # about half a second at 1.5-2 GHz
     rate = getattr(torch.cuda.get_device_properties(0), "clock_rate", 0)  # kHz
     expected = cycles / (rate * 1e3) if rate else 0.2
-    seconds = ddplab.run(sleep_on_the_gpu, 1, cycles=cycles)[0]
+    seconds = ddplab.run(rank_fns.sleep_on_the_gpu, 1, cycles=cycles)[0]
     assert seconds > 0.5 * expected  # a host clock around the launch alone reads microseconds
