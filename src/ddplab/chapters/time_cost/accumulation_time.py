@@ -22,26 +22,31 @@ from ddplab.common.progress import report as progress_report
 from ddplab.common.results import Result
 
 
-def timed_steps(ctx, layers, batch_size: int, count: int, no_sync: bool, iterations: int,
-                warmup: int, seed: int) -> list[dict]:
+def timed_steps(ctx, layers, batch_size: int, count: int, iterations: int, warmup: int,
+                seed: int) -> dict:
     """``timed_step.timed`` records of ``iterations`` optimizer steps of ``count``
-    micro-batches (``accumulate``, or ``sync_every_micro_batch``), after ``warmup`` untimed
-    ones."""
-    model = mlp.make_model(layers, seed, init="he").to(ctx.device)
-    ddp = DDP(model)  # keep a reference: a DDP freed before backward never all-reduces
-    optimizer = torch.optim.SGD(model.parameters(), lr=1e-4)
-    gradient = accumulate if no_sync else sync_every_micro_batch
+    micro-batches, after ``warmup`` untimed ones, per way (``accumulate``, and
+    ``sync_every_micro_batch``): the two ways' steps alternate, on two copies of the model, so
+    that a change of the machine's load reaches both alike (as ``step_time.paired``)."""
+    ways = {"no_sync": accumulate, "every micro-batch": sync_every_micro_batch}
+    models = {way: mlp.make_model(layers, seed, init="he").to(ctx.device) for way in ways}
+    ddps = {way: DDP(model) for way, model in models.items()}  # referenced until backward
+    optimizers = {way: torch.optim.SGD(model.parameters(), lr=1e-4)
+                  for way, model in models.items()}
 
-    def step(batches):
-        optimizer.zero_grad()
-        gradient(ddp, batches)
-        optimizer.step()
+    def step(way, batches):
+        optimizers[way].zero_grad()
+        ways[way](ddps[way], batches)
+        optimizers[way].step()
 
-    records = []
+    records = {way: [] for way in ways}
     for i in range(warmup + iterations):
         batches = micro_batches(ctx, layers, batch_size, count, seed, first=i * count)
-        records.append(timed_step.timed(step, ctx.device, batches))
-    return records[warmup:]
+        for way in ways:
+            record = timed_step.timed(step, ctx.device, way, batches)
+            if i >= warmup:
+                records[way].append(record)
+    return records
 
 
 @dataclasses.dataclass
@@ -69,22 +74,21 @@ class Timing(Result):
 def run(world_size: int = 2, batch_size: int = 8, micro_batches=(1, 2, 4, 8), layers=None,
         iterations: int = 3, warmup: int = 2, progress=None) -> Timing:
     """Time optimizer steps of each number of ``micro_batches``, with and without
-    synchronising every micro-batch."""
+    synchronising every micro-batch (one ``ddplab.run`` per number, the two ways alternating)."""
     layers = mlp.check_layers(LAYERS if layers is None else layers)
     positive_int("batch_size", batch_size)
     positive_int("iterations", iterations)
     int_at_least("warmup", warmup, 2, "DDP rebuilds its buckets after iteration 0")
     for count in micro_batches:
         positive_int("each of micro_batches", count)
-    out = {True: [], False: []}
+    out = {"no_sync": [], "every micro-batch": []}
     for i, count in enumerate(micro_batches):
         progress_report(progress, i, len(micro_batches), f"{count} micro-batches")
-        for no_sync in (True, False):
-            ranks = ddplab.run(timed_steps, world_size, layers=layers, batch_size=batch_size,
-                               count=count, no_sync=no_sync, iterations=iterations,
-                               warmup=warmup, seed=0)
-            out[no_sync].append(timed_step.median_step(ranks)["step"])
+        ranks = ddplab.run(timed_steps, world_size, layers=layers, batch_size=batch_size,
+                           count=count, iterations=iterations, warmup=warmup, seed=0)
+        for way, steps in out.items():
+            steps.append(timed_step.median_step([r[way] for r in ranks])["step"])
     progress_report(progress, len(micro_batches), len(micro_batches), "done")
     return Timing(world_size=world_size, batch_size=batch_size, params=mlp.param_count(layers),
-                  micro_batches=list(micro_batches), no_sync_s=out[True],
-                  every_micro_batch_s=out[False])
+                  micro_batches=list(micro_batches), no_sync_s=out["no_sync"],
+                  every_micro_batch_s=out["every micro-batch"])
