@@ -34,12 +34,12 @@ def main() -> None:
         for world_size in world_sizes:
             print()
             print(allreduce.run(world_size).describe())
-        print(f"\nstep of the chapter's MLP, 32 samples per rank, median of {args.steps} steps "
-              f"(slowest rank)")
+        print(f"\nstep of the chapter's MLP, 32 samples per rank: the median of {args.steps} "
+              f"steps, each the slowest rank's")
         for world_size in (1, *world_sizes):
             for result in step_time.paired(world_size, iterations=args.steps):
                 print(f"  {result.label:<27} step {result.step_ms:6.1f} ms: " + ", ".join(
-                    f"{p} {1e3 * result.median(p):5.1f}" for p in step_time.PHASES))
+                    f"{p} {ms:5.1f}" for p, ms in result.phases_ms().items()))
 
 
 if __name__ == "__main__":

@@ -66,3 +66,11 @@ def f1_from_counts(ctx, dataset_size, seed):
     dist.all_reduce(counts)
     tp, fp, fn = counts.cpu().tolist()
     return {"local_f1": float(local), "f1": 2 * tp / (2 * tp + fp + fn)}
+
+
+def sleep_on_the_gpu(ctx, cycles: int) -> float:
+    """A kernel that keeps the GPU busy: its call returns at once, its work does not; the
+    seconds ``timed_step.timed`` reads for it."""
+    from ddplab.common import timed_step
+
+    return timed_step.timed(torch.cuda._sleep, ctx.device, cycles)["step"]

@@ -191,7 +191,11 @@ def test_torchrun_records_the_same_buckets():
 def test_overlap_cli_reports_every_ranks_all_reduces_of_the_shown_step():
     data = ddplab_json("overlap", "--layers", "8,64,32,4", "--bucket-cap-mb",
                        str(600 / 2 ** 20), "--iterations", "2", "--world-size", "2")
-    assert data["mode"] == "ddp" and len(data["step_ms"]) == 2
+    assert data["mode"] == "ddp" and len(data["step_ms_per_iteration"]) == 2
+    # the run's step is the upper middle of its two (timed_step.middle), its phases add up to it
+    assert data["step_ms"] == max(data["step_ms_per_iteration"])
+    assert sum(data[f"{p}_ms"] for p in ("forward", "backward", "waiting", "optimizer")) == \
+        pytest.approx(data["step_ms"])
     assert len(data["shown_iteration"]) == 2
     for rank in data["shown_iteration"]:
         assert [c["params"] for c in rank["comm"]] == LAYOUTS[600]

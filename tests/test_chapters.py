@@ -54,8 +54,12 @@ def test_cli_commands_are_found_in_the_chapters_and_each_belongs_to_one():
 
 
 def imported_modules(path: pathlib.Path) -> set[str]:
+    return imports_in(path.read_text())
+
+
+def imports_in(text: str) -> set[str]:
     names = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(ast.parse(text)):
         if isinstance(node, ast.Import):
             names |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module:
@@ -84,6 +88,21 @@ def test_nothing_below_the_report_imports_it():
             continue
         found = {m for m in imported_modules(path) if m.startswith("ddplab.report")}
         assert not found, f"{path.relative_to(ROOT)} imports {found}"
+
+
+def test_common_is_the_ground_floor_it_imports_nothing_of_ddplab_but_itself():
+    """common/ is used by the chapters, the exercises and the engine: reaching up to the engine
+    (``ddplab.run``, through the package's face or not) would make the floors a loop."""
+    common = ROOT / "src" / "ddplab" / "common"
+    outside = {path.name: sorted(m for m in imported_modules(path)
+                                 if (m == "ddplab" or m.startswith("ddplab."))
+                                 and not m.startswith("ddplab.common"))
+               for path in common.glob("*.py")}
+    assert {name: found for name, found in outside.items() if found} == {}
+    assert "timed_step.py" in outside  # the folder was found and read
+    # the two ways the old hang_watch reached the engine are seen
+    assert imports_in("import ddplab\nfrom ddplab.engine import pool") >= {
+        "ddplab", "ddplab.engine.pool"}
 
 
 def test_no_module_of_the_library_is_over_300_lines():

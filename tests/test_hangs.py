@@ -129,13 +129,13 @@ def one_process_rank0_val_loss(world_size, steps=2, batch_size=8, seed=0):
     """Rank 0's validation loss after DDP training of the BatchNorm model, in one process:
     each rank's copy normalises its own rows; gradients are averaged; rank 0's buffers are the
     ones that count (broadcast_buffers: rank 0's overwrite the others' before each forward)."""
-    model = rank0_collective.make_batchnorm_mlp(seed)
+    model = mlp.make_model(rank0_collective.LAYERS, seed, norm=rank0_collective.NORM)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     for step in range(steps):
         X, y = mlp.make_batch(rank0_collective.LAYERS, batch_size, world_size, seed, step)
         grads, buffers = [], None
         for r in range(world_size):
-            copy = rank0_collective.make_batchnorm_mlp(seed)
+            copy = mlp.make_model(rank0_collective.LAYERS, seed, norm=rank0_collective.NORM)
             copy.load_state_dict(model.state_dict())
             rows = slice(r * batch_size, (r + 1) * batch_size)
             F.mse_loss(copy(X[rows]), y[rows]).backward()

@@ -20,6 +20,7 @@ from ddplab.chapters.lr_scaling import (  # noqa: E402
     plots,  # noqa: E402
     regression,
 )
+from ddplab.chapters.lr_scaling import summed as summed_check  # noqa: E402
 from ddplab.screen import widgets  # noqa: E402
 
 
@@ -114,6 +115,10 @@ def test_a_gradient_summed_over_ranks_is_the_linear_rule_and_diverges_where_it_d
     n = summed.diverged_at
     np.testing.assert_allclose(summed.losses[:n], linear.losses[:n], rtol=1e-5)
     assert np.abs(summed.losses[1:n] - averaged.losses[1:n]).max() > 0.1
+    # the page's check says the same: the same path, and a run that is not on it is seen
+    at_8 = lr_sweeps.GrowingBatch({8: [averaged]})
+    assert summed_check.SummedCheck(at_8, summed, linear).largest_difference < 1e-5
+    assert summed_check.SummedCheck(at_8, summed, averaged).largest_difference > 0.1
 
 
 def test_divergence_stops_every_rank_at_the_same_step():
@@ -124,6 +129,12 @@ def test_divergence_stops_every_rank_at_the_same_step():
     assert np.isfinite(too_large.losses[:-1]).all()
     fine = lr_scaling.run(world_size=3, batch_size=4, lr=0.05, rule="none", steps=50)
     assert not fine.diverged and len(fine.losses) == 50
+    # where a sweep stops working: 2 ranks trained, 3 diverged (by hand from the two runs)
+    alone = lr_scaling.run(world_size=2, batch_size=4, lr=0.05, rule="none", steps=5)
+    limit = lr_sweeps.GrowingBatch({2: [alone], 3: [too_large]}).limit()
+    assert (limit.held, limit.held_batch, limit.broke, limit.broke_batch) == (2, 8, 3, 12)
+    assert limit.broke_lr == 3.0 and (limit.broke_seeds, limit.seeds) == (1, 1)
+    assert limit.figures("x")["x_broke_batch"] == 12
 
 
 # ---------------------------------------------------------------- the noise scale
@@ -256,6 +267,11 @@ def test_the_fit_recovers_a_known_tradeoff():
                                    np.array([[[5 * (1 + 30 / b)]] for b in B]))
     s_min, b_crit = fake.fit()
     assert s_min == pytest.approx(5) and b_crit == pytest.approx(30)
+    # what the figure draws, by hand: 5 (1 + 30/10) = 20 steps; 5 x 30 / 10 = 15 with halving
+    assert fake.fitted_steps([10, 30]) == pytest.approx([20, 10])
+    assert fake.halving_steps([10]) == pytest.approx([15])
+    assert list(fake.batch_grid(3)) == pytest.approx([2, (2 * 64) ** 0.5, 64])  # geometric
+    np.testing.assert_allclose(fake.linear_rule_lrs, [0.1, 0.2, 0.4, 0.8, 3.2])
 
 
 def test_sweep_figures_draw_what_the_results_hold():

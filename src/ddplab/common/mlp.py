@@ -14,10 +14,14 @@ from ddplab.common.checks import positive_int
 DEFAULT_LAYERS = (64, 1024, 1024, 10)  # 1.1 M parameters: 4.3 MB of float32 gradients
 
 
-def make_model(layers, seed: int = 0, init: str = "torch",
-               activation=torch.nn.ReLU) -> torch.nn.Sequential:
+def make_model(layers, seed: int = 0, init: str = "torch", activation=torch.nn.ReLU,
+               norm=None, bias: bool = True) -> torch.nn.Sequential:
     """Linear layers of these widths, ``activation`` (ReLU) between: parameters 0.weight,
     0.bias, 2.weight...
+
+    ``norm`` (``torch.nn.BatchNorm1d``, say) puts ``norm(width)`` before each activation, so a
+    model with batch statistics is the same builder (Linear, BatchNorm, ReLU, Linear: 0.weight,
+    1.weight for the norm, 3.weight); ``bias=False`` leaves the Linear layers without bias.
 
     ``init="he"`` draws the weights from N(0, 2 / fan_in) and zeroes the biases (He et al.
     2015, "Delving deep into rectifiers"), which keeps the signal of a deep ReLU stack alive;
@@ -27,11 +31,12 @@ def make_model(layers, seed: int = 0, init: str = "torch",
     torch.manual_seed(seed)
     modules = []
     for i, (n_in, n_out) in enumerate(zip(layers[:-1], layers[1:])):
-        modules += [activation()] if i else []
-        modules.append(torch.nn.Linear(n_in, n_out))
+        modules += ([norm(n_in)] if i and norm is not None else []) + ([activation()] if i else [])
+        modules.append(torch.nn.Linear(n_in, n_out, bias=bias))
         if init == "he":
             torch.nn.init.kaiming_normal_(modules[-1].weight, nonlinearity="relu")
-            torch.nn.init.zeros_(modules[-1].bias)
+            if bias:
+                torch.nn.init.zeros_(modules[-1].bias)
     return torch.nn.Sequential(*modules)
 
 

@@ -1,18 +1,26 @@
 """One timed training step, in seconds, the same for every chapter that times steps.
 
-Every rank starts the step after a barrier and reads :func:`ddplab.common.clock.now` (which
-waits for a GPU first) at its edges, while a hook on every parameter notes when autograd has
-accumulated its gradient. DDP's all-reduces run beside backward, and ``loss.backward()``
-returns only once the last of them has finished and its result is copied back
-(``Reducer::finalize_backward`` in torch/csrc/distributed/c10d/reducer.cpp). So a step splits
-into (:func:`phases`):
+**A step** is one rank's time from a barrier that every rank passes to the end of its
+``optimizer.step()``, read on :func:`ddplab.common.clock.now` (which waits for a GPU's queued
+work first, so a CUDA rank times its kernels, not their launches). **The step of an
+iteration** is its slowest rank's (:func:`slowest`): DDP's all-reduce makes every rank wait for
+that one. **A run's step** is the median over its timed iterations of those (:func:`median_step`:
+the middle one, upper middle for an even count), and **its phases** are that same step's, so
+they add up to it exactly.
+
+:func:`timed_step` splits a plain SGD step on the mean squared error into (:func:`phases`):
 
 - **forward**: the forward pass and the loss;
 - **backward**: from the end of forward to the last gradient: computing;
 - **waiting**: from the last gradient to the end of ``backward()``: communication backward did
-  not hide, and the copy of the averaged buckets back into ``.grad``; plus, where all-reduces
-  block backward itself (naive data parallel), the time they held it;
+  not hide, and the copy of the averaged buckets back into ``.grad`` (``loss.backward()``
+  returns only once the last all-reduce has finished, ``Reducer::finalize_backward`` in
+  torch/csrc/distributed/c10d/reducer.cpp); plus, where all-reduces block backward itself
+  (naive data parallel), the time they held it;
 - **optimizer**: ``optimizer.step()``.
+
+A step that is not one forward and one backward (``k`` micro-batches, a sharded optimizer's
+step) is timed whole by :func:`timed`: the same barrier, the same clock, only ``step``.
 """
 
 from __future__ import annotations
@@ -35,6 +43,14 @@ class GradientTimes:
         for name, param in model.named_parameters() if record else ():
             param.register_post_accumulate_grad_hook(
                 lambda _, name=name: self.ready.append((name, now(self.device))))
+
+
+def timed(step, device, *args) -> dict:
+    """``step(*args)`` (a whole training step) after a barrier: ``{"step": seconds}``."""
+    dist.barrier()  # every rank starts the step together
+    start = now(device)
+    step(*args)
+    return {"step": now(device) - start}
 
 
 def timed_step(wrapped, optimizer, X, y, gradients: GradientTimes) -> dict:
@@ -71,3 +87,36 @@ def phases(stamps: dict, blocked_s: float = 0.0) -> dict:
             "waiting": stamps["backward_end"] - last + blocked_s,
             "optimizer": stamps["step_end"] - stamps["backward_end"],
             "step": stamps["step_end"] - stamps["start"]}
+
+
+# ---------------------------------------------------------------- in the caller
+
+
+def slowest(iteration: list[dict]) -> dict:
+    """Of one iteration's records (one per rank, each with ``step``), the slowest rank's."""
+    return max(iteration, key=lambda record: record["step"])
+
+
+def slowest_steps(ranks: list[list[dict]]) -> list[float]:
+    """Per iteration, the step in seconds (the slowest rank's); ``ranks``: per rank, per
+    iteration, a record with ``step``."""
+    return [slowest(iteration)["step"] for iteration in zip(*ranks, strict=True)]
+
+
+def middle(steps: list[float]) -> float:
+    """The median of a run's steps as :func:`median_iteration` picks it: the middle one, the
+    upper middle for an even count (a step that was measured, never an average of two)."""
+    return sorted(steps)[len(steps) // 2]
+
+
+def median_iteration(ranks: list[list[dict]]) -> int:
+    """The iteration whose step is the median (the upper middle one for an even count)."""
+    steps = slowest_steps(ranks)
+    return sorted(range(len(steps)), key=steps.__getitem__)[len(steps) // 2]
+
+
+def median_step(ranks: list[list[dict]]) -> dict:
+    """The run's step: the slowest rank's record at :func:`median_iteration`; its phases add
+    up to its ``step``."""
+    i = median_iteration(ranks)
+    return slowest([r[i] for r in ranks])

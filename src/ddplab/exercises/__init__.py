@@ -5,7 +5,8 @@
     python -m ddplab exercise average-gradients --solution mine.py [--world-size N] [--json]
 
 Each exercise module holds what the reader writes (``SIGNATURE``), its answer (``answer``), the
-cases it is checked on (``cases``), the rank code that runs the reader's solution
+cases it is checked on (``cases``), the lab that ends with it (``LAB``; the exercises are
+found by these names, in the labs' order), the rank code that runs the reader's solution
 (``on_rank``) and the comparison with real DDP or torch (``judge``); when a case hangs or
 raises, a module's ``explain`` (where it has one) may name the mistake behind it, from the
 error and what the ranks noted. A module's ``judge_in_caller`` (where it has one) judges the
@@ -15,26 +16,31 @@ This package imports no chapter.
 
 from __future__ import annotations
 
+import importlib
+import pathlib
+import pkgutil
+import re
 import time
 
 from ddplab.common.checks import int_in_range, positive_number
-from ddplab.exercises import (
-    accumulate,
-    average_gradients,
-    bucketed_ddp,
-    checker,
-    equal_batches,
-    gather_unequal,
-    ring_allreduce,
-    scaled_lr,
-    shard_indices,
-    shard_optimizer,
-)
+from ddplab.exercises import checker
 from ddplab.exercises.checker import Unusable, Verdict
 
-EXERCISES = {m.NAME: m for m in (ring_allreduce, average_gradients, shard_indices, scaled_lr,
-                                 accumulate, bucketed_ddp, equal_batches, shard_optimizer,
-                                 gather_unequal)}
+
+def _discover() -> dict:
+    """Every module of this package that names an exercise (a top-level ``NAME, LAB = ...``) and
+    its lab (``LAB``), in the labs' order: an exercise is registered by existing, as a chapter
+    is. The others (the checker, the labs' prediction widget, which imports ipywidgets) are
+    not imported for this."""
+    found = []
+    for info in pkgutil.iter_modules(__path__):
+        path = pathlib.Path(__path__[0]) / f"{info.name}.py"
+        if re.search(r"^NAME(, LAB)? = ", path.read_text(), re.M):
+            found.append(importlib.import_module(f"{__name__}.{info.name}"))
+    return {m.NAME: m for m in sorted(found, key=lambda m: m.LAB)}
+
+
+EXERCISES = _discover()
 DEFAULT_TIMEOUT = 20.0
 
 __all__ = ["EXERCISES", "Unusable", "Verdict", "check", "exercise"]

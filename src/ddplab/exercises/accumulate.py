@@ -17,7 +17,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from ddplab.common.mlp import make_batch, make_model
 from ddplab.exercises import checker
 
-NAME = "accumulate"
+NAME, LAB = "accumulate", "labs/05_time_cost.ipynb"
 FUNCTION = "accumulate_step"
 SIGNATURE = "accumulate_step(ddp_model, micro_batches, loss_fn)"
 AGAINST = "one process on the whole global batch, with one all-reduce per step"

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from ddplab.common.mlp import make_batch, make_model
 from ddplab.exercises import checker
 
-NAME = "average-gradients"
+NAME, LAB = "average-gradients", "labs/01_averaging.ipynb"
 FUNCTION = "average_gradients"
 SIGNATURE = "average_gradients(model)"
 AGAINST = "one process on the whole batch"

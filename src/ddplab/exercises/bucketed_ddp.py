@@ -26,9 +26,10 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from ddplab.common import mlp
 from ddplab.exercises import checker
 
-NAME = "bucketed-ddp"
+NAME, LAB = "bucketed-ddp", "labs/04_buckets.ipynb"
 FUNCTION = "BucketedDDP"
 SIGNATURE = "class BucketedDDP(torch.nn.Module): __init__(module, bucket_size_mb), forward, " \
             "finish_gradient_synchronization()"
@@ -95,12 +96,9 @@ def expected_buckets(bucket_params: float) -> int:
 
 
 def make_model(seed: int) -> torch.nn.Sequential:
-    torch.manual_seed(seed)
-    layers = []
-    for i in range(LAYERS):
-        layers += [torch.nn.Tanh()] if i else []
-        layers.append(torch.nn.Linear(WIDTH, WIDTH, bias=False))
-    return torch.nn.Sequential(*layers)
+    """``LAYERS`` Linear(WIDTH, WIDTH) without bias, Tanh between: equal parameters, so the
+    buckets a cap gives can be counted by hand."""
+    return mlp.make_model((WIDTH,) * (LAYERS + 1), seed, activation=torch.nn.Tanh, bias=False)
 
 
 def on_rank(ctx, solution, call_id: str, bucket_params: float, seed: int) -> dict:

@@ -28,8 +28,8 @@ import uuid
 import numpy as np
 
 import ddplab
-from ddplab.common import hang_watch
 from ddplab.common.process_group_spy import watching
+from ddplab.engine import hang_watch
 
 
 class Unusable(ValueError):

@@ -26,11 +26,11 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, TensorDataset
 
-from ddplab.common import hang_watch
 from ddplab.common.mlp import make_batch, make_model
+from ddplab.engine import hang_watch
 from ddplab.exercises import checker
 
-NAME = "equal-batches"
+NAME, LAB = "equal-batches", "labs/06_hangs.ipynb"
 FUNCTION = "train_epoch_equal_count"
 SIGNATURE = "train_epoch_equal_count(ddp, optimizer, loader)"
 AGAINST = ("one process on the whole global batches, every rank taking as many steps as the "

@@ -16,7 +16,7 @@ import torch.distributed as dist
 
 from ddplab.exercises import checker
 
-NAME = "gather-unequal"
+NAME, LAB = "gather-unequal", "labs/08_training_loop.ipynb"
 FUNCTION = "gather_unequal"
 SIGNATURE = "gather_unequal(tensor) -> torch.Tensor"
 AGAINST = "every rank's tensor concatenated in rank order"

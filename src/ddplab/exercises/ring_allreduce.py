@@ -28,10 +28,10 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ddplab.common import hang_watch
+from ddplab.engine import hang_watch
 from ddplab.exercises import checker
 
-NAME = "ring-allreduce"
+NAME, LAB = "ring-allreduce", "labs/00_running.ipynb"
 FUNCTION = "ring_all_reduce"
 SIGNATURE = "ring_all_reduce(tensor) -> None"
 AGAINST = ("the sum over the ranks, each rank sending at most 2(N-1) chunks of about 1/N of the "

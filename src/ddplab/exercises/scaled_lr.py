@@ -36,7 +36,7 @@ from torch.optim.lr_scheduler import LambdaLR
 from ddplab.common.mlp import make_batch, make_model
 from ddplab.exercises import checker
 
-NAME = "scaled-lr"
+NAME, LAB = "scaled-lr", "labs/03_lr_scaling.ipynb"
 FUNCTION = "scaled_lr"
 SIGNATURE = "scaled_lr(step, lr, world_size, rule, warmup_steps) -> float"
 CONFIGS = [  # (lr, world_size, rule, warmup_steps): the first that differs is the message

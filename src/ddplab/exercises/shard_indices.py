@@ -17,7 +17,7 @@ from torch.utils.data import DistributedSampler
 
 from ddplab.exercises import checker
 
-NAME = "shard-indices"
+NAME, LAB = "shard-indices", "labs/02_sharding.ipynb"
 FUNCTION = "shard_indices"
 SIGNATURE = ("shard_indices(dataset_len, rank, world_size, epoch, shuffle, drop_last, seed)"
              " -> list[int]")

@@ -40,7 +40,7 @@ from ddplab.common.ledger import Ledger
 from ddplab.common.mlp import make_batch, make_model
 from ddplab.exercises import checker
 
-NAME = "shard-optimizer"
+NAME, LAB = "shard-optimizer", "labs/07_memory.ipynb"
 FUNCTION = "ShardedOptimizer"
 SIGNATURE = ("class ShardedOptimizer(torch.optim.Optimizer): __init__(params, optimizer_cls, "
              "**kwargs), step(closure=None), zero_grad()")

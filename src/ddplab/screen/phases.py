@@ -1,7 +1,8 @@
 """One picture of a training step's phases, for every chapter that times steps: one bar per
 run, split into what ``result.phases_ms()`` gives (forward, backward computing, waiting for the
-all-reduces, then the optimizer step or the rest of the step), with the step's time beside it.
-The phases themselves are ``ddplab.common.timed_step``'s; this module only draws them."""
+all-reduces, the optimizer step), which add up to the run's step, written beside it. The step
+and its phases are ``ddplab.common.timed_step``'s (the slowest rank's step at the median
+iteration); this module only draws them."""
 
 from __future__ import annotations
 
@@ -12,11 +13,10 @@ STYLE = {  # phase -> (legend label, bar style)
     "backward": ("backward, computing", dict(color="tab:blue", alpha=0.75)),
     "waiting": ("waiting for the all-reduces", dict(fc="white", ec="0.4", hatch="////", lw=0.5)),
     "optimizer": ("optimizer step", dict(color="0.45")),
-    "rest": ("optimizer step, rank skew", dict(color="0.45")),
 }
 
 
-def phase_bars(results, labels, ax=None, xlabel="ms (medians over steps, slowest rank)"):
+def phase_bars(results, labels, ax=None, xlabel="ms (the median step, its slowest rank)"):
     """One horizontal bar per result, stacked from ``result.phases_ms()``, labelled ``labels``
     and annotated with ``result.step_ms``."""
     fig, ax = figure(ax, (PAGE_WIDTH, 0.9 + 0.42 * len(results)))

@@ -18,7 +18,7 @@ import time
 
 from ddplab.engine import pool
 
-NOTE = "ddplab-note "  # ddplab.common.hang_watch.NOTE; not imported: that imports torch
+NOTE = "ddplab-note "  # ddplab.engine.hang_watch.NOTE; not imported: that imports torch
 FIRST_TICK = 0.15  # s: a move that answers sooner shows no ticking
 EVERY = 0.25  # s between ticks
 

@@ -9,14 +9,14 @@ machine), which records when autograd has accumulated each parameter's gradient,
 when each all-reduce starts and ends:
 ``hooks.record_and_allreduce`` for DDP, ``hooks.NaiveAllReduce`` for naive data parallel.
 Mode ``local`` communicates nothing: the computation alone. With ``record=False`` no hook at
-all is installed (plain DDP), for step times without the recording's own small cost. On GPUs
-these host-side timestamps would show kernel launches, not completions: this is a CPU view.
+all is installed (plain DDP), for step times without the recording's own small cost. The
+step's edges and the gradients wait for a GPU (``clock.now``); the all-reduces' start and end
+are host timestamps of their launch and of their future's completion.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import statistics
 
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -83,41 +83,35 @@ class Timeline(Result):
     ranks: list[list[dict]]  # per rank, per measured iteration (timed_step's clock, seconds)
 
     @property
+    def phase_ranks(self) -> list[list[dict]]:
+        """Per rank, per measured iteration: seconds of each phase of ``timed_step.phases``,
+        ``step``, and ``after_last_gradient`` (backward's end minus the last gradient)."""
+        return [[_phases(it, self.mode) for it in r] for r in self.ranks]
+
+    @property
     def step_s(self) -> list[float]:
-        """Per iteration: first rank's start to the last rank's end of the optimizer step."""
-        return [max(r[i]["step_end"] for r in self.ranks)
-                - min(r[i]["start"] for r in self.ranks)
-                for i in range(len(self.ranks[0]))]
+        """Per iteration, the step: the slowest rank's (``timed_step.slowest_steps``)."""
+        return timed_step.slowest_steps(self.phase_ranks)
 
     @property
     def shown(self) -> int:
-        """The iteration whose step time is the median: the one the figures draw."""
-        times = self.step_s
-        return sorted(range(len(times)), key=times.__getitem__)[len(times) // 2]
+        """The iteration of the median step: the one the figures draw."""
+        return timed_step.median_iteration(self.phase_ranks)
 
     def median(self, phase: str) -> float:
-        """Median over iterations, in seconds, of ``step`` (``step_s``) or, on the rank whose
-        last gradient was ready last (the one every all-reduce waits for), of a phase of
-        ``timed_step.phases``: ``forward``, ``backward`` (computing), ``waiting`` (after the
-        last gradient, plus the time naive's blocking all-reduces held backward up),
-        ``optimizer``, or of ``after_last_gradient`` (backward's end minus that last
-        gradient)."""
-        if phase == "step":
-            return statistics.median(self.step_s)
-        iterations = zip(*self.ranks)  # per iteration, one record per rank
-        return statistics.median(_phase(max(its, key=timed_step.last_gradient), phase,
-                                        self.mode)
-                                 for its in iterations)
+        """Seconds of ``phase`` (or ``step``) in the run's step, ``timed_step.median_step``:
+        the slowest rank's at the median iteration. Phases: ``forward``, ``backward``
+        (computing), ``waiting`` (after the last gradient, plus the time naive's blocking
+        all-reduces held backward up), ``optimizer``; and ``after_last_gradient``."""
+        return timed_step.median_step(self.phase_ranks)[phase]
 
     @property
     def step_ms(self) -> float:
         return 1e3 * self.median("step")
 
     def phases_ms(self) -> dict:
-        """Median ms of forward, backward (computing), waiting, and the ``rest`` of the
-        median step (optimizer step, skew between ranks): what the step-time figure draws."""
-        parts = {p: 1e3 * self.median(p) for p in ("forward", "backward", "waiting")}
-        return {**parts, "rest": max(1e3 * self.median("step") - sum(parts.values()), 0.0)}
+        """Ms of each phase of the run's step (they add up to ``step_ms``): the figure's bar."""
+        return {p: 1e3 * self.median(p) for p in timed_step.PHASES}
 
     def events(self, rank: int) -> dict:
         """The shown iteration on ``rank`` in ms from the first rank's start of that step."""
@@ -144,15 +138,13 @@ class Timeline(Result):
         return self.events(0)["comm"]
 
     def to_json(self) -> dict:
-        ms = {p: 1e3 * self.median(p) for p in
-              ("step", "forward", "backward", "after_last_gradient", "waiting")}
+        """The run's step and its phases in ms as ``step_time``'s JSON names them, every
+        iteration's step, and every rank's shown iteration."""
+        ms = {f"{p}_ms": 1e3 * self.median(p) for p in
+              ("step", *timed_step.PHASES, "after_last_gradient")}
         return {"layers": list(self.layers), "world_size": self.world_size, "mode": self.mode,
-                "bucket_cap_mb": self.bucket_cap_mb, "step_ms": [1e3 * t for t in self.step_s],
-                "median_step_ms": ms["step"],
-                "median_forward_ms": ms["forward"],
-                "median_backward_ms": ms["backward"],
-                "median_after_last_gradient_ms": ms["after_last_gradient"],
-                "median_waiting_ms": ms["waiting"],
+                "bucket_cap_mb": self.bucket_cap_mb, **ms,
+                "step_ms_per_iteration": [1e3 * t for t in self.step_s],
                 "shown_iteration": [self.events(r) for r in range(self.world_size)]}
 
     def describe(self) -> str:
@@ -177,21 +169,19 @@ class Timeline(Result):
                 f"{min(during)} to {max(during)} of them started during backward")
 
     def describe_phases(self) -> str:
-        """Median ms of the step and its phases (see ``median``)."""
-        step, forward, backward, waiting = (1e3 * self.median(p) for p in
-                                            ("step", "forward", "backward", "waiting"))
+        """Ms of the run's step and its phases (see ``median``)."""
+        step, forward, backward, waiting, optimizer = (
+            1e3 * self.median(p) for p in ("step", "forward", "backward", "waiting", "optimizer"))
         return (f"step {step:6.1f}, forward {forward:5.1f}, backward {backward:6.1f}, "
-                f"waiting {waiting:5.1f}")
+                f"waiting {waiting:5.1f}, optimizer {optimizer:4.1f}")
 
 
-def _phase(it: dict, phase: str, mode: str) -> float:
-    """Seconds of ``phase`` of one rank's iteration; naive's all-reduces block backward."""
+def _phases(it: dict, mode: str) -> dict:
+    """Seconds of each phase of one rank's iteration; naive's all-reduces block backward."""
     last = timed_step.last_gradient(it)
-    if phase == "after_last_gradient":
-        return it["backward_end"] - last
     blocked = (sum(c["end"] - c["start"] for c in it["comm"] if c["start"] < last)
                if mode == "naive" else 0.0)  # DDP's all-reduces run beside backward
-    return timed_step.phases(it, blocked)[phase]
+    return {**timed_step.phases(it, blocked), "after_last_gradient": it["backward_end"] - last}
 
 
 def run(world_size: int = 2, width: int = 1024, depth: int = 2,

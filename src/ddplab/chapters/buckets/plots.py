@@ -188,6 +188,5 @@ def timelines(results):
 
 
 def step_times(results, labels):
-    """Median step time split into the phases ``Timeline.phases_ms`` gives."""
-    return phase_bars(results, labels, xlabel="median step time, ms (phases of the rank "
-                                              "whose gradients were ready last)")
+    """The run's step split into the phases ``Timeline.phases_ms`` gives."""
+    return phase_bars(results, labels)

@@ -25,12 +25,13 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 import ddplab
 from ddplab.common.checks import an_int, int_in_range, positive_int
-from ddplab.common.mlp import flat_grad
+from ddplab.common.mlp import flat_grad, make_model
 from ddplab.common.results import Result
 
 COMMAND = "batchnorm"  # python -m ddplab batchnorm
 
 FEATURES, HIDDEN = 4, 6
+LAYERS = (FEATURES, HIDDEN, 1)  # Linear, BatchNorm, ReLU, Linear (ddplab.common.mlp)
 
 
 class SyncBatchNormFunction(torch.autograd.Function):
@@ -89,13 +90,6 @@ class SyncBatchNormCPU(torch.nn.BatchNorm1d):
         return y
 
 
-def make_batchnorm_mlp(seed: int, norm=torch.nn.BatchNorm1d) -> torch.nn.Module:
-    """Linear, BatchNorm (or ``norm``), ReLU, Linear."""
-    torch.manual_seed(seed)
-    return torch.nn.Sequential(torch.nn.Linear(FEATURES, HIDDEN), norm(HIDDEN), torch.nn.ReLU(),
-                               torch.nn.Linear(HIDDEN, 1))
-
-
 def make_data(global_batch_size: int, seed: int):
     g = torch.Generator().manual_seed(20_000 + seed)
     X = torch.randn(global_batch_size, FEATURES, generator=g)
@@ -112,7 +106,7 @@ def step(ctx, global_batch_size: int, seed: int, sync: bool) -> dict:
     rows = slice(ctx.rank * share, (ctx.rank + 1) * share)
     X, y = X_all[rows].to(ctx.device), y_all[rows].to(ctx.device)
     norm = SyncBatchNormCPU if sync else torch.nn.BatchNorm1d
-    model = make_batchnorm_mlp(seed, norm).to(ctx.device)
+    model = make_model(LAYERS, seed, norm=norm).to(ctx.device)
     ddp = DDP(model)  # keep a reference until backward is done
     output = ddp(X)
     F.mse_loss(output, y).backward()
@@ -187,7 +181,7 @@ class BatchNorm(Result):
 
 def reference(global_batch_size: int, seed: int) -> dict:
     """One process, no DDP, the whole batch."""
-    model = make_batchnorm_mlp(seed)
+    model = make_model(LAYERS, seed, norm=torch.nn.BatchNorm1d)
     X, y = make_data(global_batch_size, seed)
     output = model(X)
     F.mse_loss(output, y).backward()

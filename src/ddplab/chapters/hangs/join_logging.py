@@ -38,10 +38,10 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 import ddplab
 from ddplab.chapters.hangs import uneven
-from ddplab.common import hang_watch
 from ddplab.common.checks import an_int, int_in_range, one_of, positive_int
 from ddplab.common.mlp import make_batch, make_model
 from ddplab.common.results import Result
+from ddplab.engine import hang_watch
 
 COMMAND = "join-logging"  # python -m ddplab join-logging
 

@@ -106,12 +106,12 @@ def logged_loss(result, ax=None):
 
 
 def step_times(result, ax=None):
-    """Time per forward and backward with and without ``find_unused_parameters``."""
+    """Time per SGD step (the slowest rank's) with and without ``find_unused_parameters``."""
     fig, ax = figure(ax, (PAGE_WIDTH, 2.4))
     data = [result.ms_without, result.ms_with]
     ax.boxplot(data, vert=False, showfliers=False)
     ax.set_yticks([1, 2], ["find_unused_parameters=False", "find_unused_parameters=True"])
-    ax.set_xlabel("ms per forward and backward, rank 0")
+    ax.set_xlabel("ms per step (the slowest rank's)")
     ax.set_title(f"medians {result.median_ms_without:.2f} and {result.median_ms_with:.2f} ms",
                  fontsize=10)
     return fig

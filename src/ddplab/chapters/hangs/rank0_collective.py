@@ -26,23 +26,19 @@ import torch
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from ddplab.common import hang_watch
 from ddplab.common.checks import an_int, int_in_range, one_of, positive_int
-from ddplab.common.mlp import make_batch
+from ddplab.common.mlp import make_batch, make_model
 from ddplab.common.results import Result
+from ddplab.engine import hang_watch
 
 COMMAND = "rank0-collective"  # python -m ddplab rank0-collective
 
 FIXES = ("none", "module")
 FEATURES = 8
-LAYERS = (FEATURES, 1)  # the batches' input and target widths (ddplab.common.mlp)
-
-
-def make_batchnorm_mlp(seed: int) -> torch.nn.Module:
-    """Linear, BatchNorm, ReLU, Linear: BatchNorm's running mean and variance are buffers."""
-    torch.manual_seed(seed)
-    return torch.nn.Sequential(torch.nn.Linear(FEATURES, 16), torch.nn.BatchNorm1d(16),
-                               torch.nn.ReLU(), torch.nn.Linear(16, 1))
+# the model's widths and the batches' input and target (ddplab.common.mlp), trained with a
+# BatchNorm1d after the hidden layer: its running mean and variance are buffers
+LAYERS = (FEATURES, 16, 1)
+NORM = torch.nn.BatchNorm1d
 
 
 # ---------------------------------------------------------------- on every rank
@@ -67,7 +63,7 @@ def train_then_evaluate(ctx, call_id: str, fix: str, steps: int,
                         batch_size: int, seed: int,
                         check_in_seconds: float) -> dict:
     work, watch = hang_watch.work_groups(check_in_seconds)
-    model = make_batchnorm_mlp(seed).to(ctx.device)
+    model = make_model(LAYERS, seed, norm=NORM).to(ctx.device)
     ddp = DDP(model, process_group=work)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     rows = slice(ctx.rank * batch_size, (ctx.rank + 1) * batch_size)

@@ -42,10 +42,10 @@ from torch.distributed.constants import default_pg_timeout
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from ddplab.chapters.hangs import uneven
-from ddplab.common import hang_watch
 from ddplab.common.checks import an_int, int_in_range, one_of
 from ddplab.common.mlp import flat_grad, make_model
 from ddplab.common.results import Result
+from ddplab.engine import hang_watch
 
 COMMAND = "silent-mix"  # python -m ddplab silent-mix
 

@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 
-from ddplab.common import hang_watch
+from ddplab.engine import hang_watch
 
 
 def py_spy() -> str:

@@ -51,10 +51,10 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, TensorDataset
 
 from ddplab.chapters.hangs import stack_dump
-from ddplab.common import hang_watch
 from ddplab.common.checks import an_int, int_in_range, one_of, positive_int
 from ddplab.common.mlp import flat_grad, make_batch, make_model
 from ddplab.common.results import Result
+from ddplab.engine import hang_watch
 
 COMMAND = "uneven"  # python -m ddplab uneven
 

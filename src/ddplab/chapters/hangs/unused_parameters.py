@@ -13,17 +13,15 @@ used-parameter map, cost time on every step, used parameters or not.
 from __future__ import annotations
 
 import dataclasses
-import statistics
 import textwrap
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import ddplab
+from ddplab.common import timed_step
 from ddplab.common.checks import an_int, int_in_range, positive_int
-from ddplab.common.clock import now
 from ddplab.common.mlp import make_model
 from ddplab.common.results import Result
 
@@ -68,20 +66,28 @@ def two_steps(ctx, find_unused_parameters: bool, seed: int) -> dict:
 
 
 def step_times(ctx, layers, steps: int, batch_size: int, seed: int) -> dict:
-    """Milliseconds per step of the same MLP under DDP with and without
-    ``find_unused_parameters``, alternating so that both see the same machine load."""
-    ddps = {flag: DDP(make_model(layers, seed).to(ctx.device), find_unused_parameters=flag)
-            for flag in (False, True)}
+    """Per flag, this rank's SGD steps of the same MLP under DDP with and without
+    ``find_unused_parameters`` (``timed_step.timed``), alternating so that both see the same
+    machine load."""
+    models = {flag: make_model(layers, seed).to(ctx.device) for flag in (False, True)}
+    ddps = {flag: DDP(model, find_unused_parameters=flag) for flag, model in models.items()}
+    optimizers = {flag: torch.optim.SGD(model.parameters(), lr=1e-3)
+                  for flag, model in models.items()}
     g = torch.Generator().manual_seed(seed + ctx.rank)
     X = torch.randn(batch_size, layers[0], generator=g).to(ctx.device)
     y = torch.randn(batch_size, layers[-1], generator=g).to(ctx.device)
+
+    def step(flag):
+        optimizers[flag].zero_grad()
+        F.mse_loss(ddps[flag](X), y).backward()
+        optimizers[flag].step()
+
     times = {False: [], True: []}
     for i in range(steps + 2):  # the first two steps build and rebuild the buckets
-        for flag, ddp in ddps.items():
-            start = now(ctx.device)
-            F.mse_loss(ddp(X), y).backward()
+        for flag in ddps:
+            record = timed_step.timed(step, ctx.device, flag)
             if i >= 2:
-                times[flag].append(1e3 * (now(ctx.device) - start))
+                times[flag].append(record)
     return {"without": times[False], "with": times[True]}
 
 
@@ -96,18 +102,18 @@ class UnusedParameters(Result):
     steps_done_with_flag: int  # with find_unused_parameters=True
     aux_grad_is_none: bool  # the unused head's gradient with the flag (None: never touched)
     layers: tuple  # the MLP the step time is measured on
-    ms_without: list[float]  # rank 0's step times, find_unused_parameters=False
+    ms_without: list[float]  # per step, ms (the slowest rank's), find_unused_parameters=False
     ms_with: list[float]  # ... True
 
     json_extras = ("median_ms_without", "median_ms_with")
 
     @property
     def median_ms_without(self) -> float:
-        return statistics.median(self.ms_without)
+        return timed_step.middle(self.ms_without)
 
     @property
     def median_ms_with(self) -> float:
-        return statistics.median(self.ms_with)
+        return timed_step.middle(self.ms_with)
 
     def describe(self) -> str:
         first = (self.error or "none").split(". ")[0]
@@ -115,7 +121,7 @@ class UnusedParameters(Result):
             f"without find_unused_parameters: {self.steps_done} step(s), then: {first}.",
             f"with find_unused_parameters=True: {self.steps_done_with_flag} steps; the unused "
             f"head's gradient is {'None' if self.aux_grad_is_none else 'a tensor'}",
-            f"MLP {','.join(map(str, self.layers))}, median per forward and backward on rank 0: "
+            f"MLP {','.join(map(str, self.layers))}, median SGD step (the slowest rank's): "
             f"{self.median_ms_without:.2f} ms without the flag, {self.median_ms_with:.2f} ms "
             f"with it ({len(self.ms_with)} steps each, alternating)"])
 
@@ -131,11 +137,12 @@ def run(world_size: int = 2, layers=(32,) * 13, steps: int = 30, batch_size: int
                          find_unused_parameters=False, seed=seed)[0]
     flagged = ddplab.run(two_steps, world_size, backend=backend, timeout=timeout,
                          find_unused_parameters=True, seed=seed)[0]
-    times = ddplab.run(step_times, world_size, backend=backend, timeout=timeout,
-                       layers=layers, steps=steps, batch_size=batch_size, seed=seed)[0]
+    ranks = ddplab.run(step_times, world_size, backend=backend, timeout=timeout,
+                       layers=layers, steps=steps, batch_size=batch_size, seed=seed)
+    ms = {key: [1e3 * s for s in timed_step.slowest_steps([r[key] for r in ranks])]
+          for key in ("without", "with")}
     return UnusedParameters(
         world_size=world_size, error=without["error"], steps_done=without["steps_done"],
         steps_done_with_flag=flagged["steps_done"],
         aux_grad_is_none=flagged["aux_grad"] is None, layers=layers,
-        ms_without=list(np.asarray(times["without"], dtype=float)),
-        ms_with=list(np.asarray(times["with"], dtype=float)))
+        ms_without=ms["without"], ms_with=ms["with"])

@@ -85,10 +85,33 @@ class CriticalBatch(Result):
     def describe(self) -> str:
         s_min, b_crit = self.fit()
         lines = [f"global batch {B:3d}: {steps:4.0f} steps at lr {lr:<5.3g} "
-                 f"(fit: {s_min * (1 + b_crit / B):5.1f})"
-                 for B, steps, lr in zip(self.global_batch_sizes, self.best_steps,
-                                         self.best_lrs)]
+                 f"(fit: {fitted:5.1f})"
+                 for B, steps, lr, fitted in zip(self.global_batch_sizes, self.best_steps,
+                                                 self.best_lrs,
+                                                 self.fitted_steps(self.global_batch_sizes))]
         return "\n".join(lines + [f"fit: S_min = {s_min:.1f} steps, B_crit = {b_crit:.1f}"])
+
+    def batch_grid(self, points: int = 100) -> np.ndarray:
+        """``points`` global batch sizes from the smallest to the largest, on a log scale: where
+        the figure draws the fit."""
+        return np.geomspace(self.global_batch_sizes[0], self.global_batch_sizes[-1], points)
+
+    def fitted_steps(self, global_batch_sizes) -> np.ndarray:
+        """The fit's steps, ``S_min (1 + B_crit / B)``, at each global batch size ``B``."""
+        s_min, b_crit = self.fit()
+        return s_min * (1 + b_crit / np.asarray(global_batch_sizes, float))
+
+    def halving_steps(self, global_batch_sizes) -> np.ndarray:
+        """``S_min B_crit / B``: the fit's small-batch limit, where doubling the batch halves
+        the steps."""
+        s_min, b_crit = self.fit()
+        return s_min * b_crit / np.asarray(global_batch_sizes, float)
+
+    @property
+    def linear_rule_lrs(self) -> np.ndarray:
+        """The best learning rate of the smallest batch, scaled with the batch (linear rule)."""
+        B = np.array(self.global_batch_sizes, float)
+        return self.best_lrs[0] * B / B[0]
 
     def fit(self) -> tuple[float, float]:
         """(S_min, B_crit) of S(B) = S_min (1 + B_crit / B), the steps-batch tradeoff of

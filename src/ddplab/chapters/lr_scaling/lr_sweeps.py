@@ -71,6 +71,29 @@ def same_global_batch(global_batch_size: int = 32, world_sizes=(1, 2, 4, 8), lr:
 
 
 @dataclasses.dataclass
+class Limit(Result):
+    """Where a rule stops working as the world grows (``GrowingBatch.limit``)."""
+
+    held: int  # the largest world size at which every seed trained
+    held_batch: int  # its global batch
+    broke: int  # the smallest world size at which a seed diverged
+    broke_batch: int
+    broke_lr: float  # the learning rate the rule asked for there
+    broke_seeds: int  # how many seeds diverged there
+    seeds: int
+
+    def figures(self, prefix: str) -> dict:
+        """The numbers the page's text quotes, named ``prefix_held`` and so on."""
+        return {f"{prefix}_{name}": getattr(self, name) for name in
+                ("held", "held_batch", "broke", "broke_batch", "broke_lr")}
+
+    def describe(self) -> str:
+        return (f"trains up to {self.held} ranks (global batch {self.held_batch});\n"
+                f"{self.broke_seeds} of {self.seeds} seeds diverge at {self.broke} ranks "
+                f"(lr {self.broke_lr:g})")
+
+
+@dataclasses.dataclass
 class GrowingBatch(Result):
     """One rule at world sizes 1, 2, 4, ...: the same per-rank batch, a growing global batch."""
 
@@ -109,6 +132,15 @@ class GrowingBatch(Result):
         ``loss``, as in ``steps_to``."""
         return {world_size: None if s is None else s * self.runs[world_size][0].global_batch_size
                 for world_size, s in self.steps_to(loss).items()}
+
+    def limit(self) -> Limit:
+        """The largest world size at which no seed diverged, and the first at which one did."""
+        held = max(w for w in self.runs if self.diverged(w) == 0)
+        broke = min(w for w in self.runs if self.diverged(w))
+        return Limit(held=held, held_batch=self.runs[held][0].global_batch_size, broke=broke,
+                     broke_batch=self.runs[broke][0].global_batch_size,
+                     broke_lr=self.runs[broke][0].peak_lr,
+                     broke_seeds=self.diverged(broke), seeds=len(self.runs[broke]))
 
     def final_loss(self, world_size: int, last: int = 20) -> float:
         """The averaged expected loss over the last ``last`` steps (inf if a seed diverged)."""

@@ -223,21 +223,21 @@ def critical_batch(critical, b_simple: float):
     """Steps to the target against the global batch (with the fitted tradeoff and B_simple),
     and the learning rate that got there fastest."""
     fig, axes = plt.subplots(2, 1, figsize=(PAGE_WIDTH, 6.2), constrained_layout=True, sharex=True)
-    B = np.array(critical.global_batch_sizes, float)
-    s_min, b_crit = critical.fit()
-    fine = np.geomspace(B[0], B[-1], 100)
+    B = critical.global_batch_sizes
+    fine = critical.batch_grid()
     ax = axes[0]
     ax.plot(B, critical.best_steps, "o", color="0.2", label="best learning rate of the grid")
-    ax.plot(fine, s_min * (1 + b_crit / fine), color="#d95f02",
-            label=f"fit S_min (1 + B_crit / B): B_crit = {b_crit:.0f}")
-    ax.plot(fine, s_min * b_crit / fine, ":", color="0.4", label="half the steps per doubling")
+    ax.plot(fine, critical.fitted_steps(fine), color="#d95f02",
+            label=f"fit S_min (1 + B_crit / B): B_crit = {critical.fit()[1]:.0f}")
+    ax.plot(fine, critical.halving_steps(fine), ":", color="0.4",
+            label="half the steps per doubling")
     ax.axvline(b_simple, color="#7570b3", lw=1.5, label=f"B_simple measured by DDP: "
                                                         f"{b_simple:.0f}")
     ax.set_ylim(max(1, critical.best_steps.min() / 2), critical.best_steps.max() * 2)
     ax.set_ylabel(f"steps to expected loss {critical.target:g}")
     ax = axes[1]
     ax.plot(B, critical.best_lrs, "o-", color="0.2", label="best learning rate of the grid")
-    ax.plot(B, critical.best_lrs[0] * B / B[0], ":", color="0.4",
+    ax.plot(B, critical.linear_rule_lrs, ":", color="0.4",
             label="linear rule from the smallest batch")
     ax.axvline(b_simple, color="#7570b3", lw=1.5)
     ax.set_ylim(critical.best_lrs.min() / 1.6, critical.best_lrs.max() * 1.6)

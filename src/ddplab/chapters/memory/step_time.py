@@ -1,19 +1,18 @@
 """Time per step of each strategy, side by side on the same ranks: every strategy's model is
 built first, then their steps alternate, so that drift of a shared machine falls on all of
-them alike. Each step's time is the slowest rank's; the figure is the median over steps.
+them alike. A step is ``ddplab.common.timed_step``'s: from a barrier to the end of the
+optimizer step, on a clock that waits for a GPU; the step of an iteration is the slowest rank's,
+and a variant's figure is the median step.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import time
-
-import numpy as np
-import torch.distributed as dist
 
 import ddplab
 from ddplab.chapters.memory.memory import BATCH_SIZE, widths
 from ddplab.chapters.memory.strategies import Trained
+from ddplab.common import timed_step
 from ddplab.common.checks import positive_int
 from ddplab.common.mlp import make_batch, make_model
 from ddplab.common.results import Result
@@ -24,7 +23,8 @@ VARIANTS = (("ddp", "ddp", False), ("ddp, bucket view", "ddp", True),
 
 
 def step_times(ctx, optimizer: str, params_millions: float, steps: int, seed: int) -> dict:
-    """Seconds of each variant's steps on this rank (the first, warm-up step left out)."""
+    """Each variant's steps on this rank, ``timed_step.timed`` records (the first, warm-up step
+    left out)."""
     layers = widths(params_millions)
     trained = {label: Trained(strategy, make_model(layers, seed=seed, init="he"), optimizer,
                               view, ctx.world_size, ctx.device)
@@ -34,11 +34,9 @@ def step_times(ctx, optimizer: str, params_millions: float, steps: int, seed: in
     for step in range(steps + 1):
         X, y = make_batch(layers, BATCH_SIZE, ctx.world_size, seed, step)
         for label, model in trained.items():
-            dist.barrier()
-            start = time.perf_counter()
-            model.step(X[rows], y[rows])
+            record = timed_step.timed(model.step, ctx.device, X[rows], y[rows])
             if step:
-                times[label].append(time.perf_counter() - start)
+                times[label].append(record)
     return times
 
 
@@ -47,7 +45,7 @@ class StepTimes(Result):
     world_size: int
     optimizer: str
     params_millions: float
-    step_s: dict  # label -> median over steps of the slowest rank's time
+    step_s: dict  # label -> seconds of its median step (timed_step.median_step)
 
     def ratios(self) -> dict:
         return {label: t / self.step_s["ddp"] for label, t in self.step_s.items()}
@@ -66,7 +64,7 @@ def run(world_size: int = 2, optimizer: str = "adam", params_millions: float = 8
     positive_int("steps", steps)
     results = ddplab.run(step_times, world_size, timeout=timeout, optimizer=optimizer,
                          params_millions=params_millions, steps=steps, seed=seed)
-    slowest = {label: np.max([r[label] for r in results], axis=0) for label in results[0]}
     return StepTimes(world_size=world_size, optimizer=optimizer,
                      params_millions=params_millions,
-                     step_s={label: float(np.median(t)) for label, t in slowest.items()})
+                     step_s={label: timed_step.median_step([r[label] for r in results])["step"]
+                             for label in results[0]})

@@ -3,15 +3,17 @@
     python -m ddplab accumulate --world-size 2 --batch-size 8 --micro-batches 4 --seed 0 --json
     torchrun --nproc-per-node 2 -m ddplab accumulate --batch-size 8 --micro-batches 4 --json
 
-Each rank runs ``k`` micro-batches of ``batch_size`` samples before one optimizer step. Under
-``ddp.no_sync()`` DDP launches no all-reduce and autograd adds the gradients up in ``.grad``;
-the next backward outside it all-reduces the sum (``DistributedDataParallel.no_sync``). With
-every loss divided by ``k``, that is the gradient of one batch of ``batch_size x k x
-world_size`` samples: the global batch of the optimizer step. Micro-batch ``m`` of rank ``r``
-is rows ``r*B`` to ``(r+1)*B`` of iteration ``m`` of ``mlp.make_batch``.
+Each rank runs ``k`` micro-batches of ``batch_size`` samples before one optimizer step. While
+``ddp.require_backward_grad_sync`` is False (what ``ddp.no_sync()`` sets inside its block) DDP
+launches no all-reduce and autograd adds the gradients up in ``.grad``; the next backward with
+it True all-reduces the sum (``DistributedDataParallel.no_sync`` and ``_post_forward``, torch
+2.13 distributed.py). With every loss divided by ``k``, that is the gradient of one batch of
+``batch_size x k x world_size`` samples: the global batch of the optimizer step. Micro-batch
+``m`` of rank ``r`` is rows ``r*B`` to ``(r+1)*B`` of iteration ``m`` of ``mlp.make_batch``.
 
-``accumulate`` is the loop to copy; ``accumulate_with_mistake`` makes one of the two classic
-mistakes on purpose, to show what each does.
+``accumulate`` is the loop to copy (nanoGPT's three lines); ``accumulate_with_mistake`` makes
+one of the two classic mistakes with ``no_sync`` on purpose, to show what each does. What it
+saves in time is ``accumulation_time``'s.
 """
 
 from __future__ import annotations
@@ -21,13 +23,11 @@ import dataclasses
 
 import numpy as np
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import ddplab
-from ddplab.chapters.time_cost.step_time import LAYERS  # the chapter's model
-from ddplab.common import clock, hooks, mlp
+from ddplab.common import hooks, mlp
 from ddplab.common.checks import one_of, positive_int
 from ddplab.common.results import Result
 
@@ -37,15 +37,11 @@ MISTAKES = (None, "loss not divided", "forward outside no_sync")
 
 
 def accumulate(ddp, batches) -> None:
-    """Gradients of ``k = len(batches)`` micro-batches, all-reduced once:
-    every loss divided by ``k``, forward *and* backward of all but the last
-    inside ``no_sync``."""
-    k = len(batches)
+    """The gradient of all micro-batches, all-reduced once (nanoGPT's train.py)."""
     for m, (X, y) in enumerate(batches):
-        last = m == k - 1
-        with contextlib.nullcontext() if last else ddp.no_sync():
-            loss = F.mse_loss(ddp(X), y) / k
-            loss.backward()
+        # what ddp.no_sync() sets in its block; DDP reads it at the end of forward
+        ddp.require_backward_grad_sync = m == len(batches) - 1
+        (F.mse_loss(ddp(X), y) / len(batches)).backward()
 
 
 def accumulate_with_mistake(ddp, batches, mistake: str) -> None:
@@ -68,12 +64,12 @@ def accumulate_with_mistake(ddp, batches, mistake: str) -> None:
                 loss.backward()
 
 
-def micro_batches(ctx, layers, batch_size: int, k: int, seed: int, first: int = 0) -> list:
-    """This rank's ``k`` micro-batches, iterations ``first`` to ``first + k - 1``."""
+def micro_batches(ctx, layers, batch_size: int, count: int, seed: int, first: int = 0) -> list:
+    """This rank's ``count`` micro-batches, iterations ``first`` to ``first + count - 1``."""
     rows = slice(ctx.rank * batch_size, (ctx.rank + 1) * batch_size)
     return [tuple(t[rows].to(ctx.device)
                   for t in mlp.make_batch(layers, batch_size, ctx.world_size, seed, first + m))
-            for m in range(k)]
+            for m in range(count)]
 
 
 def sync_every_micro_batch(ddp, batches) -> None:
@@ -82,7 +78,8 @@ def sync_every_micro_batch(ddp, batches) -> None:
         (F.mse_loss(ddp(X), y) / len(batches)).backward()
 
 
-def gradients(ctx, layers, batch_size: int, k: int, seed: int, mistake, warmup: bool) -> dict:
+def gradients(ctx, layers, batch_size: int, count: int, seed: int, mistake,
+              warmup: bool) -> dict:
     """One optimizer step's accumulated gradient, and the bucket all-reduces each micro-batch's
     backward launched, with ``no_sync`` (or ``mistake``) and with every micro-batch
     synchronised. ``warmup`` runs one synchronised backward first (its gradient dropped), so
@@ -96,7 +93,7 @@ def gradients(ctx, layers, batch_size: int, k: int, seed: int, mistake, warmup: 
         # Each forward starts the next micro-batch: its backward's buckets are tagged with it.
         model.register_forward_pre_hook(lambda *_, log=log: setattr(log, "iteration",
                                                                     log.iteration + 1))
-        batches = micro_batches(ctx, layers, batch_size, k, seed)
+        batches = micro_batches(ctx, layers, batch_size, count, seed)
         if warmup:
             log.iteration = -2
             F.mse_loss(ddp(batches[0][0]), batches[0][1]).backward()
@@ -110,7 +107,7 @@ def gradients(ctx, layers, batch_size: int, k: int, seed: int, mistake, warmup: 
             accumulate_with_mistake(ddp, batches, mistake)
         runs[how] = {"grad": mlp.flat_grad(model),
                      "launches": [sum(b["iteration"] == m for b in log.buckets)
-                                  for m in range(k)]}
+                                  for m in range(count)]}
     return runs
 
 
@@ -198,7 +195,7 @@ def run(world_size: int = 2, batch_size: int = 8, micro_batches: int = 4, seed: 
         positive_int(name, value)
     one_of("mistake", mistake, MISTAKES)
     ranks = ddplab.run(gradients, world_size, backend=backend, timeout=timeout, layers=layers,
-                       batch_size=batch_size, k=micro_batches, seed=seed, mistake=mistake,
+                       batch_size=batch_size, count=micro_batches, seed=seed, mistake=mistake,
                        warmup=bool(warmup))
     first = ranks[0]
     return Accumulation(
@@ -209,69 +206,6 @@ def run(world_size: int = 2, batch_size: int = 8, micro_batches: int = 4, seed: 
         reference_grad=reference_gradient(layers, batch_size, micro_batches, len(ranks), seed),
         launches=first["no_sync"]["launches"],
         launches_without_no_sync=first["every micro-batch"]["launches"])
-
-
-# ---------------------------------------------------------------- the time of a step
-
-
-def timed_steps(ctx, layers, batch_size: int, k: int, no_sync: bool, iterations: int,
-                warmup: int, seed: int) -> list[float]:
-    """Seconds of each optimizer step of ``k`` micro-batches (``accumulate``, or
-    ``sync_every_micro_batch``), SGD included, after ``warmup`` untimed steps."""
-    model = mlp.make_model(layers, seed, init="he").to(ctx.device)
-    ddp = DDP(model)
-    optimizer = torch.optim.SGD(model.parameters(), lr=1e-4)
-    seconds = []
-    for i in range(warmup + iterations):
-        batches = micro_batches(ctx, layers, batch_size, k, seed, first=i * k)
-        optimizer.zero_grad()
-        dist.barrier()
-        start = clock.now(ctx.device)
-        (accumulate if no_sync else sync_every_micro_batch)(ddp, batches)
-        optimizer.step()
-        seconds.append(clock.now(ctx.device) - start)
-    return seconds[warmup:]
-
-
-@dataclasses.dataclass
-class Timing(Result):
-    """Median seconds per optimizer step (slowest rank) for each number of micro-batches."""
-
-    world_size: int
-    batch_size: int
-    params: int
-    micro_batches: list[int]
-    no_sync_s: list[float]
-    every_micro_batch_s: list[float]
-
-    def describe(self) -> str:
-        lines = [f"{self.world_size} ranks, {self.batch_size} samples per micro-batch, "
-                 f"{self.params:,} parameters; ms per optimizer step (median)",
-                 f"{'k':>3} {'global batch':>12} {'no_sync':>9} {'every micro-batch':>18}"]
-        for k, a, b in zip(self.micro_batches, self.no_sync_s, self.every_micro_batch_s):
-            lines.append(f"{k:>3} {k * self.batch_size * self.world_size:>12} {1e3 * a:9.1f} "
-                         f"{1e3 * b:18.1f}")
-        return "\n".join(lines)
-
-
-def timing(world_size: int = 2, batch_size: int = 8, micro_batches=(1, 2, 4, 8),
-           layers=None, iterations: int = 3, progress=None) -> Timing:
-    """Time optimizer steps of ``k`` micro-batches, with and without ``no_sync``."""
-    layers = mlp.check_layers(LAYERS if layers is None else layers)
-    positive_int("batch_size", batch_size)
-    for k in micro_batches:
-        positive_int("each of micro_batches", k)
-    out = {True: [], False: []}
-    for i, k in enumerate(micro_batches):
-        if progress is not None:
-            progress(i, len(micro_batches), f"{k} micro-batches")
-        for no_sync in (True, False):
-            ranks = ddplab.run(timed_steps, world_size, layers=layers, batch_size=batch_size,
-                               k=k, no_sync=no_sync, iterations=iterations, warmup=1, seed=0)
-            out[no_sync].append(float(np.median(np.max(ranks, axis=0))))
-    return Timing(world_size=world_size, batch_size=batch_size, params=mlp.param_count(layers),
-                  micro_batches=list(micro_batches), no_sync_s=out[True],
-                  every_micro_batch_s=out[False])
 
 
 # ---------------------------------------------------------------- CLI

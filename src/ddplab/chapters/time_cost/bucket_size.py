@@ -60,6 +60,21 @@ class Tradeoff:
     def best(self) -> float:
         return best_bucket_count(self.nbytes, self.bandwidth, self.overhead_s)
 
+    def exposed(self, buckets: float) -> float:
+        """The model's exposed seconds with ``buckets`` buckets."""
+        return exposed_tradeoff(buckets, self.nbytes, self.bandwidth, self.overhead_s)
+
+    @property
+    def best_is_a_minimum(self) -> bool:
+        """Half or twice the best bucket count exposes no less (the derivation checked)."""
+        return self.exposed(self.best) <= min(self.exposed(self.best / 2),
+                                              self.exposed(2 * self.best))
+
+    def describe(self, measured_best: int | None = None) -> str:
+        measured = "" if measured_best is None else f"; measured: least exposed with " \
+                                                    f"{measured_best}"
+        return f"model: n_b* = sqrt(S / (w o)) = {self.best:.1f} buckets{measured}"
+
 
 def tradeoff(nbytes: float, bandwidth: float, overhead_s: float,
              max_buckets: float = 32) -> Tradeoff:
@@ -91,6 +106,18 @@ class BucketSweep:
     def exposed_s(self) -> list[float]:
         """Median seconds of waiting after backward's last gradient."""
         return [r.median("waiting") for r in self.runs]
+
+    @property
+    def gradient_bytes(self) -> int:
+        """S: the float32 gradient every step all-reduces."""
+        return 4 * self.runs[0].params
+
+    def model(self, allreduce) -> Tradeoff:
+        """The trade-off model for this gradient, with ``w`` and ``o`` from an all-reduce fit
+        (``allreduce.AllReduce``: its bandwidth and its fixed cost ``alpha``), drawn up to this
+        sweep's largest bucket count."""
+        return tradeoff(self.gradient_bytes, allreduce.bandwidth_bytes_per_s, allreduce.alpha_s,
+                        max_buckets=max(self.buckets))
 
     @property
     def best_buckets(self) -> int:

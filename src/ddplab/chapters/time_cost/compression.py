@@ -148,7 +148,7 @@ class Compression(Result):
     iterations: list[dict]  # rank 0, per iteration: bytes_sent, calls, seconds, rel_error
     max_rel_error: list[float]  # per iteration, the largest over ranks
 
-    json_extras = ("bytes_sent", "grad_rel_error", "compression", "step_ms")
+    json_extras = ("bytes_sent", "grad_rel_error", "compression", "forward_backward_ms")
 
     @property
     def measured(self) -> list[dict]:
@@ -169,8 +169,9 @@ class Compression(Result):
         return self.bytes_uncompressed / self.bytes_sent
 
     @property
-    def step_ms(self) -> float:
-        """Median forward and backward time of the measured iterations (rank 0)."""
+    def forward_backward_ms(self) -> float:
+        """Median forward and backward time of the measured iterations (rank 0): not a step
+        (``timed_step``'s ends with the optimizer, which this run leaves out)."""
         return 1e3 * statistics.median(it["seconds"] for it in self.measured)
 
     def describe(self) -> str:
@@ -178,7 +179,7 @@ class Compression(Result):
                  f"bytes on the wire per rank per step: {self.bytes_sent:,} of "
                  f"{self.bytes_uncompressed:,} ({self.compression:.1f}x fewer)",
                  f"relative error of the averaged gradient: {self.grad_rel_error:.2e}",
-                 f"forward and backward: {self.step_ms:.1f} ms (median)"]
+                 f"forward and backward: {self.forward_backward_ms:.1f} ms (median)"]
         if self.refused:
             lines.append(f"DDP refused the hook itself ({self.refused}); it ran through a "
                          f"wrapper")

@@ -120,7 +120,7 @@ def bucket_tradeoff(sweep, model, ax=None):
 
 
 def accumulation(timing, ax=None):
-    """ms per optimizer step against the number of micro-batches (``accumulation.Timing``)."""
+    """ms per optimizer step against the number of micro-batches (``accumulation_time.Timing``)."""
     fig, ax = figure(ax, (PAGE_WIDTH, 2.8))
     k = timing.micro_batches
     ax.plot(k, [1e3 * s for s in timing.every_micro_batch_s], "o-", color="tab:red",
@@ -130,7 +130,7 @@ def accumulation(timing, ax=None):
     ax.set_xticks(k)
     ax.set_xlabel(f"micro-batches k per optimizer step ({timing.batch_size} samples each, "
                   f"{timing.world_size} ranks)", fontsize=9)
-    ax.set_ylabel("ms per optimizer step\n(median, slowest rank)", fontsize=9)
+    ax.set_ylabel("ms per optimizer step\n(the median step)", fontsize=9)
     ax.set_ylim(0, None)
     ax.legend(fontsize=LEGEND_SIZE)
     return fig
@@ -182,7 +182,7 @@ def compression(results, axes=None):
     axes[1].set_xscale("log")
     axes[1].set_xlim(1e-5, 2)
     axes[1].set_xlabel("relative error of the\naveraged gradient", fontsize=8.5)
-    axes[2].barh(y, [r.step_ms for r in results.values()], color=colors)
+    axes[2].barh(y, [r.forward_backward_ms for r in results.values()], color=colors)
     axes[2].set_xlabel("forward + backward, ms\n(median, rank 0)", fontsize=8.5)
     for ax in axes:
         ax.set_yticks(y, names if ax is axes[0] else [""] * len(names), fontsize=9)

@@ -14,21 +14,19 @@ gradient), waiting (from there to the end of ``backward()``) and optimizer.
 from __future__ import annotations
 
 import dataclasses
-import statistics
 
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import ddplab
 from ddplab.common import bucket_rule, mlp, timed_step
-from ddplab.common.checks import positive_int
+from ddplab.common.checks import int_at_least, positive_int
 from ddplab.common.progress import report as progress_report
 from ddplab.common.results import Result
 
 COMMAND = "step-time"  # python -m ddplab step-time
 
 LAYERS = (512,) * 17  # 16 Linear(512, 512): 4,202,496 parameters, 16.8 MB of float32 gradients
-PHASES = timed_step.PHASES
 
 
 class _Trainer:
@@ -85,10 +83,9 @@ class StepTime(Result):
                    "samples_per_s")
 
     def median(self, phase: str) -> float:
-        """Seconds: per iteration the slowest rank's ``phase`` (or ``"step"``), median over
-        iterations. The slowest rank is the one every all-reduce waits for."""
-        slowest = [max(its, key=lambda it: it["step"]) for its in zip(*self.ranks)]
-        return statistics.median(it[phase] for it in slowest)
+        """Seconds of ``phase`` (or ``"step"``) in the run's step, ``timed_step.median_step``:
+        the slowest rank's (the one every all-reduce waits for) at the median iteration."""
+        return timed_step.median_step(self.ranks)[phase]
 
     forward_ms = property(lambda self: 1e3 * self.median("forward"))
     backward_ms = property(lambda self: 1e3 * self.median("backward"))
@@ -97,9 +94,8 @@ class StepTime(Result):
     step_ms = property(lambda self: 1e3 * self.median("step"))
 
     def phases_ms(self) -> dict:
-        """Median ms of each phase of ``timed_step.PHASES``: what the phase figure draws."""
-        return {p: 1e3 * self.median(p) for p in ("forward", "backward", "waiting",
-                                                    "optimizer")}
+        """Ms of each phase of the run's step (they add up to ``step_ms``): the figure's bar."""
+        return {p: 1e3 * self.median(p) for p in timed_step.PHASES}
 
     @property
     def samples_per_s(self) -> float:
@@ -107,9 +103,8 @@ class StepTime(Result):
 
     def to_json(self) -> dict:
         data = super().to_json()
-        ranks = data.pop("ranks")
-        data["step_ms_per_iteration"] = [1e3 * max(r[i]["step"] for r in self.ranks)
-                                         for i in range(len(ranks[0]))]
+        data.pop("ranks")
+        data["step_ms_per_iteration"] = [1e3 * s for s in timed_step.slowest_steps(self.ranks)]
         return data
 
     @property
@@ -118,7 +113,7 @@ class StepTime(Result):
         return f"{self.world_size} rank{'s' if self.world_size > 1 else ''}, {what}"
 
     def describe(self) -> str:
-        phases = ", ".join(f"{p} {1e3 * self.median(p):.1f}" for p in PHASES)
+        phases = ", ".join(f"{p} {ms:.1f}" for p, ms in self.phases_ms().items())
         return (f"MLP of {self.params:,} parameters, {self.label}, {self.batch_size} samples "
                 f"per rank: step {self.step_ms:.1f} ms (median, slowest rank): {phases} ms")
 
@@ -153,9 +148,7 @@ def _timed(world_size, batch_size, layers, bucket_cap_mb, modes, iterations, war
     layers = mlp.check_layers(layers)
     for name, value in (("batch_size", batch_size), ("iterations", iterations)):
         positive_int(name, value)
-    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 2:
-        raise ValueError(f"warmup must be an int >= 2 (DDP rebuilds its buckets after "
-                         f"iteration 0), got {warmup!r}")
+    int_at_least("warmup", warmup, 2, "DDP rebuilds its buckets after iteration 0")
     bucket_rule.check_cap(bucket_cap_mb)
     ranks = ddplab.run(timed_steps, world_size, backend=backend, timeout=timeout, layers=layers,
                        batch_size=batch_size, bucket_cap_mb=bucket_cap_mb, modes=modes,

@@ -33,10 +33,10 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import ddplab
-from ddplab.common import hang_watch
 from ddplab.common.checks import an_int, int_in_range, positive_int
 from ddplab.common.mlp import make_batch, make_model
 from ddplab.common.results import Result
+from ddplab.engine import hang_watch
 
 LAYERS = (8, 16, 1)
 LR = 0.1

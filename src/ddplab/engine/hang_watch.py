@@ -38,8 +38,9 @@ import uuid
 import torch.distributed as dist
 from torch.distributed.constants import default_pg_timeout
 
-import ddplab
 from ddplab.common.checks import positive_number
+from ddplab.engine.cluster import logs, run
+from ddplab.engine.errors import RankError
 
 NOTE = "ddplab-note "
 
@@ -126,12 +127,12 @@ def run_watched(fn, world_size: int, timeout: float, backend: str = "auto",
     beside = None if during is None else Beside(during, call_id)
     start = time.perf_counter()
     try:
-        results = ddplab.run(fn, world_size, backend=backend, timeout=timeout, call_id=call_id,
+        results = run(fn, world_size, backend=backend, timeout=timeout, call_id=call_id,
                              **params)
         outcome, error = "finished", None
     except TimeoutError as exc:
         results, outcome, error = None, "hung", str(exc)
-    except ddplab.RankError as exc:
+    except RankError as exc:
         if not catch_rank_errors:
             raise
         results, outcome, error = None, "died", str(exc)
@@ -166,7 +167,7 @@ class Beside(threading.Thread):
 def read_notes(call_id: str, world_size: int) -> list[list[dict]]:
     """Per rank, the notes of call ``call_id`` from the ranks' logs."""
     notes: list[list[dict]] = [[] for _ in range(world_size)]
-    for text in ddplab.logs():
+    for text in logs():
         for line in text.splitlines():
             entry = parsed_note(line)
             if entry and entry["call"] == call_id and entry["rank"] < world_size:
