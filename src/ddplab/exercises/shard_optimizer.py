@@ -35,9 +35,9 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from ddplab.common import hang_watch
 from ddplab.common.ledger import Ledger
 from ddplab.common.mlp import make_batch, make_model
+from ddplab.engine import hang_watch
 from ddplab.exercises import checker
 
 NAME, LAB = "shard-optimizer", "labs/07_memory.ipynb"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ddplab.chapters.memory import calculator, memory
 from ddplab.chapters.time_cost import (
-    accumulation,
+    accumulation_time,
     allreduce,
     bucket_size,
     calibration,
@@ -178,8 +178,8 @@ def accumulation_stage(s: Settings, found: dict) -> dict:
     model = found["model"]
     if model.world_size < 2:
         return {"missing": f"accumulation {NEEDS_RANKS}"}
-    timing = accumulation.timing(model.world_size, MICRO_BATCH_SIZE, s.micro_batches, s.layers,
-                                 iterations=s.accumulation_iterations)
+    timing = accumulation_time.run(model.world_size, MICRO_BATCH_SIZE, s.micro_batches, s.layers,
+                                   iterations=s.accumulation_iterations)
     found["accumulation"] = timing
     rows = []
     for k, no_sync, every in zip(timing.micro_batches, timing.no_sync_s,
