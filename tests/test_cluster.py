@@ -25,6 +25,21 @@ def test_the_pool_is_reused_across_calls_and_world_sizes():
     assert [r["pid"] for r in again] == pids4 and again[0]["rank_sum"] == 6
 
 
+def test_moving_between_world_sizes_reuses_each_sizes_group():
+    """A size served before gets its own group object back in the same processes, and groups
+    formed inside calls keep working on every size: a subgroup name two kept groups shared,
+    or that the members of one group disagreed on, would raise or hang."""
+    seen = {}
+    for world_size in (4, 2, 3, 2, 4, 3, 4):
+        results = ddplab.run(rank_fns.group_and_subgroup, world_size)
+        assert [r["sum"] for r in results] == [world_size * (world_size + 1) // 2] * world_size
+        assert {r["world_size"] for r in results} == {world_size}
+        assert len({r["subgroup"] for r in results}) == 1  # every member named it alike
+        kept = [(r["pid"], r["world"]) for r in results]
+        assert seen.setdefault(world_size, kept) == kept, f"world size {world_size} re-formed"
+    assert len({pid for pid, _ in seen[4]}) == 4
+
+
 def test_results_are_plain_data_with_tensors_turned_into_numpy():
     results = ddplab.run(rank_fns.tensors, 2)
     assert isinstance(results[1]["scaled"], np.ndarray)
