@@ -78,7 +78,9 @@ class Pool:
                     messages.send(worker.conn, call)
                 return self._collect(active, timeout)
             except BaseException:  # a rank failed, or the caller was interrupted
+                size = len(self._workers)
                 self._end_workers()
+                self._respawn_in_background(size, backend, timeout)
                 raise
 
     def logs(self) -> list[str]:
@@ -149,6 +151,22 @@ class Pool:
         except BaseException:
             self._end_workers()
             raise
+
+    def _respawn_in_background(self, size: int, backend: str, timeout: float) -> None:
+        """After a failure ended every rank, start ``size`` fresh ones in a thread, so that the
+        next call (a reader's next move after a hang) finds them started instead of waiting
+        for them. It takes the pool's lock, so a call that comes first starts them itself; a
+        failure here is left for that call to meet and report."""
+        def grow():
+            with self._lock:
+                if self._workers or self._store is None:  # a call came first, or close()
+                    return
+                try:
+                    self._grow(size, backend, timeout)
+                except BaseException:  # noqa: S110 - the next call starts ranks and reports
+                    pass
+
+        threading.Thread(target=grow, name="ddplab-respawn", daemon=True).start()
 
     def _generation_of(self, world_size: int, backend: str) -> int:
         """The generation of the group of ``world_size`` ranks on ``backend``: the one its ranks
