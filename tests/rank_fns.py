@@ -48,8 +48,15 @@ def listening_sockets(ctx):
     """Every listening TCP socket of this rank process, while its group is alive."""
     import psutil
 
-    return [(c.laddr.ip, c.laddr.port) for c in psutil.Process().net_connections("inet")
+    return [(c.laddr.ip, c.laddr.port) for c in inet_connections(psutil.Process())
             if c.status == psutil.CONN_LISTEN]
+
+
+def inet_connections(process) -> list:
+    """A process's TCP/UDP sockets: ``net_connections`` from psutil 6 on, ``connections``
+    before it (psutil 5.9, which Python 3.13 environments such as Colab's may have)."""
+    method = getattr(process, "net_connections", None) or process.connections
+    return method("inet")
 
 
 _DEFAULT_GROUPS = []  # every default group a call of group_and_subgroup has seen here, kept

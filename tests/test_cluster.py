@@ -82,6 +82,20 @@ def test_a_rank_that_dies_is_reported_and_the_pool_recovers():
     assert set(r["pid"] for r in after).isdisjoint(before)
 
 
+def test_after_a_failure_fresh_ranks_are_started_before_the_next_call():
+    from ddplab.engine import pool
+
+    with pytest.raises(ddplab.RankError):
+        ddplab.run(rank_fns.raise_on, 3, rank=0)
+    shared = pool.shared()
+    deadline = time.monotonic() + 60
+    while len(shared._workers) < 3 and time.monotonic() < deadline:  # started in a thread
+        time.sleep(0.05)
+    started = [w.process.pid for w in shared._workers]
+    assert len(started) == 3 and all(alive(pid) for pid in started)
+    assert [r["pid"] for r in ddplab.run(rank_fns.identify, 3)] == started
+
+
 def test_a_hung_rank_times_out_and_the_pool_recovers():
     start = time.monotonic()
     with pytest.raises(TimeoutError, match=r"rank\(s\) \[0, 1\] had not answered after 2 s"):
@@ -245,7 +259,7 @@ def test_every_listening_socket_is_on_loopback():
     per_rank = ddplab.run(rank_fns.listening_sockets, 3)
     assert all(per_rank), "each rank of a live gloo group listens for its peers"
     pool = [psutil.Process()] + psutil.Process().children(recursive=True)
-    listening = [(p.pid, c.laddr) for p in pool for c in p.net_connections("inet")
+    listening = [(p.pid, c.laddr) for p in pool for c in rank_fns.inet_connections(p)
                  if c.status == psutil.CONN_LISTEN]
     assert listening  # at least the store
     assert all(addr.ip in ("127.0.0.1", "::1") for _, addr in listening), listening
