@@ -32,6 +32,10 @@ from ddplab.engine.forkserver import process_context
 
 MAX_WORLD_SIZE = 64
 ERROR_GRACE = 0.25  # seconds to collect other ranks' errors after the first, before ending them
+RESPAWN_DELAY = 1.0  # seconds after a failure before fresh ranks start (_respawn_in_background)
+# ... given at least this long to start: a hang panel's 3 s is for its run, and ranks starting
+# on a loaded machine of two cores can take longer than that.
+RESPAWN_TIMEOUT = 60.0
 
 
 class Worker:
@@ -80,7 +84,7 @@ class Pool:
             except BaseException:  # a rank failed, or the caller was interrupted
                 size = len(self._workers)
                 self._end_workers()
-                self._respawn_in_background(size, backend, timeout)
+                self._respawn_in_background(size, backend, max(timeout, RESPAWN_TIMEOUT))
                 raise
 
     def logs(self) -> list[str]:
@@ -155,9 +159,12 @@ class Pool:
     def _respawn_in_background(self, size: int, backend: str, timeout: float) -> None:
         """After a failure ended every rank, start ``size`` fresh ones in a thread, so that the
         next call (a reader's next move after a hang) finds them started instead of waiting
-        for them. It takes the pool's lock, so a call that comes first starts them itself; a
-        failure here is left for that call to meet and report."""
+        for them. It waits ``RESPAWN_DELAY`` first: on a machine of two cores, starting ranks
+        beside the caller's own work would slow what it does with the failure (a panel draws
+        the hang's result). It takes the pool's lock, so a call that comes first starts them
+        itself; a failure here is left for that call to meet and report."""
         def grow():
+            time.sleep(RESPAWN_DELAY)
             with self._lock:
                 if self._workers or self._store is None:  # a call came first, or close()
                     return
