@@ -85,15 +85,16 @@ def test_a_rank_that_dies_is_reported_and_the_pool_recovers():
 def test_after_a_failure_fresh_ranks_are_started_before_the_next_call():
     from ddplab.engine import pool
 
+    shared = pool.shared()
+    size = max(3, len(shared._workers))  # as many as the pool had (it grows, never shrinks)
     with pytest.raises(ddplab.RankError):
         ddplab.run(rank_fns.raise_on, 3, rank=0)
-    shared = pool.shared()
     deadline = time.monotonic() + 60
-    while len(shared._workers) < 3 and time.monotonic() < deadline:  # started in a thread
+    while len(shared._workers) < size and time.monotonic() < deadline:  # started in a thread
         time.sleep(0.05)
     started = [w.process.pid for w in shared._workers]
-    assert len(started) == 3 and all(alive(pid) for pid in started)
-    assert [r["pid"] for r in ddplab.run(rank_fns.identify, 3)] == started
+    assert len(started) == size and all(alive(pid) for pid in started)
+    assert [r["pid"] for r in ddplab.run(rank_fns.identify, 3)] == started[:3]
 
 
 def test_a_hung_rank_times_out_and_the_pool_recovers():

@@ -8,8 +8,8 @@
   the pool names one generation per world size and backend it has served, and a move back to
   a size served before forms nothing; ranks beyond a call's world size idle in theirs.
 * Any failure (a rank raises, dies, hangs past the timeout, or the caller is interrupted) ends
-  every rank process of the pool; the next call starts fresh ones. Half-broken groups are never
-  reused, and a respawn from the warm forkserver costs a fraction of a second.
+  every rank process of the pool; fresh ones start in the background (:mod:`.respawn`) or with
+  the next call. Half-broken groups are never reused; a respawn costs a fraction of a second.
 """
 
 from __future__ import annotations
@@ -25,17 +25,13 @@ import sys
 import threading
 import time
 
-from ddplab.engine import messages, rank_logs
+from ddplab.engine import messages, rank_logs, respawn
 from ddplab.engine.backend import resolve_backend
 from ddplab.engine.errors import GUARD_HINT, RankError
 from ddplab.engine.forkserver import process_context
 
 MAX_WORLD_SIZE = 64
 ERROR_GRACE = 0.25  # seconds to collect other ranks' errors after the first, before ending them
-RESPAWN_DELAY = 1.0  # seconds after a failure before fresh ranks start (_respawn_in_background)
-# ... given at least this long to start: a hang panel's 3 s is for its run, and ranks starting
-# on a loaded machine of two cores can take longer than that.
-RESPAWN_TIMEOUT = 60.0
 
 
 class Worker:
@@ -84,7 +80,7 @@ class Pool:
             except BaseException:  # a rank failed, or the caller was interrupted
                 size = len(self._workers)
                 self._end_workers()
-                self._respawn_in_background(size, backend, max(timeout, RESPAWN_TIMEOUT))
+                respawn.soon(self, size, backend)  # ready before the next call, if it can
                 raise
 
     def logs(self) -> list[str]:
@@ -155,25 +151,6 @@ class Pool:
         except BaseException:
             self._end_workers()
             raise
-
-    def _respawn_in_background(self, size: int, backend: str, timeout: float) -> None:
-        """After a failure ended every rank, start ``size`` fresh ones in a thread, so that the
-        next call (a reader's next move after a hang) finds them started instead of waiting
-        for them. It waits ``RESPAWN_DELAY`` first: on a machine of two cores, starting ranks
-        beside the caller's own work would slow what it does with the failure (a panel draws
-        the hang's result). It takes the pool's lock, so a call that comes first starts them
-        itself; a failure here is left for that call to meet and report."""
-        def grow():
-            time.sleep(RESPAWN_DELAY)
-            with self._lock:
-                if self._workers or self._store is None:  # a call came first, or close()
-                    return
-                try:
-                    self._grow(size, backend, timeout)
-                except BaseException:  # noqa: S110 - the next call starts ranks and reports
-                    pass
-
-        threading.Thread(target=grow, name="ddplab-respawn", daemon=True).start()
 
     def _generation_of(self, world_size: int, backend: str) -> int:
         """The generation of the group of ``world_size`` ranks on ``backend``: the one its ranks
