@@ -11,6 +11,9 @@ the real run and the draw, as a person's move does (less the trip to the page, w
 ``scripts/lab_in_browser.py`` times). It prints each slider's median move in ms, with the
 run/draw split its panel reports, and the share of sliders at or under 150 ms.
 
+After each lab it prints that lab's share of sliders within the goal (and, with a baseline,
+the baseline's), then the share over every lab.
+
 ``--baseline REV`` runs a second kernel on ``src/`` as of git revision REV and moves its
 sliders alternately with this checkout's, move by move, so that both see the same load on a
 shared machine: the ratio column is baseline over now. ``--profile N`` profiles N moves of
@@ -167,6 +170,7 @@ def main() -> None:
         kernels = [Kernel(lab_folder(lab), pythonpath="" if args.installed else f"{ROOT}/src")]
         if base_src:
             kernels.append(Kernel(lab_folder(lab), pythonpath=base_src))
+        lab_rows, lab_base = [], []
         try:
             sliders = [k.run_lab(lab) for k in kernels]
             for i, slider in enumerate(sliders[0]):
@@ -185,19 +189,28 @@ def main() -> None:
                 if base_src:
                     base = statistics.median(m for m, _ in moves[1])
                     line += f" {base:8.0f} {base / ms:5.1f}x"
+                    lab_base.append(base)
                 print(line, flush=True)
                 rows.append(ms)
+                lab_rows.append(ms)
                 if args.profile:
                     print(profile(kernels[0], i, args.profile))
+            print(f"{name:<16} {share(lab_rows)}"
+                  + (f"; baseline {share(lab_base)}" if base_src else ""), flush=True)
         finally:
             for kernel in kernels:
                 kernel.close()
                 shutil.rmtree(kernel.folder, ignore_errors=True)
     if base_src:
         shutil.rmtree(os.path.dirname(base_src), ignore_errors=True)
-    within = sum(ms <= LIMIT_MS for ms in rows)
-    print(f"{within} of {len(rows)} sliders at or under {LIMIT_MS} ms "
-          f"({100 * within / max(len(rows), 1):.0f}%)")
+    print(f"all labs: {share(rows)}")
+
+
+def share(times: list) -> str:
+    """How many of ``times`` (ms) are within the goal, as a line."""
+    within = sum(ms <= LIMIT_MS for ms in times)
+    return (f"{within} of {len(times)} sliders at or under {LIMIT_MS} ms "
+            f"({100 * within / max(len(times), 1):.0f}%)")
 
 
 if __name__ == "__main__":

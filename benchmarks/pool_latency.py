@@ -1,6 +1,8 @@
 """How fast does real DDP come back? The warm pool against a fresh interpreter and cold spawn.
 
     python benchmarks/pool_latency.py [--repeats 30] [--fresh 3]
+    python benchmarks/pool_latency.py --moves 10
+
 
 One tiny DDP step (``chapters.running.first_group.ddp_step``: Linear(16, 4), 8 samples per rank,
 mean loss, forward + backward + all-reduce) is timed three ways, side by side:
@@ -12,6 +14,10 @@ mean loss, forward + backward + all-reduce) is timed three ways, side by side:
 * cold: ``torch.multiprocessing.spawn`` of W processes that form a group, run the step, exit.
 
 Ratios are against the warm median measured in this same process.
+
+``--moves N`` times only world-size moves instead: ``first_group.report`` (one all-reduce)
+alternating over 2, 4 and 8 ranks, N rounds; each call after a move against a call that repeats
+the size right after it (the pool keeps a group per world size: a move should cost no more).
 """
 
 from __future__ import annotations
@@ -52,6 +58,21 @@ def warm_median(world_size: int, repeats: int) -> float:
     return statistics.median(times)
 
 
+def moves_and_stays(rounds: int, sizes=(2, 4, 8)) -> tuple[float, float]:
+    """Median seconds of a call that moves to another world size, and of one at the same."""
+    for w in sizes:  # the first visit of each size forms its group
+        ddplab.run(check.report, w)
+    moves, stays = [], []
+    for _ in range(rounds):
+        for w in sizes:
+            for times in (moves, stays):
+                start = time.perf_counter()
+                reports = ddplab.run(check.report, w)
+                times.append(time.perf_counter() - start)
+                assert reports[0]["rank_sum"] == w * (w - 1) // 2
+    return statistics.median(moves), statistics.median(stays)
+
+
 def first_result(world_size: int, repeats: int, **env) -> float:
     times = []
     for _ in range(repeats):
@@ -85,7 +106,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=30, help="warm calls per world size")
     parser.add_argument("--fresh", type=int, default=3, help="fresh interpreters per cell")
+    parser.add_argument("--moves", type=int, default=0,
+                        help="only time N rounds of world-size moves (2, 4, 8)")
     args = parser.parse_args()
+    if args.moves:
+        move, stay = moves_and_stays(args.moves)
+        print(f"world-size move {move * 1e3:.1f} ms, same size {stay * 1e3:.1f} ms (medians, "
+              f"{args.moves} rounds of 2, 4, 8 ranks): move / same {move / stay:.2f}")
+        return
     print(f"torch {torch.__version__}, {os.cpu_count()} CPUs, gloo on CPU ranks\n")
     header = (f"{'world':>5} {'warm median':>12} {'first result':>13} {'  no prestart':>13} "
               f"{'spawn method':>13} {'cold spawn':>11} {'cold/warm':>10}")

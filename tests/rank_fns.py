@@ -48,7 +48,7 @@ def listening_sockets(ctx):
     """Every listening TCP socket of this rank process, while its group is alive."""
     import psutil
 
-    return [(c.laddr.ip, c.laddr.port) for c in psutil.Process().net_connections("inet")
+    return [(c.laddr.ip, c.laddr.port) for c in inet_connections(psutil.Process())
             if c.status == psutil.CONN_LISTEN]
 
 
@@ -74,3 +74,30 @@ def sleep_on_the_gpu(ctx, cycles: int) -> float:
     from ddplab.common import timed_step
 
     return timed_step.timed(torch.cuda._sleep, ctx.device, cycles)["step"]
+
+
+def inet_connections(process) -> list:
+    """A process's TCP/UDP sockets: ``net_connections`` from psutil 6 on, ``connections``
+    before it (psutil 5.9, which Python 3.13 environments such as Colab's may have)."""
+    method = getattr(process, "net_connections", None) or process.connections
+    return method("inet")
+
+
+_DEFAULT_GROUPS = []  # every default group a call of group_and_subgroup has seen here, kept
+
+
+def group_and_subgroup(ctx):
+    """Which default group this is (by object identity, in this process), and a subgroup of
+    every rank formed, used and destroyed in this call: its name comes from the counter that
+    the kept groups must keep apart."""
+    world = dist.group.WORLD
+    seen = [i for i, group in enumerate(_DEFAULT_GROUPS) if group is world]
+    if not seen:
+        _DEFAULT_GROUPS.append(world)
+    sub = dist.new_group(list(range(ctx.world_size)))
+    total = torch.tensor([ctx.rank + 1])
+    dist.all_reduce(total, group=sub)
+    name = sub.group_name
+    dist.destroy_process_group(sub)
+    return {"pid": os.getpid(), "world": seen[0] if seen else len(_DEFAULT_GROUPS) - 1,
+            "world_size": world.size(), "subgroup": name, "sum": int(total.item())}

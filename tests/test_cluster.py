@@ -25,6 +25,21 @@ def test_the_pool_is_reused_across_calls_and_world_sizes():
     assert [r["pid"] for r in again] == pids4 and again[0]["rank_sum"] == 6
 
 
+def test_moving_between_world_sizes_reuses_each_sizes_group():
+    """A size served before gets its own group object back in the same processes, and groups
+    formed inside calls keep working on every size: a subgroup name two kept groups shared,
+    or that the members of one group disagreed on, would raise or hang."""
+    seen = {}
+    for world_size in (4, 2, 3, 2, 4, 3, 4):
+        results = ddplab.run(rank_fns.group_and_subgroup, world_size)
+        assert [r["sum"] for r in results] == [world_size * (world_size + 1) // 2] * world_size
+        assert {r["world_size"] for r in results} == {world_size}
+        assert len({r["subgroup"] for r in results}) == 1  # every member named it alike
+        kept = [(r["pid"], r["world"]) for r in results]
+        assert seen.setdefault(world_size, kept) == kept, f"world size {world_size} re-formed"
+    assert len({pid for pid, _ in seen[4]}) == 4
+
+
 def test_results_are_plain_data_with_tensors_turned_into_numpy():
     results = ddplab.run(rank_fns.tensors, 2)
     assert isinstance(results[1]["scaled"], np.ndarray)
@@ -65,6 +80,21 @@ def test_a_rank_that_dies_is_reported_and_the_pool_recovers():
     assert not any(alive(pid) for pid in before)  # the broken group's processes are gone
     after = ddplab.run(rank_fns.identify, 3)
     assert set(r["pid"] for r in after).isdisjoint(before)
+
+
+def test_after_a_failure_fresh_ranks_are_started_before_the_next_call():
+    from ddplab.engine import pool
+
+    shared = pool.shared()
+    size = max(3, len(shared._workers))  # as many as the pool had (it grows, never shrinks)
+    with pytest.raises(ddplab.RankError):
+        ddplab.run(rank_fns.raise_on, 3, rank=0)
+    deadline = time.monotonic() + 60
+    while len(shared._workers) < size and time.monotonic() < deadline:  # started in a thread
+        time.sleep(0.05)
+    started = [w.process.pid for w in shared._workers]
+    assert len(started) == size and all(alive(pid) for pid in started)
+    assert [r["pid"] for r in ddplab.run(rank_fns.identify, 3)] == started[:3]
 
 
 def test_a_hung_rank_times_out_and_the_pool_recovers():
@@ -230,7 +260,7 @@ def test_every_listening_socket_is_on_loopback():
     per_rank = ddplab.run(rank_fns.listening_sockets, 3)
     assert all(per_rank), "each rank of a live gloo group listens for its peers"
     pool = [psutil.Process()] + psutil.Process().children(recursive=True)
-    listening = [(p.pid, c.laddr) for p in pool for c in p.net_connections("inet")
+    listening = [(p.pid, c.laddr) for p in pool for c in rank_fns.inet_connections(p)
                  if c.status == psutil.CONN_LISTEN]
     assert listening  # at least the store
     assert all(addr.ip in ("127.0.0.1", "::1") for _, addr in listening), listening

@@ -244,6 +244,17 @@ def test_the_hook_comparison_reports_each_run_with_the_hooks_done_so_far():
     plt.close(one)
 
 
+def test_a_move_of_the_powersgd_rank_runs_powersgd_alone_when_the_panel_reuses():
+    first = compression.compare(hooks=("none", "powersgd"), powersgd_rank=1, reuse=True)
+    second = compression.compare(hooks=("none", "powersgd"), powersgd_rank=2, reuse=True)
+    assert second["none"] is first["none"]  # the rank changes nothing for it: kept
+    assert second["powersgd"] is not first["powersgd"]
+    # P and Q are (n x r) and (m x r): twice the rank, more bytes on the wire
+    assert second["powersgd"].bytes_sent > first["powersgd"].bytes_sent
+    fresh = compression.compare(hooks=("none",), powersgd_rank=2)  # the book's: runs anew
+    assert fresh["none"] is not second["none"]
+
+
 def test_cli_accumulate_and_compress_print_the_named_fields():
     data = ddplab_json("accumulate", "--world-size", "2", "--batch-size", "4",
                        "--micro-batches", "3", "--seed", "5", "--layers", "8,64,32,4")

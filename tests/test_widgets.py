@@ -128,7 +128,7 @@ def test_a_long_run_ticks_in_the_status_line_while_it_runs():
     assert "real DDP run and drawn in" in status.value  # the tick stopped before the end
 
 
-def test_a_hang_shows_each_ranks_last_noted_step_while_it_is_waited_out():
+def test_a_hang_shows_where_each_rank_waits_and_counts_down_to_the_timeout():
     from ddplab.chapters.hangs import uneven
 
     panel = widgets.explore(uneven.run, lambda result: plots.plt.figure(), world_size=(2, 3),
@@ -136,5 +136,15 @@ def test_a_hang_shows_each_ranks_last_noted_step_while_it_is_waited_out():
     slider, status = panel.children[0].children[0], panel.children[1]
     seen = []
     status.observe(lambda change: seen.append(change["new"]), names="value")
-    slider.value = 3  # one rank has an extra batch: the others wait in its all-reduce
-    assert any("rank 0" in text and "last step noted" in text for text in seen), seen
+    slider.value = 3  # rank 2 has a third batch: its backward waits for ranks that left
+    ticks = [text for text in seen if "timeout in" in text]
+    assert ticks, seen
+    # Rank 2 finished steps 0 and 1 like the others; its third backward never returns.
+    assert any("rank 2: waits in the backward of step 2: DDP's gradient all-reduce" in text
+               for text in ticks), ticks
+    assert any("rank 0: waits in the check-in (monitored_barrier" in text
+               for text in ticks), ticks
+    assert not any("rank 0: waits in the backward of step 2" in text for text in ticks)
+    left = [float(text.split("timeout in ")[1].split(" s")[0]) for text in ticks]
+    assert left == sorted(left, reverse=True) and left[0] > left[-1]  # it counts down
+    assert "hung" in status.value or "real DDP run" in status.value  # the end is drawn

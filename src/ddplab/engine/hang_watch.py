@@ -9,7 +9,10 @@ Inside a rank (``work_groups``, ``note``, ``check_in``):
   formed it, so a collective on that group could give up before the caller does; on a group of
   its own only the caller's timeout ends the hang.
 - ``note`` writes one line to the rank's log (ranks never write into cells). A hung rank returns
-  nothing, so the caller reads how far every rank got from these lines.
+  nothing, so the caller reads how far every rank got from these lines. ``watch_ddp`` and
+  ``finish`` also note, before each call that waits for the other ranks, which call it is
+  (``waiting=...``), so that a panel can say where each rank waits while the run hangs
+  (``ddplab.screen.while_running``).
 - ``check_in`` is ``dist.monitored_barrier`` on a second group (the pitfall's group may be stuck
   in a collective that a barrier on it would be confused with): rank 0 raises naming every rank
   that did not arrive within its timeout (``wait_all_ranks=True``); the other ranks raise naming
@@ -35,6 +38,7 @@ import threading
 import time
 import uuid
 
+import torch
 import torch.distributed as dist
 from torch.distributed.constants import default_pg_timeout
 
@@ -68,6 +72,31 @@ def note(call_id: str, rank: int, **fields) -> None:
     print(NOTE + json.dumps({"call": call_id, "rank": rank, **fields}), flush=True)
 
 
+def watch_ddp(call_id: str, rank: int, ddp) -> None:
+    """Note, for every forward of ``ddp``, the calls in which it waits for the other ranks:
+    DDP's forward (it broadcasts buffers from rank 0 when the model has some, and inside
+    ``Join`` all-reduces a flag: ``DistributedDataParallel._pre_forward``, torch 2.13
+    ``nn/parallel/distributed.py``:1762 and :1781) and, in training,
+    the backward that follows (the gradient all-reduce, launched from autograd hooks). Hooks,
+    so that the loops a page shows stay plain."""
+    forwards = [0]
+
+    def before(module, args):
+        what = "evaluation" if not torch.is_grad_enabled() else f"step {forwards[0]}"
+        note(call_id, rank, waiting=f"DDP's forward of {what} (its buffer broadcast, or "
+                                    "Join's all-reduce)")
+
+    def after(module, args, output):
+        # A deep copy of the model (a reference step without DDP) carries this hook along.
+        if module is ddp.module and torch.is_grad_enabled():
+            note(call_id, rank, waiting=f"the backward of step {forwards[0]}: DDP's gradient "
+                                        "all-reduce")
+            forwards[0] += 1
+
+    ddp.register_forward_pre_hook(before)
+    ddp.module.register_forward_hook(after)
+
+
 def check_in(watch, seconds: float) -> str | None:
     """``monitored_barrier`` on ``watch``: None when every rank arrived, else its message."""
     try:
@@ -82,6 +111,7 @@ def finish(call_id: str, rank: int, work, watch, seconds: float) -> str | None:
     """Check in on ``watch``, note the outcome, and close both groups when every rank
     arrived. Else another rank is stuck in a collective of ``work``: destroying it would end
     that wait with "Connection closed", so the caller's timeout ends the run instead."""
+    note(call_id, rank, waiting=f"the check-in (monitored_barrier, up to {seconds:g} s)")
     message = check_in(watch, seconds)
     note(call_id, rank, check_in=message)
     if message is None:

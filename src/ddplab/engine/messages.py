@@ -3,7 +3,7 @@
 They travel pickled over one pipe per rank. This module imports no torch: the caller must
 never load :mod:`.rank` (it would import dynamo for nothing), yet both sides need these.
 
-caller -> rank: :class:`Run`, :class:`Leave`, :class:`Stop`
+caller -> rank: :class:`Run`, :class:`Stop`
 rank -> caller: :class:`Ready` (once, when the process has started), then one :class:`Result`
 or :class:`Error` per :class:`Run`
 """
@@ -32,7 +32,9 @@ class Shipped:
 
 @dataclasses.dataclass(frozen=True)
 class Run:
-    """Run ``fn(ctx, **params)`` in group ``generation`` (formed anew when it changes).
+    """Run ``fn(ctx, **params)`` in group ``generation``: the ranks form it the first time a
+    call names it and keep it (``engine.groups``); the pool names the same generation again
+    for the same world size and backend.
 
     From ``ddplab.run`` and ``Cluster.run``, ``fn`` is a :class:`Shipped` holding the function
     and its parameters, and ``params`` is empty."""
@@ -46,13 +48,8 @@ class Run:
 
 
 @dataclasses.dataclass(frozen=True)
-class Leave:
-    """Leave the current group and idle (the rank is beyond the next group's world size)."""
-
-
-@dataclasses.dataclass(frozen=True)
 class Stop:
-    """Leave the group and exit."""
+    """Shut the kept groups down and exit."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -4,10 +4,12 @@
   calls; the pool grows to the largest world size asked for.
 * The caller owns one TCPStore on a socket it bound to 127.0.0.1 itself (``TCPStore("127.0.0.1",
   ...)`` alone would listen on every interface). Each new group ("generation") uses a fresh key
-  prefix of that store. A group is kept while world size and backend stay the same.
+  prefix of that store. The ranks keep every group they form (:mod:`ddplab.engine.groups`), so
+  the pool names one generation per world size and backend it has served, and a move back to
+  a size served before forms nothing; ranks beyond a call's world size idle in theirs.
 * Any failure (a rank raises, dies, hangs past the timeout, or the caller is interrupted) ends
-  every rank process of the pool; the next call starts fresh ones. Half-broken groups are never
-  reused, and a respawn from the warm forkserver costs a fraction of a second.
+  every rank process of the pool; fresh ones start in the background (:mod:`.respawn`) or with
+  the next call. Half-broken groups are never reused; a respawn costs a fraction of a second.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import sys
 import threading
 import time
 
-from ddplab.engine import messages, rank_logs
+from ddplab.engine import messages, rank_logs, respawn
 from ddplab.engine.backend import resolve_backend
 from ddplab.engine.errors import GUARD_HINT, RankError
 from ddplab.engine.forkserver import process_context
@@ -47,6 +49,7 @@ class Pool:
         self._workers: list[Worker] = []
         self._group = None  # (world_size, backend) of the group formed by the first workers
         self._generation = 0
+        self._generations = {}  # (world_size, backend) -> the generation its ranks keep
         self._store = None
         self._port = None
         self._logdir = None
@@ -68,17 +71,16 @@ class Pool:
             self._grow(world_size, backend, timeout)
             active = self._workers[:world_size]
             try:
-                if self._group != (world_size, backend):  # a new group: a new generation
-                    self._generation += 1
-                    self._group = (world_size, backend)
-                    for worker in self._workers[world_size:]:
-                        messages.send(worker.conn, messages.Leave())
-                call = messages.Run(self._generation, world_size, backend, timeout, fn, params)
+                self._group = (world_size, backend)
+                call = messages.Run(self._generation_of(world_size, backend), world_size,
+                                    backend, timeout, fn, params)
                 for worker in active:
                     messages.send(worker.conn, call)
                 return self._collect(active, timeout)
             except BaseException:  # a rank failed, or the caller was interrupted
+                size = len(self._workers)
                 self._end_workers()
+                respawn.soon(self, size, backend)  # ready before the next call, if it can
                 raise
 
     def logs(self) -> list[str]:
@@ -149,6 +151,16 @@ class Pool:
         except BaseException:
             self._end_workers()
             raise
+
+    def _generation_of(self, world_size: int, backend: str) -> int:
+        """The generation of the group of ``world_size`` ranks on ``backend``: the one its ranks
+        kept, or a new one they form on this call. Growing the pool keeps these (the groups'
+        members are still there); ending the workers forgets them."""
+        key = (world_size, backend)
+        if key not in self._generations:
+            self._generation += 1
+            self._generations[key] = self._generation
+        return self._generations[key]
 
     def _collect(self, workers: list[Worker], timeout: float, starting=False) -> list:
         """One reply from each worker, by rank; raise if a rank raised, died or timed out."""
@@ -223,6 +235,7 @@ class Pool:
             w.conn.close()
         self._workers = []
         self._group = None
+        self._generations.clear()
 
     def _log_path(self, rank: int) -> str:
         return os.path.join(self._logdir, f"rank{rank}.log")

@@ -8,14 +8,16 @@ travels as a shared-memory file descriptor that is gone once the sender moves on
 (``FileNotFoundError`` in ``rebuild_storage_fd``).
 
 The worker loop (:func:`worker_main`) is what the local pool runs in each of its processes. It
-keeps one process group alive across calls while the world size and backend stay the same,
-because re-forming a group costs more than a small DDP step (see ``ARCHITECTURE.md``).
+keeps every process group it joins alive across calls (:mod:`.groups`: one per world size the
+pool has served), because forming a group costs more than a small DDP step (see
+``ARCHITECTURE.md``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
 import os
 import signal
 import socket
@@ -34,6 +36,7 @@ import torch.distributed as dist
 import torch.nn.parallel  # noqa: F401
 
 from ddplab.engine import messages
+from ddplab.engine.groups import Groups
 
 LOOPBACK_IFNAME = "lo0" if sys.platform == "darwin" else "lo"
 
@@ -82,7 +85,7 @@ def worker_main(conn, rank: int, store_port: int, log_path: str) -> None:
     store = dist.TCPStore("127.0.0.1", store_port, is_master=False,
                           timeout=datetime.timedelta(seconds=60))
     messages.send(conn, messages.Ready(os.getpid()))
-    group = None  # (generation, world_size, backend) of the group this process is in
+    groups = Groups()  # every group this process has joined, one of them the default
     while True:
         try:
             message = messages.receive(conn)
@@ -93,9 +96,6 @@ def worker_main(conn, rank: int, store_port: int, log_path: str) -> None:
             continue
         if isinstance(message, messages.Stop):
             break
-        if isinstance(message, messages.Leave):
-            group = _leave(group)
-            continue
         call = message
         try:
             fn, params = _loaded(call)
@@ -105,12 +105,7 @@ def worker_main(conn, rank: int, store_port: int, log_path: str) -> None:
         print(f"--- {getattr(fn, '__qualname__', fn)} on rank {rank} of {call.world_size}",
               flush=True)
         try:
-            if group != (call.generation, call.world_size, call.backend):
-                group = _leave(group)
-                store.set_timeout(datetime.timedelta(seconds=call.timeout))
-                ctx = _join(store, call.generation, rank, call.world_size, call.backend,
-                            call.timeout)
-                group = (call.generation, call.world_size, call.backend)
+            ctx = groups.use(call.generation, functools.partial(_join, store, call, rank))
             reply = messages.Result(plain(fn(ctx, **params)))
         except BaseException as exc:
             reply = _error_reply(rank, exc, "raised")
@@ -118,7 +113,7 @@ def worker_main(conn, rank: int, store_port: int, log_path: str) -> None:
             sys.stdout.flush()
             sys.stderr.flush()
         messages.send(conn, reply)
-    _leave(group)
+    groups.close()
 
 
 def _loaded(call: messages.Run):
@@ -128,20 +123,17 @@ def _loaded(call: messages.Run):
     return call.fn, call.params
 
 
-def _join(store, generation, rank, world_size, backend, timeout) -> RankContext:
-    device = device_for(backend, rank)
+def _join(store, call: messages.Run, rank: int) -> RankContext:
+    """Form the group of ``call`` (a new generation): every rank of its world size calls this."""
+    store.set_timeout(datetime.timedelta(seconds=call.timeout))
+    device = device_for(call.backend, rank)
     # A fresh key prefix per group: re-forming a group under a used prefix hangs (pytorch#55967).
-    dist.init_process_group(backend, store=dist.PrefixStore(f"ddplab/gen{generation}/", store),
-                            rank=rank, world_size=world_size,
-                            timeout=datetime.timedelta(seconds=timeout))
-    return RankContext(rank=rank, world_size=world_size, local_rank=rank, device=device,
-                       backend=backend, host=socket.gethostname())
-
-
-def _leave(group):
-    if group is not None and dist.is_initialized():
-        dist.destroy_process_group()
-    return None
+    dist.init_process_group(call.backend,
+                            store=dist.PrefixStore(f"ddplab/gen{call.generation}/", store),
+                            rank=rank, world_size=call.world_size,
+                            timeout=datetime.timedelta(seconds=call.timeout))
+    return RankContext(rank=rank, world_size=call.world_size, local_rank=rank, device=device,
+                       backend=call.backend, host=socket.gethostname())
 
 
 def _error_reply(rank: int, exc: BaseException, what: str) -> messages.Error:

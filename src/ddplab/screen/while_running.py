@@ -1,7 +1,10 @@
 """While a panel's run takes long (a sweep, a timed run, a hang waited out), its status line
-ticks: the seconds so far and, where the ranks note their steps (``hang_watch.note(...,
-step=k)``, as the hang pitfalls do), each rank's last step, so that a reader watches a hang
-happen rather than a frozen figure for the timeout.
+ticks from the first 150 ms: the seconds so far, a countdown to the call's timeout when the
+panel has one, and where each rank is, from the notes the ranks write to their logs
+(``hang_watch.note``): the call a rank waits in (``waiting=...``, noted before every DDP
+forward and backward by ``hang_watch.watch_ddp`` and before the check-in), its last finished
+step, or its check-in. A reader watches a hang happen (which ranks wait, in which call, and
+when the pool will give up) rather than a frozen figure for the timeout.
 
 A thread of the kernel does it: a widget's change is sent to the page at once from any thread
 (ipykernel's IOPub thread), while the kernel's main thread waits on the ranks. It reads the
@@ -11,6 +14,7 @@ ranks' log files itself, without the pool's lock, which the waiting run holds.
 from __future__ import annotations
 
 import glob
+import html
 import json
 import os
 import threading
@@ -20,14 +24,16 @@ from ddplab.engine import pool
 
 NOTE = "ddplab-note "  # ddplab.engine.hang_watch.NOTE; not imported: that imports torch
 FIRST_TICK = 0.15  # s: a move that answers sooner shows no ticking
-EVERY = 0.25  # s between ticks
+EVERY = 0.1  # s between ticks: the countdown moves in tenths
+STATE_KEYS = ("waiting", "step", "stopped_at", "check_in")  # notes that say where a rank is
 
 
 class WhileRunning:
-    """``with WhileRunning(status):`` ticks ``status.value`` until the block ends."""
+    """``with WhileRunning(status, timeout=...):`` ticks ``status.value`` until the block
+    ends; ``timeout`` (seconds, optional) adds a countdown to it."""
 
-    def __init__(self, status, what: str = "running"):
-        self.status, self.what = status, what
+    def __init__(self, status, what: str = "running", timeout: float | None = None):
+        self.status, self.what, self.timeout = status, what, timeout
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._tick, daemon=True)
 
@@ -45,14 +51,19 @@ class WhileRunning:
         if self._stop.wait(FIRST_TICK):
             return
         while True:
-            steps = rank_steps(self._offsets)
-            text = f"<i>{self.what}... {time.perf_counter() - self._start:.1f} s</i>"
-            if steps:
-                text += " &nbsp; last step noted: " + ", ".join(
-                    f"rank {rank} {step}" for rank, step in sorted(steps.items()))
-            self.status.value = text
+            self.status.value = self.text(time.perf_counter() - self._start,
+                                          rank_states(self._offsets))
             if self._stop.wait(EVERY):
                 return
+
+    def text(self, elapsed: float, states: dict) -> str:
+        text = f"<i>{self.what}... {elapsed:.1f} s</i>"
+        if self.timeout is not None:
+            left = max(0.0, self.timeout - elapsed)
+            text += (f" &nbsp; <b>timeout in {left:.1f} s</b> (a rank silent for "
+                     f"{self.timeout:g} s ends the run as hung)")
+        return text + "".join(f"<br>rank {rank}: {html.escape(state, quote=False)}"
+                              for rank, state in sorted(states.items()))
 
 
 def _log_files() -> list[str]:
@@ -71,9 +82,8 @@ def _log_sizes() -> dict:
     return sizes
 
 
-def rank_steps(offsets: dict) -> dict:
-    """Each rank's last noted step in what its log gained since ``offsets`` (path: bytes)."""
-    steps = {}
+def rank_notes(offsets: dict):
+    """Every note the ranks' logs gained since ``offsets`` (path: bytes), in each log's order."""
     for path in _log_files():
         try:
             with open(path, "rb") as f:
@@ -84,9 +94,26 @@ def rank_steps(offsets: dict) -> dict:
         for line in text.splitlines():
             if line.startswith(NOTE):
                 try:
-                    entry = json.loads(line[len(NOTE):])
+                    yield json.loads(line[len(NOTE):])
                 except ValueError:  # a line still being written
                     continue
-                if "step" in entry:
-                    steps[entry["rank"]] = entry["step"]
-    return steps
+
+
+def rank_states(offsets: dict) -> dict:
+    """Where each rank is, by its last note that says so (see the module's docstring)."""
+    states = {}
+    for entry in rank_notes(offsets):
+        if any(key in entry for key in STATE_KEYS):
+            states[entry["rank"]] = state_text(entry)
+    return states
+
+
+def state_text(entry: dict) -> str:
+    if "waiting" in entry:
+        return f"waits in {entry['waiting']}"
+    if "check_in" in entry:
+        message = entry["check_in"]
+        return "passed the check-in" if message is None else f"check-in: {message}"
+    if "stopped_at" in entry:
+        return f"left the loop at step {entry['stopped_at']}"
+    return f"finished step {entry['step']}"

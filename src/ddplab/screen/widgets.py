@@ -42,7 +42,8 @@ def explore(run, plot, **controls) -> ipywidgets.Widget:
         status.value = "<i>running...</i>"
         start = time.perf_counter()
         try:
-            with WhileRunning(status):  # a long run ticks, with the ranks' steps
+            # A long run ticks: where each rank is and, for a run that may hang, a countdown.
+            with WhileRunning(status, timeout=timeout_of(values)):
                 result = run(**values)
             ran = time.perf_counter()
             image.value = figure.png(result)
@@ -62,6 +63,13 @@ def explore(run, plot, **controls) -> ipywidgets.Widget:
                              status, image])
     panel.show = lambda result: setattr(image, "value", figure.png(result))  # explore_sweep
     return panel
+
+
+def timeout_of(values: dict) -> float | None:
+    """A panel's ``timeout`` control (the hang panels have one): seconds, or None."""
+    timeout = values.get("timeout")
+    number = isinstance(timeout, (int, float)) and not isinstance(timeout, bool)
+    return float(timeout) if number else None
 
 
 def defaults_of(run) -> dict:

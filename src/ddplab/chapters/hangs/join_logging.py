@@ -137,6 +137,7 @@ def train(ctx, call_id: str, fix: str, batches_per_rank: list[int], batch_size: 
     work, watch = hang_watch.work_groups(check_in_seconds)
     model = make_model(uneven.LAYERS, seed).to(ctx.device)
     ddp = DDP(model, process_group=work)
+    hang_watch.watch_ddp(call_id, ctx.rank, ddp)  # where it waits, while it hangs
     optimizer = torch.optim.SGD(model.parameters(), lr=uneven.LR)
     loader = uneven.rank_loader(ctx, batches_per_rank[ctx.rank], batch_size, seed,
                                 drop_last=False)

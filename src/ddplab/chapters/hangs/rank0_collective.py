@@ -65,6 +65,7 @@ def train_then_evaluate(ctx, call_id: str, fix: str, steps: int,
     work, watch = hang_watch.work_groups(check_in_seconds)
     model = make_model(LAYERS, seed, norm=NORM).to(ctx.device)
     ddp = DDP(model, process_group=work)
+    hang_watch.watch_ddp(call_id, ctx.rank, ddp)  # where it waits, while it hangs
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     rows = slice(ctx.rank * batch_size, (ctx.rank + 1) * batch_size)
     for step in range(steps):

@@ -109,6 +109,7 @@ def train(ctx, call_id: str, batches_per_rank: list[int], fix: str,
     work, watch = hang_watch.work_groups(check_in_seconds)
     model = make_model(LAYERS, seed).to(ctx.device)
     ddp = DDP(model, process_group=work)  # keep a reference until backward is done
+    hang_watch.watch_ddp(call_id, ctx.rank, ddp)  # where it waits, while it hangs
     optimizer = torch.optim.SGD(model.parameters(), lr=LR)
     loader = rank_loader(ctx, batches_per_rank[ctx.rank], batch_size, seed,
                          drop_last=fix == "loader-drop-last")

@@ -206,14 +206,26 @@ def run(world_size: int = 2, hook: str = "fp16", seed: int = 0, layers=None,
                                       for i in range(iterations)])
 
 
+_LAST: dict = {}  # the last compare(reuse=True)'s results, by what each run depended on
+
+
 def compare(hooks=HOOKS, world_size: int = 2, powersgd_rank: int = 1, seed: int = 0,
-            progress=None) -> dict:
+            progress=None, reuse: bool = False) -> dict:
     """:func:`run` for each hook: ``{hook: Compression}``; ``powersgd_rank`` is PowerSGD's
-    matrix rank. ``progress`` hears of each run, with the hooks done so far as ``partial``."""
-    out = {}
+    matrix rank. ``progress`` hears of each run, with the hooks done so far as ``partial``.
+    ``reuse`` (the lab's panel): a hook whose run would be the same as in the last call (only
+    PowerSGD depends on ``powersgd_rank``) keeps that call's result instead of running again,
+    so a move of the rank runs PowerSGD alone."""
+    global _LAST
+    out, kept = {}, {}
     for i, hook in enumerate(hooks):
         progress_report(progress, i, len(hooks), hook, partial=dict(out) if out else None)
-        out[hook] = run(world_size, hook, seed, powersgd_rank=powersgd_rank)
+        key = (hook, world_size, seed, powersgd_rank if hook == "powersgd" else None)
+        out[hook] = _LAST[key] if reuse and key in _LAST else run(world_size, hook, seed,
+                                                                 powersgd_rank=powersgd_rank)
+        kept[key] = out[hook]
+    if reuse:
+        _LAST = kept
     progress_report(progress, len(hooks), len(hooks), "done")
     return out
 

@@ -56,6 +56,7 @@ def train(ctx, call_id: str, steps: int, bad_step: int, fix: str, batch_size: in
     work, watch = hang_watch.work_groups(check_in_seconds)
     model = make_model(LAYERS, seed).to(ctx.device)
     ddp = DDP(model, process_group=work)  # keep a reference until backward is done
+    hang_watch.watch_ddp(call_id, ctx.rank, ddp)  # where it waits, while it hangs
     optimizer = torch.optim.SGD(model.parameters(), lr=LR)
     rows = slice(ctx.rank * batch_size, (ctx.rank + 1) * batch_size)
     stopped_at, done = None, 0
