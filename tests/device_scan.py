@@ -267,7 +267,8 @@ def findings(paths) -> list[tuple[str, int, str]]:
 
 def cell_sources(path) -> list[tuple[str, str]]:
     """(where, code) of each code cell of a page (``{code-cell}`` blocks of a MyST notebook)
-    or a lab (``.ipynb``), IPython's ``%`` and ``!`` lines left out."""
+    or a lab (``.ipynb``), IPython's ``%`` and ``!`` lines and a cell's options (``:key:``
+    lines, or a YAML block between ``---`` lines at its top) left out."""
     path = pathlib.Path(path)
     text = path.read_text()
     if path.suffix == ".ipynb":
@@ -279,6 +280,7 @@ def cell_sources(path) -> list[tuple[str, str]]:
         import re
 
         cells = re.findall(r"^```\{code-cell\}[^\n]*\n(.*?)^```", text, re.S | re.M)
+        cells = [re.sub(r"\A---\n.*?^---\n", "", cell, flags=re.S | re.M) for cell in cells]
     out = []
     for i, cell in enumerate(cells):
         lines = [line for line in cell.splitlines()
