@@ -2,9 +2,13 @@
 
 * Rank processes come from the forkserver (:mod:`ddplab.engine.forkserver`) and stay alive across
   calls; the pool grows to the largest world size asked for.
+* One placement (backend and device, :mod:`ddplab.engine.backend`) is the pool's for its life:
+  "auto" is resolved once, when first needed. A call that asks for another one explicitly gets
+  fresh processes (a CPU rank is blind to the GPUs from its start, so it cannot turn into a
+  CUDA rank).
 * The caller owns one TCPStore on a socket it bound to 127.0.0.1 itself (``TCPStore("127.0.0.1",
   ...)`` alone would listen on every interface). Each new group ("generation") uses a fresh key
-  prefix of that store. A group is kept while world size and backend stay the same.
+  prefix of that store. A group is kept while world size and placement stay the same.
 * Any failure (a rank raises, dies, hangs past the timeout, or the caller is interrupted) ends
   every rank process of the pool; the next call starts fresh ones. Half-broken groups are never
   reused, and a respawn from the warm forkserver costs a fraction of a second.
@@ -24,7 +28,7 @@ import threading
 import time
 
 from ddplab.engine import messages, rank_logs
-from ddplab.engine.backend import resolve_backend
+from ddplab.engine.backend import Placement, Ranks, check, default_placement, resolve
 from ddplab.engine.errors import GUARD_HINT, RankError
 from ddplab.engine.forkserver import process_context
 
@@ -42,41 +46,57 @@ class Worker:
 class Pool:
     """Rank processes of one machine; grows to the largest world size asked for."""
 
-    def __init__(self):
+    def __init__(self, backend: str = "auto", device: str = "auto"):
         self._lock = threading.RLock()
+        self._asked = (backend, device)
+        self._default: Placement | None = None  # what "auto" means here, resolved once
         self._workers: list[Worker] = []
-        self._group = None  # (world_size, backend) of the group formed by the first workers
+        self._placement_of_workers: Placement | None = None  # the device they serve
+        self._group = None  # (world_size, placement) of the group formed by the first workers
         self._generation = 0
         self._store = None
         self._port = None
         self._logdir = None
         self._mp = None
 
-    def start(self, world_size: int, backend: str, timeout: float) -> str:
+    def start(self, world_size: int, backend: str, device: str, timeout: float) -> Placement:
         with self._lock:
+            placement = self.placement(world_size, backend, device)
             self._start_store()
-            backend = resolve_backend(backend, world_size)
-            self._grow(world_size, backend, timeout)
-            return backend
+            self._grow(world_size, placement, timeout)
+            return placement
 
-    def run(self, fn, world_size, backend, timeout, params) -> list:
+    def placement(self, world_size: int, backend: str = "auto",
+                  device: str = "auto") -> Placement:
+        """Where a call of ``world_size`` ranks asking for ``backend``/``device`` runs: "auto"
+        is the pool's placement, resolved on first use and kept for the pool's life. What this
+        machine cannot serve is a ValueError here, before any rank starts."""
         with self._lock:
+            if self._default is None:
+                self._default = default_placement(*self._asked)
+            placement = resolve(backend, device, self._default)
+        check(placement, world_size)
+        return placement
+
+    def run(self, fn, world_size, backend, device, timeout, params) -> Ranks:
+        with self._lock:
+            placement = self.placement(world_size, backend, device)
             self._start_store()
-            backend = resolve_backend(backend, world_size)
             if any(died_idle(w) for w in self._workers):
                 self._end_workers()  # one died between calls: its group cannot be trusted
-            self._grow(world_size, backend, timeout)
+            self._grow(world_size, placement, timeout)
             active = self._workers[:world_size]
             try:
-                if self._group != (world_size, backend):  # a new group: a new generation
+                if self._group != (world_size, placement):  # a new group: a new generation
                     self._generation += 1
-                    self._group = (world_size, backend)
+                    self._group = (world_size, placement)
                     for worker in self._workers[world_size:]:
                         messages.send(worker.conn, messages.Leave())
-                call = messages.Run(self._generation, world_size, backend, timeout, fn, params)
+                call = messages.Run(self._generation, world_size, placement.backend,
+                                    placement.device, timeout, fn, params)
                 for worker in active:
                     messages.send(worker.conn, call)
-                return self._collect(active, timeout)
+                return Ranks(self._collect(active, timeout), placement)
             except BaseException:  # a rank failed, or the caller was interrupted
                 self._end_workers()
                 raise
@@ -125,19 +145,18 @@ class Pool:
             sock.close()
         self._logdir = rank_logs.new_folder()
 
-    def _grow(self, world_size: int, backend: str, timeout: float) -> None:
-        if self._group is not None and self._group != (world_size, backend) \
-                and "nccl" in (backend, self._group[1]):
-            # NCCL groups are not re-formed inside live processes (destroy/re-init races,
-            # pytorch#119196): start fresh ones.
+    def _grow(self, world_size: int, placement: Placement, timeout: float) -> None:
+        if self._workers and needs_fresh_processes(self._placement_of_workers,
+                                                   self._group, world_size, placement):
             self._end_workers(graceful=True)
+        self._placement_of_workers = placement
         new = []
         try:
             for rank in range(len(self._workers), world_size):
                 parent_conn, child_conn = self._mp.Pipe()
                 process = self._mp.Process(
                     target=_worker_main, name=f"ddplab-rank-{rank}", daemon=True,
-                    args=(child_conn, rank, self._port, self._log_path(rank)))
+                    args=(child_conn, rank, self._port, self._log_path(rank), placement.device))
                 with main_file_hidden_if_missing():
                     process.start()
                 child_conn.close()
@@ -226,6 +245,18 @@ class Pool:
 
     def _log_path(self, rank: int) -> str:
         return os.path.join(self._logdir, f"rank{rank}.log")
+
+
+def needs_fresh_processes(workers_placement: Placement, group, world_size: int,
+                          placement: Placement) -> bool:
+    """Whether live rank processes cannot serve the next call's group. A process serves one
+    device for its life (a CPU rank hides the GPUs from itself at start, ``rank.hide_gpus``),
+    and an NCCL group is never re-formed inside live processes (destroy/re-init races,
+    pytorch#119196)."""
+    if workers_placement.device != placement.device:
+        return True
+    return group is not None and group != (world_size, placement) \
+        and "nccl" in (placement.backend, group[1].backend)
 
 
 def died_idle(worker: Worker) -> bool:

@@ -8,7 +8,7 @@ travels as a shared-memory file descriptor that is gone once the sender moves on
 (``FileNotFoundError`` in ``rebuild_storage_fd``).
 
 The worker loop (:func:`worker_main`) is what the local pool runs in each of its processes. It
-keeps one process group alive across calls while the world size and backend stay the same,
+keeps one process group alive across calls while the world size and placement stay the same,
 because re-forming a group costs more than a small DDP step (see ``ARCHITECTURE.md``).
 """
 
@@ -61,17 +61,37 @@ def plain(value):
     return value
 
 
-def device_for(backend: str, local_rank: int) -> torch.device:
-    """One GPU per rank under NCCL (NCCL refuses two ranks on one GPU, NVIDIA/nccl#418)."""
-    if backend == "nccl":
-        torch.cuda.set_device(local_rank)
-        return torch.device("cuda", local_rank)
+def device_for(device: str, local_rank: int) -> torch.device:
+    """``cuda:(local_rank % gpus)`` on a CUDA placement, else the CPU. The caller has checked
+    that NCCL has one GPU per rank (NCCL refuses two ranks on one GPU, NVIDIA/nccl#418), so the
+    modulo only ever folds gloo's ranks onto fewer GPUs."""
+    if device == "cuda":
+        index = local_rank % torch.cuda.device_count()
+        torch.cuda.set_device(index)
+        return torch.device("cuda", index)
     return torch.device("cpu")
 
 
-def worker_main(conn, rank: int, store_port: int, log_path: str) -> None:
-    """Serve rank ``rank`` of the local pool until told to stop or the parent goes away."""
+def hide_gpus() -> None:
+    """Make this process a CPU machine's: no GPU visible, so torch's "if CUDA is available"
+    paths (PowerSGD synchronises CUDA, powerSGD_hook.py:630) take the CPU branch.
+
+    CUDA reads ``CUDA_VISIBLE_DEVICES`` when it first initialises in a process, and torch caches
+    the device count only after that (``torch.cuda.device_count``), so setting it here, first
+    thing in the rank, works as long as the forkserver never touched CUDA before forking us. If
+    it had, this rank would still see the GPUs: that is an error, not a silent GPU rank."""
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    if torch.cuda.is_available():
+        raise RuntimeError("a CPU rank still sees a GPU although CUDA_VISIBLE_DEVICES is empty: "
+                           "CUDA was initialised before this rank was forked")
+
+
+def worker_main(conn, rank: int, store_port: int, log_path: str, device: str = "cpu") -> None:
+    """Serve rank ``rank`` of the local pool until told to stop or the parent goes away.
+    ``device`` is the device of every call it will serve: a CPU rank never sees a GPU."""
     _send_output_to(log_path)
+    if device == "cpu":
+        hide_gpus()
     # Jupyter's interrupt signals the kernel's whole process group: the kernel decides, not us.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _exit_with_parent()
@@ -82,7 +102,7 @@ def worker_main(conn, rank: int, store_port: int, log_path: str) -> None:
     store = dist.TCPStore("127.0.0.1", store_port, is_master=False,
                           timeout=datetime.timedelta(seconds=60))
     messages.send(conn, messages.Ready(os.getpid()))
-    group = None  # (generation, world_size, backend) of the group this process is in
+    group = None  # (generation, world_size, backend, device) of the group this process is in
     while True:
         try:
             message = messages.receive(conn)
@@ -105,12 +125,12 @@ def worker_main(conn, rank: int, store_port: int, log_path: str) -> None:
         print(f"--- {getattr(fn, '__qualname__', fn)} on rank {rank} of {call.world_size}",
               flush=True)
         try:
-            if group != (call.generation, call.world_size, call.backend):
+            if group != (call.generation, call.world_size, call.backend, call.device):
                 group = _leave(group)
                 store.set_timeout(datetime.timedelta(seconds=call.timeout))
                 ctx = _join(store, call.generation, rank, call.world_size, call.backend,
-                            call.timeout)
-                group = (call.generation, call.world_size, call.backend)
+                            call.device, call.timeout)
+                group = (call.generation, call.world_size, call.backend, call.device)
             reply = messages.Result(plain(fn(ctx, **params)))
         except BaseException as exc:
             reply = _error_reply(rank, exc, "raised")
@@ -128,8 +148,8 @@ def _loaded(call: messages.Run):
     return call.fn, call.params
 
 
-def _join(store, generation, rank, world_size, backend, timeout) -> RankContext:
-    device = device_for(backend, rank)
+def _join(store, generation, rank, world_size, backend, device, timeout) -> RankContext:
+    device = device_for(device, rank)
     # A fresh key prefix per group: re-forming a group under a used prefix hangs (pytorch#55967).
     dist.init_process_group(backend, store=dist.PrefixStore(f"ddplab/gen{generation}/", store),
                             rank=rank, world_size=world_size,

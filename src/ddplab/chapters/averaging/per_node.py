@@ -96,4 +96,5 @@ def node_average(nodes: int = 2, gpus_per_node: int = 4, batch_size: int = 8, se
         node_averages=np.stack([results[n * gpus_per_node]["node_average"]
                                 for n in range(nodes)]),
         ddp_grad=ddp[0], summed_grad=results[0]["sum"],
-        reference_grad=reference_gradient([batch_size] * nodes * gpus_per_node, "mean", seed))
+        reference_grad=reference_gradient([batch_size] * nodes * gpus_per_node, "mean", seed),
+    ).on(results)

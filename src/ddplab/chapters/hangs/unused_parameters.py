@@ -138,4 +138,4 @@ def run(world_size: int = 2, layers=(32,) * 13, steps: int = 30, batch_size: int
         steps_done_with_flag=flagged["steps_done"],
         aux_grad_is_none=flagged["aux_grad"] is None, layers=layers,
         ms_without=list(np.asarray(times["without"], dtype=float)),
-        ms_with=list(np.asarray(times["with"], dtype=float)))
+        ms_with=list(np.asarray(times["with"], dtype=float))).on(without, flagged, times)

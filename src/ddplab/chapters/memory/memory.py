@@ -157,7 +157,7 @@ def run(world_size: int = 2, strategy: str = "ddp", optimizer: str = "adam",
         measured_bytes_per_rank=[r["allocated"] for r in results],
         max_param_diff_vs_ddp=diff,
         activation_bytes_per_rank=[r["activations"] for r in results],
-        torch_version=torch.__version__)
+        torch_version=torch.__version__).on(results)
 
 
 def _shapes(layers):

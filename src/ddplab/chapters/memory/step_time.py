@@ -69,4 +69,5 @@ def run(world_size: int = 2, optimizer: str = "adam", params_millions: float = 8
     slowest = {label: np.max([r[label] for r in results], axis=0) for label in results[0]}
     return StepTimes(world_size=world_size, optimizer=optimizer,
                      params_millions=params_millions,
-                     step_s={label: float(np.median(t)) for label, t in slowest.items()})
+                     step_s={label: float(np.median(t)) for label, t in slowest.items()},
+                     ).on(results)

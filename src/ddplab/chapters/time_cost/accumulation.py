@@ -208,7 +208,7 @@ def run(world_size: int = 2, batch_size: int = 8, micro_batches: int = 4, seed: 
         grads=np.stack([r["no_sync"]["grad"] for r in ranks]),
         reference_grad=reference_gradient(layers, batch_size, micro_batches, len(ranks), seed),
         launches=first["no_sync"]["launches"],
-        launches_without_no_sync=first["every micro-batch"]["launches"])
+        launches_without_no_sync=first["every micro-batch"]["launches"]).on(ranks)
 
 
 # ---------------------------------------------------------------- the time of a step
@@ -271,7 +271,7 @@ def timing(world_size: int = 2, batch_size: int = 8, micro_batches=(1, 2, 4, 8),
             out[no_sync].append(float(np.median(np.max(ranks, axis=0))))
     return Timing(world_size=world_size, batch_size=batch_size, params=mlp.param_count(layers),
                   micro_batches=list(micro_batches), no_sync_s=out[True],
-                  every_micro_batch_s=out[False])
+                  every_micro_batch_s=out[False]).on(ranks)
 
 
 # ---------------------------------------------------------------- CLI

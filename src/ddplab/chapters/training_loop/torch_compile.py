@@ -128,4 +128,5 @@ def run(world_size: int = 2, bucket_cap_mb: float = 1.0, optimize_ddp: bool = Tr
         world_size=world_size, bucket_cap_mb=float(bucket_cap_mb), optimize_ddp=optimize_ddp,
         outside=outside, graphs=results[0]["graphs"], buckets=len(results[0]["bucket_bytes"]),
         bucket_bytes=results[0]["bucket_bytes"],
-        max_diff_vs_one_process=float(max(abs(r["grad"] - reference).max() for r in results)))
+        max_diff_vs_one_process=float(max(abs(r["grad"] - reference).max() for r in results)),
+    ).on(results)
