@@ -17,9 +17,8 @@ from ddplab.__main__ import main
 from ddplab.chapters.running import first_group as check
 from ddplab.common.results import Result, placement_text
 from ddplab.engine import backend
-from ddplab.engine.backend import Placement, Ranks
+from ddplab.engine.backend import Placement, Ranks, needs_fresh_processes
 from ddplab.engine.cluster import defaults
-from ddplab.engine.pool import needs_fresh_processes
 
 GLOO_CPU, GLOO_CUDA = Placement("gloo", "cpu"), Placement("gloo", "cuda")
 NCCL_CUDA = Placement("nccl", "cuda")

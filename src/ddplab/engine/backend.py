@@ -143,6 +143,18 @@ def check(placement: Placement, ranks_per_host: int, gpus: int | None = None) ->
                          "(torch.cuda.device_count() == 0). Use device='cpu' (or 'auto').")
 
 
+def needs_fresh_processes(workers_placement: Placement, group, world_size: int,
+                          placement: Placement) -> bool:
+    """Whether live rank processes cannot serve the next call's group. A process serves one
+    device for its life (a CPU rank hides the GPUs from itself at start, ``rank.hide_gpus``),
+    and an NCCL group is never re-formed inside live processes (destroy/re-init races,
+    pytorch#119196)."""
+    if workers_placement.device != placement.device:
+        return True
+    return group is not None and group != (world_size, placement) \
+        and "nccl" in (placement.backend, group[1].backend)
+
+
 # (feature, placement) -> why it does not run there. Seen on one H100 (torch 2.11.0+cu130):
 # DDP over gloo on cuda:0 matched one process within 3e-8 with 2 and 4 ranks, but PowerSGD's
 # hook gave no result within 120 s (the issue "On a GPU", kind 3; why is not known).

@@ -3,9 +3,7 @@
 * Rank processes come from the forkserver (:mod:`ddplab.engine.forkserver`) and stay alive across
   calls; the pool grows to the largest world size asked for.
 * One placement (backend and device, :mod:`ddplab.engine.backend`) is the pool's for its life:
-  "auto" is resolved once, when first needed. A call that asks for another one explicitly gets
-  fresh processes (a CPU rank is blind to the GPUs from its start, so it cannot turn into a
-  CUDA rank).
+  "auto" is resolved once. A call that asks for another device gets fresh processes.
 * The caller owns one TCPStore on a socket it bound to 127.0.0.1 itself (``TCPStore("127.0.0.1",
   ...)`` alone would listen on every interface). Each new group ("generation") uses a fresh key
   prefix of that store. A group is kept while world size and placement stay the same.
@@ -27,8 +25,8 @@ import sys
 import threading
 import time
 
+from ddplab.engine import backend as placements  # (a ``backend`` parameter is a name here)
 from ddplab.engine import messages, rank_logs
-from ddplab.engine.backend import Placement, Ranks, check, default_placement, resolve
 from ddplab.engine.errors import GUARD_HINT, RankError
 from ddplab.engine.forkserver import process_context
 
@@ -49,9 +47,9 @@ class Pool:
     def __init__(self, backend: str = "auto", device: str = "auto"):
         self._lock = threading.RLock()
         self._asked = (backend, device)
-        self._default: Placement | None = None  # what "auto" means here, resolved once
+        self._default: placements.Placement | None = None  # what "auto" means here, resolved once
         self._workers: list[Worker] = []
-        self._placement_of_workers: Placement | None = None  # the device they serve
+        self._placement_of_workers: placements.Placement | None = None  # the device they serve
         self._group = None  # (world_size, placement) of the group formed by the first workers
         self._generation = 0
         self._store = None
@@ -59,7 +57,7 @@ class Pool:
         self._logdir = None
         self._mp = None
 
-    def start(self, world_size: int, backend: str, device: str, timeout: float) -> Placement:
+    def start(self, world_size: int, backend: str, device: str, timeout: float):
         with self._lock:
             placement = self.placement(world_size, backend, device)
             self._start_store()
@@ -67,18 +65,18 @@ class Pool:
             return placement
 
     def placement(self, world_size: int, backend: str = "auto",
-                  device: str = "auto") -> Placement:
-        """Where a call of ``world_size`` ranks asking for ``backend``/``device`` runs: "auto"
-        is the pool's placement, resolved on first use and kept for the pool's life. What this
-        machine cannot serve is a ValueError here, before any rank starts."""
+                  device: str = "auto") -> placements.Placement:
+        """Where a call runs: "auto" is the pool's placement, resolved on first use and kept
+        for the pool's life; what this machine cannot serve is a ValueError, before any rank
+        starts."""
         with self._lock:
             if self._default is None:
-                self._default = default_placement(*self._asked)
-            placement = resolve(backend, device, self._default)
-        check(placement, world_size)
+                self._default = placements.default_placement(*self._asked)
+            placement = placements.resolve(backend, device, self._default)
+        placements.check(placement, world_size)
         return placement
 
-    def run(self, fn, world_size, backend, device, timeout, params) -> Ranks:
+    def run(self, fn, world_size, backend, device, timeout, params) -> placements.Ranks:
         with self._lock:
             placement = self.placement(world_size, backend, device)
             self._start_store()
@@ -96,7 +94,7 @@ class Pool:
                                     placement.device, timeout, fn, params)
                 for worker in active:
                     messages.send(worker.conn, call)
-                return Ranks(self._collect(active, timeout), placement)
+                return placements.Ranks(self._collect(active, timeout), placement)
             except BaseException:  # a rank failed, or the caller was interrupted
                 self._end_workers()
                 raise
@@ -145,8 +143,8 @@ class Pool:
             sock.close()
         self._logdir = rank_logs.new_folder()
 
-    def _grow(self, world_size: int, placement: Placement, timeout: float) -> None:
-        if self._workers and needs_fresh_processes(self._placement_of_workers,
+    def _grow(self, world_size: int, placement: placements.Placement, timeout: float) -> None:
+        if self._workers and placements.needs_fresh_processes(self._placement_of_workers,
                                                    self._group, world_size, placement):
             self._end_workers(graceful=True)
         self._placement_of_workers = placement
@@ -245,18 +243,6 @@ class Pool:
 
     def _log_path(self, rank: int) -> str:
         return os.path.join(self._logdir, f"rank{rank}.log")
-
-
-def needs_fresh_processes(workers_placement: Placement, group, world_size: int,
-                          placement: Placement) -> bool:
-    """Whether live rank processes cannot serve the next call's group. A process serves one
-    device for its life (a CPU rank hides the GPUs from itself at start, ``rank.hide_gpus``),
-    and an NCCL group is never re-formed inside live processes (destroy/re-init races,
-    pytorch#119196)."""
-    if workers_placement.device != placement.device:
-        return True
-    return group is not None and group != (world_size, placement) \
-        and "nccl" in (placement.backend, group[1].backend)
 
 
 def died_idle(worker: Worker) -> bool:
