@@ -205,3 +205,17 @@ def test_powersgd_on_one_gpu_under_gloo_is_refused_before_any_rank_starts():
     with defaults(backend="gloo", device="cuda"), pytest.raises(ValueError, match="120 s"):
         compression.run(2, "powersgd")
     assert descendants() == before
+
+
+def test_a_figure_can_say_where_its_ranks_ran():
+    import matplotlib.pyplot as plt
+
+    from ddplab.screen.style import placement_note
+
+    fig, unknown = plt.figure(), plt.figure()
+    placement_note(fig, Toy(2).on(GLOO_CUDA))
+    placement_note(unknown, Toy(2))
+    assert [t.get_text() for t in fig.texts] == ["gloo on cuda, 2 ranks"]
+    assert unknown.texts == []
+    plt.close(fig)
+    plt.close(unknown)
