@@ -19,6 +19,7 @@ import ddplab
 from ddplab.chapters.averaging.averaging import LAYERS, make_data, reference_gradient
 from ddplab.common.checks import positive_int
 from ddplab.common.mlp import flat_grad, make_model
+from ddplab.common.results import Result
 
 
 def node_gradients(ctx, gpus_per_node: int, batch_size: int, seed: int) -> dict:
@@ -52,7 +53,7 @@ def node_gradients(ctx, gpus_per_node: int, batch_size: int, seed: int) -> dict:
 
 
 @dataclasses.dataclass
-class NodeAveraging:
+class NodeAveraging(Result):
     """DDP's gradient against per-node averages, for nodes x GPUs per node ranks."""
 
     nodes: int

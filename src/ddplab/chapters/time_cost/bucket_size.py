@@ -22,6 +22,7 @@ import numpy as np
 from ddplab.chapters.time_cost import step_time
 from ddplab.common import bucket_rule, mlp
 from ddplab.common.progress import report as progress_report
+from ddplab.common.results import Result
 
 
 def algorithm_bandwidth(bus_bandwidth: float, ranks: int) -> float:
@@ -80,7 +81,7 @@ def bucket_count(layers, bucket_cap_mb) -> int:
 
 
 @dataclasses.dataclass
-class BucketSweep:
+class BucketSweep(Result):
     """DDP's steps at one world size for several bucket caps."""
 
     caps: list  # bucket_cap_mb values
