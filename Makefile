@@ -1,7 +1,7 @@
 # Every target sets up .venv first (scripts/setup.sh; a no-op once done).
 PY := .venv/bin/python
 
-.PHONY: setup run test book check-browser two-nodes report bench lab clean colab-sim
+.PHONY: setup run test book check-browser two-nodes report bench lab clean colab-sim gpu-check
 
 setup:
 	@sh scripts/setup.sh
@@ -33,6 +33,9 @@ bench: setup  ## the warm pool, the time cost, slider moves (first and every), s
 	$(PY) benchmarks/all_sliders.py
 	$(PY) benchmarks/shipping.py
 	$(PY) benchmarks/memory.py
+
+gpu-check: setup  ## on a GPU machine: every command (W=1 on NCCL; gloo on CUDA), page, test, lab and the GPU benchmark, one table
+	$(PY) scripts/gpu_check.py
 
 colab-sim: setup  ## lab 1 installed from a wheel and run in a fresh venv with Colab's versions
 	$(PY) scripts/colab_sim.py

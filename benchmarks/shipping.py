@@ -65,7 +65,7 @@ def main() -> None:
     def before():
         cluster.check_call(module_fn, world_size, backend, timeout, {})
         pickle.dumps({})  # the old check pickled the parameters once
-        return pool.shared().run(module_fn, world_size, backend, timeout, {})
+        return pool.shared().run(module_fn, world_size, backend, "cpu", timeout, {})
 
     ways = {"module": lambda: ddplab.run(module_fn, world_size, backend=backend),
             "cell": lambda: ddplab.run(cell_fn, world_size, backend=backend),
@@ -85,7 +85,7 @@ def main() -> None:
         print(f"  {name:<7} {med[name]:7.2f} ms")
     print(f"  cell / module   = {med['cell'] / med['module']:.3f}")
     print(f"  module / before = {med['module'] / med['before']:.3f}")
-    run = messages.Run(1, world_size, backend, timeout, module_fn, {})
+    run = messages.Run(1, world_size, backend, "cpu", timeout, module_fn, {})
     pickling = {"before (pickle of the message, per rank)": lambda: pickle.dumps(run),
                 "module (cloudpickle, by reference)": lambda: cluster.ship(module_fn, {}),
                 "cell (cloudpickle, by value)": lambda: cluster.ship(cell_fn, {})}

@@ -101,3 +101,23 @@ def group_and_subgroup(ctx):
     dist.destroy_process_group(sub)
     return {"pid": os.getpid(), "world": seen[0] if seen else len(_DEFAULT_GROUPS) - 1,
             "world_size": world.size(), "subgroup": name, "sum": int(total.item())}
+
+
+def cuda_view(ctx):
+    """What this rank sees of the GPUs: its environment and torch's answer."""
+    return {"visible": os.environ.get("CUDA_VISIBLE_DEVICES"), "device": str(ctx.device),
+            "available": torch.cuda.is_available(), "count": torch.cuda.device_count()}
+
+
+def ddp_gradient_on_device(ctx, seed=0, batch_size=4):
+    """One DDP step of Linear(8, 3) on ``ctx.device``; the gradient comes back on the host."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    torch.manual_seed(seed)
+    model = torch.nn.Linear(8, 3).to(ctx.device)
+    ddp = DDP(model)
+    g = torch.Generator().manual_seed(seed + 1)
+    X = torch.randn(ctx.world_size * batch_size, 8, generator=g)
+    rows = slice(ctx.rank * batch_size, (ctx.rank + 1) * batch_size)
+    ddp(X[rows].to(ctx.device)).square().mean().backward()
+    return {"device": str(model.weight.device), "grad": model.weight.grad.cpu(), "X": X}

@@ -106,10 +106,15 @@ def test_errors_of_the_averaged_gradient():
     assert 0 < results["fp16"].grad_rel_error < 1e-2
     assert 0 < results["bf16"].grad_rel_error < 1e-1
     assert results["powersgd"].grad_rel_error > results["fp16"].grad_rel_error
-    if torch.version.cuda is None:  # a CPU build: DDP refuses bf16_compress_hook by name
-        assert "NCCL" in results["bf16"].refused and results["fp16"].refused is None
-    else:  # a CUDA build takes it, GPU or not (seen with PyPI's torch 2.11 on this CPU)
-        assert results["bf16"].refused is None
+    assert results["fp16"].refused is None
+    # DDP accepts bf16_compress_hook by name only from a build with CUDA and NCCL >= 2.10
+    # (_check_comm_hook, torch/nn/parallel/distributed.py), whatever the ranks' device: a CPU
+    # build always refuses it; a CUDA build took it on a CPU machine (PyPI's torch 2.11). Either
+    # way the hook ran (bytes and error above), through the wrapper when refused.
+    if torch.version.cuda is None and torch.version.hip is None:
+        assert "NCCL" in results["bf16"].refused
+    else:
+        assert results["bf16"].refused is None or "NCCL" in results["bf16"].refused
 
 
 def test_the_fp16_hook_casts_before_it_divides():

@@ -6,9 +6,9 @@
         results = cluster.run(fn, **params)
 """
 
-from ddplab.engine.cluster import MAX_WORLD_SIZE, Cluster, RankError, logs, prestart, run
+from ddplab.engine.cluster import MAX_WORLD_SIZE, Cluster, RankError, logs, placement, prestart, run
 
 prestart()  # the forkserver imports torch while the caller does; see engine.forkserver.prestart
 
-__all__ = ["Cluster", "MAX_WORLD_SIZE", "RankError", "logs", "run"]
+__all__ = ["Cluster", "MAX_WORLD_SIZE", "RankError", "logs", "placement", "run"]
 __version__ = "0.1.0"

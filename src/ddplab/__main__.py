@@ -4,7 +4,10 @@
     torchrun --nproc-per-node 4 -m ddplab check [--json]
 
 Locally, ``--world-size`` sets the number of rank processes (default 2); under torchrun it is
-torchrun's and need not be given. Only rank 0 prints under torchrun.
+torchrun's and need not be given. Only rank 0 prints under torchrun. ``--backend`` and
+``--device`` say where every rank of the command runs (default: auto, as ``DDPLAB_BACKEND`` /
+``DDPLAB_DEVICE`` say, else NCCL on CUDA with two GPUs or more, gloo on CPU otherwise); the
+JSON records both. ``--backend gloo --device cuda`` runs every rank's tensors on one GPU.
 
 Two commands are not a chapter's experiment: ``report`` measures your cluster and sets the
 book's cost model beside each figure (``ddplab.report``), and ``exercise`` checks a solution of
@@ -28,8 +31,8 @@ import sys
 
 from ddplab import chapters
 from ddplab.common.results import to_json
-from ddplab.engine.backend import BACKENDS
-from ddplab.engine.cluster import DEFAULT_TIMEOUT
+from ddplab.engine.backend import BACKENDS, DEVICES
+from ddplab.engine.cluster import DEFAULT_TIMEOUT, defaults
 from ddplab.engine.torchrun import is_reporting_process, under_torchrun
 
 EXPERIMENTS = chapters.commands()  # every chapter module with a COMMAND, found, not listed
@@ -46,7 +49,11 @@ def parser() -> argparse.ArgumentParser:
         sub.add_argument("--world-size", type=int, default=None,
                          help="number of ranks (default 2; under torchrun: torchrun's)")
         sub.add_argument("--backend", choices=BACKENDS, default="auto",
-                         help="auto: nccl with one GPU per rank, else gloo (default auto)")
+                         help="auto: DDPLAB_BACKEND, else nccl with two GPUs or more, else gloo "
+                              "(default auto)")
+        sub.add_argument("--device", choices=DEVICES, default="auto",
+                         help="auto: DDPLAB_DEVICE, else cuda under nccl, else cpu; cuda with "
+                              "gloo puts every rank on the GPUs, rank r on cuda:(r %% GPUs)")
         sub.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
                          help=f"seconds before a silent rank is an error (default "
                               f"{DEFAULT_TIMEOUT:g})")
@@ -118,9 +125,10 @@ def main(argv=None) -> int:
     if args.world_size is None:
         args.world_size = int(os.environ["WORLD_SIZE"]) if under_torchrun() else 2
     module = EXPERIMENTS[args.command]
-    params = {k: v for k, v in vars(args).items() if k not in ("command", "json")}
+    params = {k: v for k, v in vars(args).items() if k not in ("command", "json", "device")}
     try:
-        result = module.run(**params)
+        with defaults(args.backend, args.device):  # also for drivers that pass no backend
+            result = module.run(**params)
     except ValueError as exc:  # bad input, caught before any rank started
         return bad_input(args, exc)
     data = result.to_json()

@@ -3,11 +3,18 @@ labs and the terminal.
 
 A result is a dataclass. ``to_json`` turns its fields (numpy arrays and scalars included) into
 JSON lists and numbers; a result adds derived values by listing them in ``json_extras``.
+
+Where its ranks ran (``backend`` and ``device``) is recorded by the driver in one call,
+``Result(...).on(ranks)``: ``ranks`` is what ``ddplab.run`` returned (or another result, or
+anything with a ``placement``). It is not a dataclass field, so no driver's constructor
+changes; ``to_json`` puts it first, and :func:`placement_text` gives "gloo on cpu, 4 ranks"
+for a figure.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import numpy as np
 
@@ -34,9 +41,49 @@ class Result:
     ``json_extras`` (a property or a method without arguments), under that name."""
 
     json_extras: tuple = ()
+    placement = None  # where the ranks ran (engine.backend.Placement); set by ``on``
+
+    def on(self, *sources):
+        """Record where the ranks ran, from each source's ``placement``: what ``ddplab.run``
+        returned, another result, a hang watch's outcome, a ``Placement`` itself, or lists and
+        dicts of these (a sweep's runs). Sources on different placements are a ValueError: a
+        curve over world sizes must not divide a CPU run by a GPU run. Returns ``self``."""
+        found = set(placements_of(sources))
+        if len(found) > 1:
+            raise ValueError(f"{type(self).__name__} would mix runs on "
+                             f"{' and '.join(sorted(map(str, found)))}: run them on one "
+                             "placement (one pool, the same backend and device)")
+        object.__setattr__(self, "placement", found.pop() if found else None)
+        return self
+
+    @property
+    def backend(self) -> str | None:
+        return None if self.placement is None else self.placement.backend
+
+    @property
+    def device(self) -> str | None:
+        return None if self.placement is None else self.placement.device
+
+    def __init_subclass__(cls, **kwargs):
+        """A result that writes its own ``to_json`` still shows where its ranks ran: the
+        method is wrapped so that ``backend`` and ``device`` come first."""
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__.get("to_json")
+        if own is not None:
+            @functools.wraps(own)
+            def with_placement(self):
+                return {**self.placement_json(), **own(self)}
+
+            cls.to_json = with_placement
+
+    def placement_json(self) -> dict:
+        """``{"backend": ..., "device": ...}``, or ``{}`` where no ranks ran."""
+        return {} if self.placement is None else {"backend": self.backend,
+                                                  "device": self.device}
 
     def to_json(self) -> dict:
-        data = {f.name: to_json(getattr(self, f.name)) for f in dataclasses.fields(self)}
+        data = self.placement_json()
+        data.update({f.name: to_json(getattr(self, f.name)) for f in dataclasses.fields(self)})
         for name in self.json_extras:
             value = getattr(self, name)
             data[name] = to_json(value() if callable(value) else value)
@@ -44,3 +91,29 @@ class Result:
 
     def describe(self) -> str:
         raise NotImplementedError(f"{type(self).__name__} has no describe()")
+
+
+def placements_of(source):
+    """Every placement recorded in ``source`` (see ``Result.on``), flattened."""
+    if hasattr(source, "placement"):
+        if source.placement is not None:
+            yield source.placement
+    elif hasattr(source, "backend") and hasattr(source, "device"):  # a Placement itself
+        yield source
+    elif isinstance(source, dict):
+        for value in source.values():
+            yield from placements_of(value)
+    elif isinstance(source, (list, tuple)):
+        for value in source:
+            yield from placements_of(value)
+
+
+def placement_text(result, world_size: int | None = None) -> str:
+    """Where ``result``'s ranks ran, for a figure's title or corner: "gloo on cpu, 4 ranks"
+    (``world_size`` defaults to the result's own, where it has one); "" when not recorded."""
+    placement = getattr(result, "placement", None)
+    if placement is None:
+        return ""
+    if world_size is None:
+        world_size = getattr(result, "world_size", None)
+    return placement.describe(world_size if isinstance(world_size, int) else None)

@@ -43,6 +43,7 @@ import torch.distributed as dist
 from torch.distributed.constants import default_pg_timeout
 
 from ddplab.common.checks import positive_number
+from ddplab.engine import cluster
 from ddplab.engine.cluster import logs, run
 from ddplab.engine.errors import RankError
 
@@ -132,6 +133,7 @@ class Watched:
     notes: list[list[dict]]  # per rank, the lines it noted during this call
     error: str | None  # the TimeoutError's (or RankError's) message
     during: object = None  # what ``run_watched``'s ``during`` returned
+    placement: object = None  # where the ranks ran (engine.backend.Placement), hung or not
 
     @property
     def steps_completed_per_rank(self) -> list[int]:
@@ -155,10 +157,11 @@ def run_watched(fn, world_size: int, timeout: float, backend: str = "auto",
     positive_number("timeout", timeout)
     call_id = uuid.uuid4().hex
     beside = None if during is None else Beside(during, call_id)
+    placement = cluster.placement(world_size, backend)  # known even if it hangs
     start = time.perf_counter()
     try:
         results = run(fn, world_size, backend=backend, timeout=timeout, call_id=call_id,
-                             **params)
+                      **params)
         outcome, error = "finished", None
     except TimeoutError as exc:
         results, outcome, error = None, "hung", str(exc)
@@ -169,7 +172,7 @@ def run_watched(fn, world_size: int, timeout: float, backend: str = "auto",
     seconds = time.perf_counter() - start
     return Watched(outcome=outcome, seconds=seconds, results=results,
                    notes=read_notes(call_id, world_size), error=error,
-                   during=None if beside is None else beside.result())
+                   during=None if beside is None else beside.result(), placement=placement)
 
 
 class Beside(threading.Thread):

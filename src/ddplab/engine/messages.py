@@ -42,6 +42,7 @@ class Run:
     generation: int
     world_size: int
     backend: str
+    device: str  # "cpu" or "cuda" (a rank process serves one device for its life)
     timeout: float
     fn: Callable
     params: dict

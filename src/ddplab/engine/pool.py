@@ -2,10 +2,12 @@
 
 * Rank processes come from the forkserver (:mod:`ddplab.engine.forkserver`) and stay alive across
   calls; the pool grows to the largest world size asked for.
+* One placement (backend and device, :mod:`ddplab.engine.backend`) is the pool's for its life:
+  "auto" is resolved once. A call that asks for another device gets fresh processes.
 * The caller owns one TCPStore on a socket it bound to 127.0.0.1 itself (``TCPStore("127.0.0.1",
   ...)`` alone would listen on every interface). Each new group ("generation") uses a fresh key
   prefix of that store. The ranks keep every group they form (:mod:`ddplab.engine.groups`), so
-  the pool names one generation per world size and backend it has served, and a move back to
+  the pool names one generation per world size and placement it has served, and a move back to
   a size served before forms nothing; ranks beyond a call's world size idle in theirs.
 * Any failure (a rank raises, dies, hangs past the timeout, or the caller is interrupted) ends
   every rank process of the pool; fresh ones start in the background (:mod:`.respawn`) or with
@@ -25,8 +27,8 @@ import sys
 import threading
 import time
 
+from ddplab.engine import backend as placements  # (a ``backend`` parameter is a name here)
 from ddplab.engine import messages, rank_logs, respawn
-from ddplab.engine.backend import resolve_backend
 from ddplab.engine.errors import GUARD_HINT, RankError
 from ddplab.engine.forkserver import process_context
 
@@ -44,43 +46,58 @@ class Worker:
 class Pool:
     """Rank processes of one machine; grows to the largest world size asked for."""
 
-    def __init__(self):
+    def __init__(self, backend: str = "auto", device: str = "auto"):
         self._lock = threading.RLock()
+        self._asked = (backend, device)
+        self._default: placements.Placement | None = None  # what "auto" means here, resolved once
         self._workers: list[Worker] = []
-        self._group = None  # (world_size, backend) of the group formed by the first workers
+        self._placement_of_workers: placements.Placement | None = None  # the device they serve
+        self._group = None  # (world_size, placement) of the group formed by the first workers
         self._generation = 0
-        self._generations = {}  # (world_size, backend) -> the generation its ranks keep
+        self._generations = {}  # (world_size, placement) -> the generation its ranks keep
         self._store = None
         self._port = None
         self._logdir = None
         self._mp = None
 
-    def start(self, world_size: int, backend: str, timeout: float) -> str:
+    def start(self, world_size: int, backend: str, device: str, timeout: float):
         with self._lock:
+            placement = self.placement(world_size, backend, device)
             self._start_store()
-            backend = resolve_backend(backend, world_size)
-            self._grow(world_size, backend, timeout)
-            return backend
+            self._grow(world_size, placement, timeout)
+            return placement
 
-    def run(self, fn, world_size, backend, timeout, params) -> list:
+    def placement(self, world_size: int, backend: str = "auto",
+                  device: str = "auto") -> placements.Placement:
+        """Where a call runs: "auto" is the pool's placement, resolved on first use and kept
+        for the pool's life; what this machine cannot serve is a ValueError, before any rank
+        starts."""
         with self._lock:
+            if self._default is None:
+                self._default = placements.default_placement(*self._asked)
+            placement = placements.resolve(backend, device, self._default)
+        placements.check(placement, world_size)
+        return placement
+
+    def run(self, fn, world_size, backend, device, timeout, params) -> placements.Ranks:
+        with self._lock:
+            placement = self.placement(world_size, backend, device)
             self._start_store()
-            backend = resolve_backend(backend, world_size)
             if any(died_idle(w) for w in self._workers):
                 self._end_workers()  # one died between calls: its group cannot be trusted
-            self._grow(world_size, backend, timeout)
+            self._grow(world_size, placement, timeout)
             active = self._workers[:world_size]
             try:
-                self._group = (world_size, backend)
-                call = messages.Run(self._generation_of(world_size, backend), world_size,
-                                    backend, timeout, fn, params)
+                self._group = (world_size, placement)
+                call = messages.Run(self._generation_of(world_size, placement), world_size,
+                                    placement.backend, placement.device, timeout, fn, params)
                 for worker in active:
                     messages.send(worker.conn, call)
-                return self._collect(active, timeout)
+                return placements.Ranks(self._collect(active, timeout), placement)
             except BaseException:  # a rank failed, or the caller was interrupted
                 size = len(self._workers)
                 self._end_workers()
-                respawn.soon(self, size, backend)  # ready before the next call, if it can
+                respawn.soon(self, size, placement)  # ready before the next call, if it can
                 raise
 
     def logs(self) -> list[str]:
@@ -127,19 +144,18 @@ class Pool:
             sock.close()
         self._logdir = rank_logs.new_folder()
 
-    def _grow(self, world_size: int, backend: str, timeout: float) -> None:
-        if self._group is not None and self._group != (world_size, backend) \
-                and "nccl" in (backend, self._group[1]):
-            # NCCL groups are not re-formed inside live processes (destroy/re-init races,
-            # pytorch#119196): start fresh ones.
+    def _grow(self, world_size: int, placement: placements.Placement, timeout: float) -> None:
+        if self._workers and placements.needs_fresh_processes(self._placement_of_workers,
+                                                   self._group, world_size, placement):
             self._end_workers(graceful=True)
+        self._placement_of_workers = placement
         new = []
         try:
             for rank in range(len(self._workers), world_size):
                 parent_conn, child_conn = self._mp.Pipe()
                 process = self._mp.Process(
                     target=_worker_main, name=f"ddplab-rank-{rank}", daemon=True,
-                    args=(child_conn, rank, self._port, self._log_path(rank)))
+                    args=(child_conn, rank, self._port, self._log_path(rank), placement.device))
                 with main_file_hidden_if_missing():
                     process.start()
                 child_conn.close()
@@ -152,11 +168,11 @@ class Pool:
             self._end_workers()
             raise
 
-    def _generation_of(self, world_size: int, backend: str) -> int:
-        """The generation of the group of ``world_size`` ranks on ``backend``: the one its ranks
+    def _generation_of(self, world_size: int, placement: placements.Placement) -> int:
+        """The generation of the group of ``world_size`` ranks on ``placement``: the one its ranks
         kept, or a new one they form on this call. Growing the pool keeps these (the groups'
         members are still there); ending the workers forgets them."""
-        key = (world_size, backend)
+        key = (world_size, placement)
         if key not in self._generations:
             self._generation += 1
             self._generations[key] = self._generation

@@ -64,17 +64,37 @@ def plain(value):
     return value
 
 
-def device_for(backend: str, local_rank: int) -> torch.device:
-    """One GPU per rank under NCCL (NCCL refuses two ranks on one GPU, NVIDIA/nccl#418)."""
-    if backend == "nccl":
-        torch.cuda.set_device(local_rank)
-        return torch.device("cuda", local_rank)
+def device_for(device: str, local_rank: int) -> torch.device:
+    """``cuda:(local_rank % gpus)`` on a CUDA placement, else the CPU. The caller has checked
+    that NCCL has one GPU per rank (NCCL refuses two ranks on one GPU, NVIDIA/nccl#418), so the
+    modulo only ever folds gloo's ranks onto fewer GPUs."""
+    if device == "cuda":
+        index = local_rank % torch.cuda.device_count()
+        torch.cuda.set_device(index)
+        return torch.device("cuda", index)
     return torch.device("cpu")
 
 
-def worker_main(conn, rank: int, store_port: int, log_path: str) -> None:
-    """Serve rank ``rank`` of the local pool until told to stop or the parent goes away."""
+def hide_gpus() -> None:
+    """Make this process a CPU machine's: no GPU visible, so torch's "if CUDA is available"
+    paths (PowerSGD synchronises CUDA, powerSGD_hook.py:630) take the CPU branch.
+
+    CUDA reads ``CUDA_VISIBLE_DEVICES`` when it first initialises in a process, and torch caches
+    the device count only after that (``torch.cuda.device_count``), so setting it here, first
+    thing in the rank, works as long as the forkserver never touched CUDA before forking us. If
+    it had, this rank would still see the GPUs: that is an error, not a silent GPU rank."""
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    if torch.cuda.is_available():
+        raise RuntimeError("a CPU rank still sees a GPU although CUDA_VISIBLE_DEVICES is empty: "
+                           "CUDA was initialised before this rank was forked")
+
+
+def worker_main(conn, rank: int, store_port: int, log_path: str, device: str = "cpu") -> None:
+    """Serve rank ``rank`` of the local pool until told to stop or the parent goes away.
+    ``device`` is the device of every call it will serve: a CPU rank never sees a GPU."""
     _send_output_to(log_path)
+    if device == "cpu":
+        hide_gpus()
     # Jupyter's interrupt signals the kernel's whole process group: the kernel decides, not us.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _exit_with_parent()
@@ -126,7 +146,7 @@ def _loaded(call: messages.Run):
 def _join(store, call: messages.Run, rank: int) -> RankContext:
     """Form the group of ``call`` (a new generation): every rank of its world size calls this."""
     store.set_timeout(datetime.timedelta(seconds=call.timeout))
-    device = device_for(call.backend, rank)
+    device = device_for(call.device, rank)
     # A fresh key prefix per group: re-forming a group under a used prefix hangs (pytorch#55967).
     dist.init_process_group(call.backend,
                             store=dist.PrefixStore(f"ddplab/gen{call.generation}/", store),

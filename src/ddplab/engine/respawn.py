@@ -19,8 +19,8 @@ DELAY = 1.0  # seconds after the failure
 TIMEOUT = 60.0
 
 
-def soon(pool, size: int, backend: str) -> None:
-    """Start ``size`` ranks of ``pool`` on ``backend`` after :data:`DELAY`, in a thread. A
+def soon(pool, size: int, placement) -> None:
+    """Start ``size`` ranks of ``pool`` on ``placement`` after :data:`DELAY`, in a thread. A
     later failure's request replaces this one (its size is the pool's as it is then)."""
     token = pool._respawn_request = object()
 
@@ -31,7 +31,7 @@ def soon(pool, size: int, backend: str) -> None:
             if pool._workers or pool._store is None or pool._respawn_request is not token:
                 return
             try:
-                pool._grow(size, backend, TIMEOUT)
+                pool._grow(size, placement, TIMEOUT)
             except BaseException:  # noqa: S110 - the next call starts ranks and reports it
                 pass
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import matplotlib.pyplot as plt
 
+from ddplab.common.results import placement_text
+
 RANK_COLORS = plt.get_cmap("tab10").colors + plt.get_cmap("Dark2").colors
 PAGE_WIDTH = 7.5  # inches: the book's text column at the theme's width, labels stay readable
 WIDE = 9.0  # inches: a figure that may overflow into the margin (the page scales it down)
@@ -23,6 +25,14 @@ def figure(ax=None, size=(PAGE_WIDTH, 3.0)):
         return ax.figure, ax
     fig, ax = plt.subplots(figsize=size, constrained_layout=True)
     return fig, ax
+
+
+def placement_note(fig, result, world_size: int | None = None) -> None:
+    """Where ``result``'s ranks ran ("gloo on cpu, 4 ranks") in the figure's lower right corner,
+    small and grey, so a figure from a GPU machine says so; nothing where it is not recorded."""
+    note = placement_text(result, world_size)
+    if note:
+        fig.text(0.998, 0.004, note, ha="right", va="bottom", fontsize=6.5, color="0.45")
 
 
 def log2_x(ax, ticks) -> None:

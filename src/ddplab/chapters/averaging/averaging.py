@@ -196,7 +196,7 @@ def run(world_size: int = 4, batch_size: int = 8, reduction: str = "mean", seed:
         local_grads=np.stack([r["local"] for r in results]),
         naive_grads=np.stack([r["naive"] for r in results]) if naive else None,
         ddp_grads=np.stack([r["ddp"] for r in results]),
-        reference_grad=reference_gradient(batch_sizes, reduction, seed))
+        reference_grad=reference_gradient(batch_sizes, reduction, seed)).on(results)
 
 
 def _check(world_size, batch_size, reduction, correction, batch_sizes) -> list[int]:

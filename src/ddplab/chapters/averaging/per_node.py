@@ -19,6 +19,7 @@ import ddplab
 from ddplab.chapters.averaging.averaging import LAYERS, make_data, reference_gradient
 from ddplab.common.checks import positive_int
 from ddplab.common.mlp import flat_grad, make_model
+from ddplab.common.results import Result
 
 
 def node_gradients(ctx, gpus_per_node: int, batch_size: int, seed: int) -> dict:
@@ -52,7 +53,7 @@ def node_gradients(ctx, gpus_per_node: int, batch_size: int, seed: int) -> dict:
 
 
 @dataclasses.dataclass
-class NodeAveraging:
+class NodeAveraging(Result):
     """DDP's gradient against per-node averages, for nodes x GPUs per node ranks."""
 
     nodes: int
@@ -96,4 +97,5 @@ def node_average(nodes: int = 2, gpus_per_node: int = 4, batch_size: int = 8, se
         node_averages=np.stack([results[n * gpus_per_node]["node_average"]
                                 for n in range(nodes)]),
         ddp_grad=ddp[0], summed_grad=results[0]["sum"],
-        reference_grad=reference_gradient([batch_size] * nodes * gpus_per_node, "mean", seed))
+        reference_grad=reference_gradient([batch_size] * nodes * gpus_per_node, "mean", seed),
+    ).on(results)

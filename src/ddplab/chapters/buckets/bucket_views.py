@@ -112,4 +112,5 @@ def views(layers=mlp.DEFAULT_LAYERS, world_size: int = 2, iterations: int = 3,
     model = mlp.make_model(layers, seed)
     return Views(layers=layers, world_size=world_size, iterations=iterations,
                  param_count=len(list(model.parameters())),
-                 param_bytes=sum(4 * p.numel() for p in model.parameters()), rows=rows)
+                 param_bytes=sum(4 * p.numel() for p in model.parameters()), rows=rows,
+                 ).on(ddplab.placement(world_size))

@@ -195,7 +195,7 @@ def run(layers=DEFAULT_LAYERS, bucket_cap_mb: float | None = None, iterations: i
         logged_rebuilt_sizes=first["logged_rebuilt_sizes"],
         max_diff_hook=max(r["diff"]["hook"] for r in results),
         max_diff_naive=max(r["diff"]["naive"] for r in results),
-        grads=np.stack([r["grad"] for r in results]))
+        grads=np.stack([r["grad"] for r in results])).on(results)
 
 
 # ---------------------------------------------------------------- CLI

@@ -202,7 +202,7 @@ def run(world_size: int = 2, width: int = 1024, depth: int = 2,
     model = mlp.make_model(layers, seed)
     return Timeline(layers=layers, world_size=len(ranks), mode=mode, bucket_cap_mb=bucket_cap_mb,
                     param_names=[n for n, _ in model.named_parameters()],
-                    param_bytes=[4 * p.numel() for p in model.parameters()], ranks=ranks)
+                    param_bytes=[4 * p.numel() for p in model.parameters()], ranks=ranks).on(ranks)
 
 
 # ---------------------------------------------------------------- CLI

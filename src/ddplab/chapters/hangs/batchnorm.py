@@ -209,7 +209,8 @@ def run(world_size: int = 4, global_batch_size: int = 8, seed: int = 0, sync: bo
         running_means=np.stack([r["running_mean"] for r in results]),
         running_means_next=np.stack([r["running_mean_next"] for r in results]),
         reference_output=ref["output"], reference_grad=ref["grad"],
-        reference_running_mean=ref["running_mean"], torch_sync_error=results[0]["torch_sync_error"])
+        reference_running_mean=ref["running_mean"], torch_sync_error=results[0]["torch_sync_error"],
+    ).on(results)
 
 
 def add_arguments(parser) -> None:

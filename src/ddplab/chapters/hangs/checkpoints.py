@@ -129,4 +129,4 @@ def run(world_size: int = 2, seed: int = 0, backend: str = "auto",
         files=first["files"], max_diff_loaded=max(r["loaded_diff"] for r in results),
         prefix_error=first["prefix_error"],
         max_diff_stripped=max(r["stripped_diff"] for r in results),
-        directory_removed=not os.path.exists(directory))
+        directory_removed=not os.path.exists(directory)).on(results)

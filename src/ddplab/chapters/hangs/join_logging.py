@@ -255,7 +255,7 @@ def run(world_size: int = 2, fix: str = "none", batches: int = 2, extra_batches:
         world_size=world_size, fix=fix, batches_per_rank=counts,
         own_losses=[[n["own"] for n in rank_notes if "own" in n] for rank_notes in notes],
         logged=[[n["logged"] for n in rank_notes if "logged" in n] for rank_notes in notes],
-        expected=expected, error=error)
+        expected=expected, error=error).on(ddplab.placement(world_size, backend))
 
 
 # ---------------------------------------------------------------- CLI

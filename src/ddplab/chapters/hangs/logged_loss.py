@@ -113,4 +113,4 @@ def run(world_size: int = 4, batch_size: int = 4, steps: int = 30, seed: int = 0
     rank_losses = np.array([r["own"] for r in results])  # (world_size, steps)
     return LoggedLoss(world_size=world_size, batch_size=batch_size, steps=steps,
                       rank_losses=rank_losses, mean_losses=np.array(results[0]["mean"]),
-                      reference_losses=reference(world_size, batch_size, steps, seed))
+                      reference_losses=reference(world_size, batch_size, steps, seed)).on(results)

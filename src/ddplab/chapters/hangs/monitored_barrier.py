@@ -65,4 +65,4 @@ def run(world_size: int = 3, absent: tuple = (1, 2), wait_all_ranks: bool = Fals
                          absent=list(absent), wait_all_ranks=bool(wait_all_ranks),
                          seconds=seconds)
     return BarrierMessage(world_size=world_size, absent=list(absent),
-                          wait_all_ranks=bool(wait_all_ranks), rank0_message=results[0])
+                          wait_all_ranks=bool(wait_all_ranks), rank0_message=results[0]).on(results)

@@ -133,7 +133,7 @@ def run(world_size: int = 2, fix: str = "none", steps: int = 2, batch_size: int 
         missing_ranks=hang_watch.missing_ranks(watched.check_in_messages),
         check_in_messages=watched.check_in_messages,
         val_loss=None if watched.results is None else watched.results[0]["val_loss"],
-        error=watched.error)
+        error=watched.error).on(watched)
 
 
 # ---------------------------------------------------------------- CLI

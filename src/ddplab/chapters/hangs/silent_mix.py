@@ -218,7 +218,7 @@ def run(mode: str = "ddp", metric_size: int = 5, world_size: int = 2, seed: int 
         own_grads=[[n["own_grad"] for n in notes if "own_grad" in n] for notes in watched.notes],
         counts=[last(notes, "counts") for notes in watched.notes],
         own_counts=[last(notes, "own_counts") for notes in watched.notes],
-        errors=[last(notes, "error") for notes in watched.notes], error=watched.error)
+        errors=[last(notes, "error") for notes in watched.notes], error=watched.error).on(watched)
 
 
 # ---------------------------------------------------------------- CLI

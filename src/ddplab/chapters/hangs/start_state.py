@@ -127,4 +127,4 @@ def run(world_size: int = 4, seed: int = 0, dataset_size: int = 64,
         params_after=np.stack([r["after"] for r in results]),
         sampler_indices={k: [r["indices"][k] for r in results] for k in ("same", "per_rank")},
         dropout_masks={k: np.stack([r["masks"][k] for r in results])
-                       for k in ("same", "per_rank")})
+                       for k in ("same", "per_rank")}).on(results)

@@ -229,7 +229,7 @@ def run(world_size: int = 2, extra_batches: int = 1, fix: str = "none", batches:
         final_grads=None if results is None else np.stack([r["grad"] for r in results]),
         final_params=None if results is None else np.stack([r["params"] for r in results]),
         gradient_scales=None if results is None else [r["scales"] for r in results],
-        error=watched.error, stacks=watched.during)
+        error=watched.error, stacks=watched.during).on(watched)
 
 
 # ---------------------------------------------------------------- CLI

@@ -145,4 +145,4 @@ def run(world_size: int = 2, layers=(32,) * 13, steps: int = 30, batch_size: int
         world_size=world_size, error=without["error"], steps_done=without["steps_done"],
         steps_done_with_flag=flagged["steps_done"],
         aux_grad_is_none=flagged["aux_grad"] is None, layers=layers,
-        ms_without=ms["without"], ms_with=ms["with"])
+        ms_without=ms["without"], ms_with=ms["with"]).on(ranks)

@@ -198,7 +198,7 @@ def run(world_size: int = 4, batch_size: int = 4, lr: float = 0.15, rule: str = 
         warmup_steps=warmup_steps, steps=steps, seed=seed, gradients=gradients,
         lrs=np.array(lr_schedule(lr, rule, len(results), warmup_steps, steps)),
         losses=np.array(first["losses"]), population_losses=np.array(first["population_losses"]),
-        diverged_at=first["diverged_at"])
+        diverged_at=first["diverged_at"]).on(results)
 
 
 def one_process(global_batch_size: int, lr: float, optimizer: str = "sgd", steps: int = 60,

@@ -64,7 +64,7 @@ def same_global_batch(global_batch_size: int = 32, world_sizes=(1, 2, 4, 8), lr:
                                     batch_size=global_batch_size // world_size, lr=lr,
                                     rule="none", optimizer=optimizer, steps=steps, seed=seed)
     progress_report(progress, len(world_sizes), len(world_sizes), "done")
-    return SameBatch(runs, reference)
+    return SameBatch(runs, reference).on(runs)
 
 
 # ---------------------------------------------------------------- a growing global batch
@@ -192,7 +192,7 @@ def compare(largest_world_size: int = 8, batch_size: int = 4, lr: float = 0.15,
                                              lr=lr, rule=rule, optimizer=optimizer,
                                              warmup_steps=warmup_steps, steps=steps, seed=seed))
     progress_report(progress, total, total, "done")
-    return GrowingBatch(runs, target)
+    return GrowingBatch(runs, target).on(runs)
 
 
 # ---------------------------------------------------------------- where it diverges
@@ -246,6 +246,7 @@ def divergence(world_sizes=(1, 2, 4, 8), batch_size: int = 4,
     for world_size in world_sizes:
         positive_int("each world size", world_size)
     diverged, total = {}, len(world_sizes) * len(lrs)
+    r = None  # the last run: the result records its placement (one pool, one placement)
     for i, world_size in enumerate(world_sizes):
         diverged[world_size] = []
         for j, lr in enumerate(lrs):
@@ -257,4 +258,4 @@ def divergence(world_sizes=(1, 2, 4, 8), batch_size: int = 4,
             if r.diverged:
                 break
     progress_report(progress, total, total, "done")
-    return Divergence(list(world_sizes), batch_size, optimizer, steps, lrs, diverged, base_lr)
+    return Divergence(list(world_sizes), batch_size, optimizer, steps, lrs, diverged, base_lr).on(r)

@@ -213,7 +213,7 @@ def run(world_size: int = 8, batch_size: int = 4, lr: float = 0.2, steps: int = 
         big_sq=np.array(results[0]["big_sq"]),
         population_losses=np.array(results[0]["population_losses"]),
         exact_g2=np.array([g for g, _ in results[0]["exact"]]),
-        exact_trace=np.array([t for _, t in results[0]["exact"]]), target=target)
+        exact_trace=np.array([t for _, t in results[0]["exact"]]), target=target).on(results)
 
 
 def pooled(results, exact: bool = False) -> tuple[float, float, float]:

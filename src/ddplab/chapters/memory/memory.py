@@ -170,7 +170,7 @@ def run(world_size: int = 2, strategy: str = "ddp", optimizer: str = "adam",
         step_peak_bytes_per_rank=[r["counted"]["step_peak"] for r in results],
         max_param_diff_vs_ddp=diff,
         activation_bytes_per_rank=[r["activations"] for r in results],
-        torch_version=torch.__version__)
+        torch_version=torch.__version__).on(results)
 
 
 def _shapes(layers):

@@ -67,4 +67,4 @@ def run(world_size: int = 2, optimizer: str = "adam", params_millions: float = 8
     return StepTimes(world_size=world_size, optimizer=optimizer,
                      params_millions=params_millions,
                      step_s={label: timed_step.median_step([r[label] for r in results])["step"]
-                             for label in results[0]})
+                             for label in results[0]}).on(results)

@@ -63,7 +63,7 @@ def run(world_size: int, backend: str = "auto", timeout: float = 60.0) -> FirstG
     n = len(reports)
     expected = n * (n - 1) // 2
     return FirstGroup(world_size=n, expected_rank_sum=expected,
-                      ok=all(r["rank_sum"] == expected for r in reports), ranks=reports)
+                      ok=all(r["rank_sum"] == expected for r in reports), ranks=reports).on(reports)
 
 
 LAYERS = (16, 4)  # ddp_step's model: mlp.make_model(LAYERS, seed), one Linear(16, 4)

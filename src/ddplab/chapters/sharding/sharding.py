@@ -228,7 +228,7 @@ def run(dataset_size: int = 10, world_size: int = 4, batch_size: int = 2, epochs
         samples_per_rank=results[0]["samples_per_rank"],
         steps_per_epoch=results[0]["steps_per_epoch"],
         indices=[[r["indices"][e] for r in results] for e in range(epochs)],
-        global_batch_sizes=results[0]["global_batch_sizes"])
+        global_batch_sizes=results[0]["global_batch_sizes"]).on(results)
 
 
 def _check(dataset_size, world_size, batch_size, epochs, seed, loader_drop_last, **flags):

@@ -127,4 +127,4 @@ def run(dataset_size: int = 10, world_size: int = 4, batch_size: int = 2, seed: 
         reference_correct=int(per_sample.sum()),
         correct={m: results[0][m]["correct"] for m in METHODS},
         count={m: results[0][m]["count"] for m in METHODS},
-        ids={m: [r[m]["ids"] for r in results] for m in METHODS}, per_sample=per_sample)
+        ids={m: [r[m]["ids"] for r in results] for m in METHODS}, per_sample=per_sample).on(results)

@@ -205,7 +205,7 @@ def run(world_size: int = 2, batch_size: int = 8, micro_batches: int = 4, seed: 
         grads=np.stack([r["no_sync"]["grad"] for r in ranks]),
         reference_grad=reference_gradient(layers, batch_size, micro_batches, len(ranks), seed),
         launches=first["no_sync"]["launches"],
-        launches_without_no_sync=first["every micro-batch"]["launches"])
+        launches_without_no_sync=first["every micro-batch"]["launches"]).on(ranks)
 
 
 # ---------------------------------------------------------------- CLI

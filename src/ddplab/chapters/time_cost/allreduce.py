@@ -173,7 +173,7 @@ def run(world_size: int = 2, sizes=SIZES, repeats: int = 7, copy_bytes: int = CO
     return AllReduce(world_size=len(ranks), sizes_bytes=list(sizes),
                      seconds=[max(r["seconds"][i] for r in ranks) for i in range(len(sizes))],
                      copy_bytes=copy_bytes - copy_bytes % 4,
-                     copy_seconds=ranks[0]["copy_seconds"])
+                     copy_seconds=ranks[0]["copy_seconds"]).on(ranks)
 
 
 def sweep(world_sizes=(2, 4), sizes=SIZES, repeats: int = 7, progress=None) -> dict:

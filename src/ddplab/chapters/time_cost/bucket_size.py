@@ -22,6 +22,7 @@ import numpy as np
 from ddplab.chapters.time_cost import step_time
 from ddplab.common import bucket_rule, mlp
 from ddplab.common.progress import report as progress_report
+from ddplab.common.results import Result
 
 
 def algorithm_bandwidth(bus_bandwidth: float, ranks: int) -> float:
@@ -95,7 +96,7 @@ def bucket_count(layers, bucket_cap_mb) -> int:
 
 
 @dataclasses.dataclass
-class BucketSweep:
+class BucketSweep(Result):
     """DDP's steps at one world size for several bucket caps."""
 
     caps: list  # bucket_cap_mb values
@@ -141,4 +142,4 @@ def run(caps=(100, 8, 4, 2, 1, 0.001), world_size: int = 2, batch_size: int = 32
         runs.append(step_time.run(world_size, batch_size, layers, bucket_cap_mb=cap,
                         iterations=iterations))
     progress_report(progress, len(caps), len(caps), "done")
-    return BucketSweep(list(caps), [bucket_count(layers, cap) for cap in caps], runs)
+    return BucketSweep(list(caps), [bucket_count(layers, cap) for cap in caps], runs).on(runs)

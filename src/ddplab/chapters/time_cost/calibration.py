@@ -122,4 +122,4 @@ def run(world_sizes=(1, 2), batch_size: int = 32, layers=step_time.LAYERS, round
                                       for a in runs) for w, runs in alone.items()},
         optimizer_s={w: median(a.median("optimizer") for a in runs)
                      for w, runs in alone.items()},
-        measured_s={w: median(m) for w, m in measured.items()}, rounds=rounds)
+        measured_s={w: median(m) for w, m in measured.items()}, rounds=rounds).on(fits, alone)

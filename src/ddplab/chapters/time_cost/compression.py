@@ -49,6 +49,7 @@ from ddplab.common import clock, mlp
 from ddplab.common.checks import int_at_least, one_of, positive_int
 from ddplab.common.progress import report as progress_report
 from ddplab.common.results import Result
+from ddplab.engine.backend import require
 
 COMMAND = "compress"  # python -m ddplab compress
 
@@ -195,6 +196,7 @@ def run(world_size: int = 2, hook: str = "fp16", seed: int = 0, layers=None,
     for name, value in (("powersgd_rank", powersgd_rank), ("batch_size", batch_size)):
         positive_int(name, value)
     int_at_least("iterations", iterations, 3, "PowerSGD compresses from its third")
+    require(hook, ddplab.placement(world_size, backend))  # what does not run there, refused
     ranks = ddplab.run(compressed_steps, world_size, backend=backend, timeout=timeout,
                        layers=layers, hook=hook, powersgd_rank=powersgd_rank, iterations=iterations,
                        batch_size=batch_size, seed=seed)
@@ -203,7 +205,7 @@ def run(world_size: int = 2, hook: str = "fp16", seed: int = 0, layers=None,
                        bytes_uncompressed=4 * params, refused=ranks[0]["refused"],
                        iterations=ranks[0]["iterations"],
                        max_rel_error=[max(r["iterations"][i]["rel_error"] for r in ranks)
-                                      for i in range(iterations)])
+                                      for i in range(iterations)]).on(ranks)
 
 
 _LAST: dict = {}  # the last compare(reuse=True)'s results, by what each run depended on

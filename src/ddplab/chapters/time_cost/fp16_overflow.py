@@ -54,4 +54,4 @@ def run(value: float = 70000.0, world_size: int = 2, timeout: float = 60.0) -> O
                        value=value, hook=False)
     hooked = ddplab.run(averaged_gradient, world_size, backend="gloo", timeout=timeout,
                         value=value, hook=True)
-    return Overflow(value, world_size, exact[0][0], hooked[0][0])
+    return Overflow(value, world_size, exact[0][0], hooked[0][0]).on(exact, hooked)

@@ -7,7 +7,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from ddplab.screen.phases import phase_bars
-from ddplab.screen.style import LEGEND_SIZE, PAGE_WIDTH, figure, log2_x, rank_color
+from ddplab.screen.style import LEGEND_SIZE, PAGE_WIDTH, figure, log2_x, placement_note, rank_color
 
 MODEL_STYLE = {  # a model's term -> (label, bar style)
     "compute_s": ("forward and backward", dict(color="tab:blue", alpha=0.75)),
@@ -96,6 +96,7 @@ def scaling(result, model=None, axes=None):
     eff_ax.set_ylim(0, 1.1)
     rate_ax.legend(fontsize=LEGEND_SIZE)
     eff_ax.legend(fontsize=LEGEND_SIZE)
+    placement_note(rate_ax.figure, result)  # one placement for every world size
     return rate_ax.figure
 
 

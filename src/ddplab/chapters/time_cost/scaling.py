@@ -98,4 +98,4 @@ def run(world_sizes=(1, 2, 4), batch_size: int = 32, global_batch_size: int = 64
     strong = {w: get(w, global_batch_size // w)[1] for w in world_sizes}
     progress_report(progress, 2, 2, "done")
     return Scaling(batch_size, global_batch_size, weak, strong, get(1, batch_size)[0],
-                   get(1, global_batch_size)[0], cores())
+                   get(1, global_batch_size)[0], cores()).on(weak, strong)

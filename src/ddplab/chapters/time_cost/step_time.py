@@ -155,7 +155,7 @@ def _timed(world_size, batch_size, layers, bucket_cap_mb, modes, iterations, war
                        iterations=iterations, warmup=warmup, seed=seed)
     return [StepTime(layers=layers, world_size=len(ranks), batch_size=batch_size,
                      bucket_cap_mb=bucket_cap_mb, communicate=communicate,
-                     params=mlp.param_count(layers), ranks=[r[m] for r in ranks])
+                     params=mlp.param_count(layers), ranks=[r[m] for r in ranks]).on(ranks)
             for m, communicate in enumerate(modes)]
 
 

@@ -108,9 +108,10 @@ def run(world_size: int = 2, setup: str = "reentrant", seed: int = 0, backend: s
         results = ddplab.run(checkpointed_step, world_size, backend=backend, timeout=timeout,
                              setup=setup, seed=seed)
     except ddplab.RankError as exc:
-        return Checkpointing(world_size, setup, first_line(exc), None)
+        placement = ddplab.placement(world_size, backend)  # the run raised: no Ranks came back
+        return Checkpointing(world_size, setup, first_line(exc), None).on(placement)
     model = make_model(LAYERS, seed)
     X, y = make_batch(LAYERS, BATCH, world_size, seed, 0)
     F.mse_loss(model(X), y).backward()
     diff = np.abs(np.stack([r["grad"] for r in results]) - flat_grad(model).numpy()).max()
-    return Checkpointing(world_size, setup, None, float(diff))
+    return Checkpointing(world_size, setup, None, float(diff)).on(results)

@@ -201,7 +201,7 @@ def run(world_size: int = 2, max_norm: float = 0.5, batch_size: int = 4, seed: i
         norm_reduced_again_per_rank=[r["norm_again"] for r in results],
         params_one_process=params, params=np.stack([r["params"] for r in results]),
         params_local=np.stack([r["params_local"] for r in results]),
-        params_reduced_again=np.stack([r["params_again"] for r in results]))
+        params_reduced_again=np.stack([r["params_again"] for r in results])).on(results)
 
 
 @dataclasses.dataclass
@@ -240,7 +240,7 @@ def accumulate(world_size: int = 2, max_norm: float = 0.5, batch_size: int = 4,
         max_diff_clip_every_micro_batch=float(max(np.abs(r["every"] - reference).max()
                                                   for r in results)),
         max_diff_clip_at_last=float(max(np.abs(r["last"] - reference).max()
-                                        for r in results)))
+                                        for r in results))).on(results)
 
 
 # ---------------------------------------------------------------- CLI

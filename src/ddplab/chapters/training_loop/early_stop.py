@@ -136,7 +136,7 @@ def run(world_size: int = 2, fix: str = "none", steps: int = 4, bad_step: int = 
         outcome=watched.outcome, seconds=watched.seconds, stopped_at_step_per_rank=stopped,
         steps_completed_per_rank=completed,
         missing_ranks=hang_watch.missing_ranks(watched.check_in_messages),
-        check_in_messages=watched.check_in_messages, error=watched.error)
+        check_in_messages=watched.check_in_messages, error=watched.error).on(watched)
 
 
 # ---------------------------------------------------------------- CLI

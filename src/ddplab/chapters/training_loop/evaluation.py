@@ -151,7 +151,7 @@ def run(world_size: int = 3, dataset_size: int = 10, seed: int = 0, backend: str
         metric_mean_of_ranks=float(np.nanmean([r["local_auc"] for r in results])),
         metric_padded_sampler=results[0]["auc_padded"],
         predictions_per_rank=[r["count"] for r in results],
-        padded_predictions=world_size * results[0]["padded_count"])
+        padded_predictions=world_size * results[0]["padded_count"]).on(results)
 
 
 def unequal_all_gather_error(world_size: int = 3, dataset_size: int = 10,

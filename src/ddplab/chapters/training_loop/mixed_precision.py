@@ -102,4 +102,4 @@ def run(world_size: int = 2, overflow_rank: int = 1, seed: int = 0, backend: str
         skipped_per_rank=[r["ddp"]["skipped"] for r in results],
         scale_per_rank=[r["ddp"]["scale"] for r in results],
         skipped_without_ddp_per_rank=[r["local"]["skipped"] for r in results],
-        replicas_equal=equal("ddp"), replicas_equal_without_ddp=equal("local"))
+        replicas_equal=equal("ddp"), replicas_equal_without_ddp=equal("local")).on(results)

@@ -183,8 +183,8 @@ def run(world_size: int = 3, steps: int = 3, batch_size: int = 4, seed: int = 0,
     positive_int("batch_size", batch_size)
     an_int("seed", seed)
     call_id = uuid.uuid4().hex
-    ddplab.run(train_and_print, world_size, backend=backend, timeout=timeout, call_id=call_id,
-               steps=steps, batch_size=batch_size, seed=seed)
+    ranks = ddplab.run(train_and_print, world_size, backend=backend, timeout=timeout,
+                       call_id=call_id, steps=steps, batch_size=batch_size, seed=seed)
     return Printing(world_size=world_size, batch_size=batch_size, steps=steps,
                     printed=printed_lines(call_id, world_size),
-                    losses_one_process=one_process(world_size, batch_size, steps, seed))
+                    losses_one_process=one_process(world_size, batch_size, steps, seed)).on(ranks)

@@ -118,4 +118,4 @@ def run(world_size: int = 2, seeding: str = "same", seed: int = 0, samples: int 
     return Seeds(world_size=world_size, seeding=seeding, workers=workers,
                  main_per_rank=[r["main"] for r in results],
                  workers_per_rank=[worker_draws(rank, seeding, seed, samples, workers)
-                                   for rank in range(world_size)])
+                                   for rank in range(world_size)]).on(results)

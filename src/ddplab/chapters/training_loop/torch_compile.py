@@ -168,4 +168,5 @@ def run(world_size: int = 2, bucket_cap_mb: float = 1.0, optimize_ddp: bool = Tr
         graph_breaks=results[0]["graph_breaks"], saved_key=results[0]["saved_key"],
         buckets=len(results[0]["bucket_bytes"]),
         bucket_bytes=results[0]["bucket_bytes"],
-        max_diff_vs_one_process=float(max(abs(r["grad"] - reference).max() for r in results)))
+        max_diff_vs_one_process=float(max(abs(r["grad"] - reference).max() for r in results)),
+    ).on(results)

@@ -1,0 +1,254 @@
+"""Everything ddplab offers, run on a machine with a GPU, and one table of what passed.
+
+    make gpu-check                        # or: python scripts/gpu_check.py
+    python scripts/gpu_check.py --dry-run # the plan, nothing run (any machine)
+
+On a machine with at least one GPU it runs, in this order:
+
+* every command (``python -m ddplab --help``) at world size 1 on NCCL (``--backend nccl``);
+  a command that needs two ranks or more exits 2 with "world_size must be ...": counted as
+  "needs W>=2", not as a failure;
+* every command at its default world size with gloo on CUDA tensors on the GPU(s)
+  (``--backend gloo --device cuda``); what ddplab refuses there (``engine.backend.UNSUPPORTED``,
+  e.g. PowerSGD) exits 2 with that reason: counted as "refused";
+* every book page, executed (``jupytext --execute``), with the default placement;
+* the tests: those marked ``gpu`` (skipped elsewhere), then the rest;
+* every lab under nbval;
+* the GPU benchmark, ``benchmarks/gpu.py``, where it exists.
+
+It prints one table (what, how many passed, failed, needed W>=2 or were refused, and the first
+error line of each failure) and exits 1 if anything failed. Without a GPU it says so and exits
+0 having run nothing. ``--cpu`` runs the same plan with gloo on CPU in place of NCCL and CUDA:
+that is how the tests check this script's runner and table on a machine without a GPU
+(``tests/test_gpu_check.py``), so the GPU path runs the same code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import glob
+import os
+import re
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PY = sys.executable
+BIN = os.path.dirname(PY)
+# Variants beyond a command's defaults: the issue's crashes were in these.
+VARIANTS = {"memory": [["--strategy", "zero1"], ["--strategy", "fsdp"]],
+            "compress": [["--hook", "powersgd"]]}
+NEEDS_MORE_RANKS = re.compile(r"world_size must be (between 2 and|an int >= 2)")
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    """One thing to run: a command line, and how to read its outcome ("command": exit status;
+    "pytest": the summary line's counts; "run": exit status)."""
+
+    group: str
+    name: str
+    argv: list
+    kind: str = "run"
+    timeout: float = 600.0
+    env: tuple = ()  # extra environment, (name, value) pairs
+
+
+@dataclasses.dataclass
+class Outcome:
+    step: Step
+    passed: int = 0
+    failed: int = 0
+    needs_more_ranks: int = 0
+    refused: int = 0
+    error: str | None = None  # the first error line of a failure
+    seconds: float = 0.0
+
+
+def commands() -> list[str]:
+    sys.path.insert(0, os.path.join(ROOT, "src"))
+    from ddplab import chapters
+
+    return list(chapters.commands())
+
+
+def plan(cpu: bool = False, groups=None, match: str | None = None) -> list[Step]:
+    """What to run, in order; ``cpu`` puts gloo on CPU where a GPU would be used."""
+    one = ["--backend", "gloo", "--device", "cpu"] if cpu else ["--backend", "nccl"]
+    many = ["--backend", "gloo", "--device", "cpu"] if cpu else ["--backend", "gloo",
+                                                                  "--device", "cuda"]
+    where_one = "gloo on cpu" if cpu else "nccl on cuda"
+    where_many = "gloo on cpu" if cpu else "gloo on cuda"
+    steps = []
+    for name in commands():
+        for extra in [[]] + VARIANTS.get(name, []):
+            label = " ".join([name, *extra])
+            steps.append(Step(f"commands at world size 1, {where_one}", label,
+                              [PY, "-m", "ddplab", name, *extra, "--world-size", "1", *one,
+                               "--json"], "command", 300))
+            steps.append(Step(f"commands at default world size, {where_many}", label,
+                              [PY, "-m", "ddplab", name, *extra, *many, "--json"], "command", 300))
+    for page in sorted(glob.glob(os.path.join(ROOT, "book", "*.md"))):
+        name = os.path.basename(page)
+        if not is_notebook(page):
+            continue
+        out = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"gpu-check-{name[:-3]}.ipynb")
+        steps.append(Step("book pages, executed", name,
+                          [os.path.join(BIN, "jupytext"), "--to", "ipynb", "--execute",
+                           "--set-kernel", "python3", page, "-o", out], "run", 900))
+    pytest = [PY, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+    steps.append(Step("tests marked gpu", "pytest -m gpu", [*pytest, "-n", "0", "-m", "gpu",
+                                                            "tests"], "pytest", 1800))
+    steps.append(Step("tests, the rest", "pytest -m 'not gpu' tests",
+                      [*pytest, "-n", "3", "--dist", "loadfile", "-m", "not gpu", "tests"],
+                      "pytest", 3600))
+    steps.append(Step("labs under nbval", "pytest labs",
+                      [*pytest, "-n", "3", "--dist", "loadfile", "labs"], "pytest", 3600))
+    bench = os.path.join(ROOT, "benchmarks", "gpu.py")
+    if os.path.exists(bench):
+        steps.append(Step("GPU benchmark", "benchmarks/gpu.py", [PY, bench], "run", 1800))
+    if groups:
+        steps = [s for s in steps if any(g in s.group for g in groups)]
+    if match:
+        steps = [s for s in steps if match in s.name]
+    return steps
+
+
+def is_notebook(page: str) -> bool:
+    """A page with code cells (the book's front matter names a kernel)."""
+    with open(page) as f:
+        return "```{code-cell}" in f.read()
+
+
+def run_step(step: Step) -> Outcome:
+    start = time.perf_counter()
+    env = {**os.environ, **dict(step.env)}
+    try:
+        done = subprocess.run(step.argv, cwd=ROOT, env=env, capture_output=True, text=True,
+                              timeout=step.timeout)
+        code, out, err = done.returncode, done.stdout, done.stderr
+    except subprocess.TimeoutExpired as exc:
+        code, out, err = None, str(exc.stdout or ""), f"timed out after {step.timeout:g} s"
+    return judge(step, code, out, err, time.perf_counter() - start)
+
+
+def judge(step: Step, code: int | None, out: str, err: str, seconds: float) -> Outcome:
+    """What a finished step means: pass, fail (with its first error line), a command that needs
+    more ranks, or one ddplab refuses on this placement."""
+    outcome = Outcome(step, seconds=seconds)
+    if step.kind == "pytest":
+        counts = pytest_counts(out)
+        outcome.passed = counts.get("passed", 0)
+        outcome.failed = counts.get("failed", 0) + counts.get("error", 0) \
+            + counts.get("errors", 0)
+        if code not in (0, 5) and not outcome.failed:  # 5: nothing collected (no gpu tests)
+            outcome.failed = 1
+        if outcome.failed:
+            outcome.error = first_error(out + "\n" + err, pytest=True)
+        return outcome
+    if code == 0:
+        outcome.passed = 1
+    elif step.kind == "command" and code == 2 and NEEDS_MORE_RANKS.search(err):
+        outcome.needs_more_ranks = 1
+    elif step.kind == "command" and code == 2 and refused(err):
+        outcome.refused = 1
+    else:
+        outcome.failed = 1
+        outcome.error = first_error(err or out)
+    return outcome
+
+
+def refused(err: str) -> bool:
+    sys.path.insert(0, os.path.join(ROOT, "src"))
+    from ddplab.engine.backend import UNSUPPORTED
+
+    return any(reason in err for reason in UNSUPPORTED.values())
+
+
+def pytest_counts(out: str) -> dict:
+    """{"passed": n, "failed": n, ...} from pytest's last summary line."""
+    lines = [line for line in out.splitlines() if re.search(r"\d+ (passed|failed|error)", line)]
+    if not lines:
+        return {}
+    return {word: int(n) for n, word in re.findall(r"(\d+) (\w+)", lines[-1])}
+
+
+def first_error(text: str, pytest: bool = False) -> str:
+    """The line that says what went wrong: pytest's first FAILED/ERROR line, else the last
+    line naming an error (a traceback ends with it), else the last line."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if pytest:
+        found = [line for line in lines if line.startswith(("FAILED", "ERROR"))]
+        if found:
+            return found[0]
+    found = [line for line in lines if re.search(r"(Error|Exception|error:|timed out)", line)]
+    return (found or lines or ["(no output)"])[-1][:200]
+
+
+def table(outcomes: list[Outcome]) -> str:
+    """One row per group (what, passed, failed, needs W>=2, refused, seconds), then the first
+    error line of each failure."""
+    groups: dict[str, list[Outcome]] = {}
+    for o in outcomes:
+        groups.setdefault(o.step.group, []).append(o)
+    header = f"{'what':<46} {'passed':>6} {'failed':>6} {'needs W>=2':>10} {'refused':>7} " \
+             f"{'seconds':>8}"
+    lines = [header, "-" * len(header)]
+    for group, rows in groups.items():
+        total = {f: sum(getattr(o, f) for o in rows)
+                 for f in ("passed", "failed", "needs_more_ranks", "refused", "seconds")}
+        lines.append(f"{group:<46} {total['passed']:>6} {total['failed']:>6} "
+                     f"{total['needs_more_ranks']:>10} {total['refused']:>7} "
+                     f"{total['seconds']:>8.0f}")
+    failures = [o for o in outcomes if o.failed]
+    if failures:
+        lines += ["", "failures (the first error line of each):"]
+        lines += [f"  {o.step.group}: {o.step.name}: {o.error}" for o in failures]
+    return "\n".join(lines)
+
+
+def gpu_count() -> int:
+    import torch
+
+    return torch.cuda.device_count()
+
+
+def main(argv=None) -> int:
+    cli = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    cli.add_argument("--dry-run", action="store_true", help="print the plan; run nothing")
+    cli.add_argument("--cpu", action="store_true",
+                     help="gloo on CPU in place of NCCL and CUDA (to check this script)")
+    cli.add_argument("--only", nargs="*", default=None,
+                     help="only the groups whose name contains one of these words")
+    cli.add_argument("--match", default=None, help="only the steps whose name contains this")
+    args = cli.parse_args(argv)
+    steps = plan(cpu=args.cpu, groups=args.only, match=args.match)
+    if args.dry_run:
+        for step in steps:
+            print(f"{step.group}: {step.name}: {' '.join(step.argv)}")
+        return 0
+    gpus = gpu_count()
+    if gpus == 0 and not args.cpu:
+        print("No GPU is visible here (torch.cuda.device_count() == 0): nothing was run. "
+              "Run `make gpu-check` on a machine with at least one GPU.")
+        return 0
+    outcomes = []
+    for step in steps:
+        print(f"[{len(outcomes) + 1}/{len(steps)}] {step.group}: {step.name}", flush=True)
+        outcomes.append(run_step(step))
+    where = "gloo on CPU ranks (--cpu)" if args.cpu else f"{gpus} GPU(s)"
+    print(f"\nddplab on {where}, torch {torch_version()}:\n")
+    print(table(outcomes))
+    return 1 if any(o.failed for o in outcomes) else 0
+
+
+def torch_version() -> str:
+    import torch
+
+    return f"{torch.__version__} (CUDA {torch.version.cuda})"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
