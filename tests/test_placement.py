@@ -162,6 +162,34 @@ def test_a_result_records_one_placement_and_refuses_two():
         Toy(2).on(Ranks([], GLOO_CPU), Ranks([], GLOO_CUDA))
 
 
+def drivers_that_forget_where_their_ranks_ran() -> list[str]:
+    """Every function under chapters/ that keeps what ``ddplab.run`` returned and returns a
+    result it builds (a call of a capitalised name) must record the placement with ``.on``."""
+    import ast
+    import pathlib
+
+    src = pathlib.Path(ddplab.__file__).parent / "chapters"
+    forgot = []
+    for path in sorted(src.rglob("*.py")):
+        for fn in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(fn, ast.FunctionDef):
+                continue
+            runs = any(isinstance(n, ast.Call) and ast.unparse(n.func) == "ddplab.run"
+                       for n in ast.walk(fn))
+            for node in ast.walk(fn):
+                built = isinstance(node, ast.Return) and isinstance(node.value, ast.Call) \
+                    and isinstance(node.value.func, ast.Name) and node.value.func.id[0].isupper()
+                if runs and built:
+                    forgot.append(f"{path.relative_to(src)}:{node.lineno} {fn.name}")
+    return forgot
+
+
+def test_every_driver_records_where_its_ranks_ran():
+    """A result built straight from a run (``return Result(...)``, with no ``.on(...)`` after
+    it) would leave ``backend`` and ``device`` out of its JSON and figures."""
+    assert drivers_that_forget_where_their_ranks_ran() == []
+
+
 def test_the_command_s_json_says_where_its_ranks_ran():
     report = ddplab_json("check", "--world-size", "2")
     assert {(r["backend"], r["device"].split(":")[0]) for r in report["ranks"]} \

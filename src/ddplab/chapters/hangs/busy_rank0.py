@@ -116,4 +116,4 @@ def run(world_size: int = 2, busy_seconds: float = 2.0, group_timeout: float = 1
                           timeout=steps * (busy_seconds + group_timeout) + 60)
     return BusyRank0(world_size, busy_seconds, group_timeout, steps,
                      [r["finished"] for r in per_rank], [r["error"] for r in per_rank],
-                     [r["seconds"] for r in per_rank])
+                     [r["seconds"] for r in per_rank]).on(per_rank)

@@ -92,4 +92,4 @@ def run(world_size: int = 2, steps: int = 3, backend: str = "auto",
                          steps=steps)
     if any(r != results[0] for r in results):
         raise RuntimeError(f"ranks counted differently: {results}")
-    return JoinCost(world_size=world_size, steps=steps, per_forward=results[0])
+    return JoinCost(world_size=world_size, steps=steps, per_forward=results[0]).on(results)

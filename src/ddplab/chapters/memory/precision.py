@@ -187,7 +187,7 @@ def run(world_size: int = 2, strategy: str = "ddp", scheme: str = "autocast",
         bytes_per_rank=[r["held"] for r in results],
         measured_bytes_per_rank=[r["allocated"] for r in results], dtypes=results[0]["dtypes"],
         output_dtype=results[0]["output_dtype"],
-        first_layer_computes_with=results[0]["first_layer_computes_with"])
+        first_layer_computes_with=results[0]["first_layer_computes_with"]).on(results)
 
 
 # ---------------------------------------------------------------- CLI

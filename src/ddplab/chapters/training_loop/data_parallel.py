@@ -135,7 +135,7 @@ def run(world_size: int = 2, batch_size: int = 4, seed: int = 0, backend: str = 
         dp_device_ids=dp["device_ids"], dp_output_is_module=dp["output_is_module"],
         dp_grad=dp["grad"], ddp_pids=[r["pid"] for r in ranks],
         ddp_grads=np.stack([r["grad"] for r in ranks]),
-        ddp_allreduces=[r["allreduces"] for r in ranks])
+        ddp_allreduces=[r["allreduces"] for r in ranks]).on(ranks)
 
 
 # ---------------------------------------------------------------- CLI

@@ -161,7 +161,7 @@ def run(world_size: int = 2, num_workers: int = 2, persistent_workers: bool = Fa
     return LoaderWorkers(world_size=world_size, num_workers=num_workers,
                          persistent_workers=persistent_workers,
                          rank_pids=[r["rank_pid"] for r in ranks],
-                         ranks=[r["epochs"] for r in ranks])
+                         ranks=[r["epochs"] for r in ranks]).on(ranks)
 
 
 @dataclasses.dataclass
@@ -187,7 +187,7 @@ def orders(world_size: int = 2, num_workers=(0, 1, 3), **params) -> Orders:
     """:func:`run` for each of ``num_workers``; the order each rank read its samples in."""
     runs = [run(world_size, n, **params) for n in num_workers]
     return Orders(world_size=world_size, num_workers=list(num_workers),
-                  orders=[[r.orders(e) for e in range(len(r.ranks[0]))] for r in runs])
+                  orders=[[r.orders(e) for e in range(len(r.ranks[0]))] for r in runs]).on(runs)
 
 
 # ---------------------------------------------------------------- CLI

@@ -70,4 +70,4 @@ def run(world_size: int = 2, group: str = "cuda-only") -> TensorDevice:
     group = one_of("group", group, tuple(GROUPS))
     per_rank = ddplab.run(mean_on_group, world_size=world_size, group_backend=GROUPS[group])
     return TensorDevice(world_size, group, GROUPS[group], [r["mean"] for r in per_rank],
-                        [r["error"] for r in per_rank])
+                        [r["error"] for r in per_rank]).on(per_rank)
