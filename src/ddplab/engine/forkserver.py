@@ -3,15 +3,18 @@
 The forkserver imports torch, torch.distributed, DDP and dynamo once (``engine.preload``), then
 forks every rank process from that state, so a new rank costs a fork, not a 2 s import. The
 caller itself is never forked: fork after torch work in the parent can hang the child
-(pytorch#41197). Where there is no forkserver (Windows), ranks are spawned.
+(pytorch#41197). Where there is no forkserver (Windows), ranks are spawned. A child of either
+re-imports the caller's ``__main__`` by its file (:func:`main_file_hidden_if_missing`).
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import multiprocessing
 import os
 import signal
+import sys
 import threading
 
 from ddplab.engine.torchrun import under_torchrun
@@ -87,3 +90,26 @@ def _end_forkserver() -> None:
             os.waitpid(pid, 0)
         except (ProcessLookupError, ChildProcessError):
             pass
+
+
+def main_path() -> str | None:
+    """The file of ``__main__`` if it has one that exists (a script), else None (a notebook,
+    ``python -c``, a script read from standard input: ``__file__ == "<stdin>"``)."""
+    path = getattr(sys.modules["__main__"], "__file__", None)
+    return path if path and os.path.exists(path) else None
+
+
+@contextlib.contextmanager
+def main_file_hidden_if_missing():
+    """Multiprocessing re-imports ``__main__`` by its ``__file__`` in every child; for a script
+    read from standard input that file does not exist and every rank would die starting."""
+    main = sys.modules["__main__"]
+    path = getattr(main, "__file__", None)
+    if path is None or main_path() is not None or getattr(main, "__spec__", None) is not None:
+        yield
+        return
+    del main.__file__
+    try:
+        yield
+    finally:
+        main.__file__ = path

@@ -17,20 +17,18 @@
 from __future__ import annotations
 
 import atexit
-import contextlib
 import multiprocessing.connection
 import os
 import shutil
 import signal
 import socket
-import sys
 import threading
 import time
 
 from ddplab.engine import backend as placements  # (a ``backend`` parameter is a name here)
 from ddplab.engine import messages, rank_logs, respawn
 from ddplab.engine.errors import GUARD_HINT, RankError
-from ddplab.engine.forkserver import process_context
+from ddplab.engine.forkserver import main_file_hidden_if_missing, main_path, process_context
 
 MAX_WORLD_SIZE = 64
 ERROR_GRACE = 0.25  # seconds to collect other ranks' errors after the first, before ending them
@@ -269,29 +267,6 @@ def _worker_main(*args) -> None:
     from ddplab.engine.rank import worker_main
 
     worker_main(*args)
-
-
-def main_path() -> str | None:
-    """The file of ``__main__`` if it has one that exists (a script), else None (a notebook,
-    ``python -c``, a script read from standard input: ``__file__ == "<stdin>"``)."""
-    path = getattr(sys.modules["__main__"], "__file__", None)
-    return path if path and os.path.exists(path) else None
-
-
-@contextlib.contextmanager
-def main_file_hidden_if_missing():
-    """Multiprocessing re-imports ``__main__`` by its ``__file__`` in every child; for a script
-    read from standard input that file does not exist and every rank would die starting."""
-    main = sys.modules["__main__"]
-    path = getattr(main, "__file__", None)
-    if path is None or main_path() is not None or getattr(main, "__spec__", None) is not None:
-        yield
-        return
-    del main.__file__
-    try:
-        yield
-    finally:
-        main.__file__ = path
 
 
 _shared: Pool | None = None

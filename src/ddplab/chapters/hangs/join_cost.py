@@ -30,6 +30,7 @@ import ddplab
 from ddplab.common.checks import int_in_range
 from ddplab.common.mlp import make_batch, make_model
 from ddplab.common.process_group_spy import watching
+from ddplab.common.results import Result
 
 LAYERS = (8, 16, 1)
 SETTINGS = ("no Join", "Join", "Join, throw_on_early_termination")
@@ -65,7 +66,7 @@ def _count(ctx, setting: str, steps: int) -> list[int]:
 
 
 @dataclasses.dataclass
-class JoinCost:
+class JoinCost(Result):
     world_size: int
     steps: int
     per_forward: dict  # setting -> all-reduces started in each forward, rank 0
