@@ -19,7 +19,7 @@ from ddplab.engine.torchrun import is_reporting_process
 
 
 def add_command(commands) -> None:
-    from ddplab.engine.backend import BACKENDS
+    from ddplab.engine.backend import BACKENDS, DEVICES
     from ddplab.report.settings import DEFAULT_PARAMS_MILLIONS
 
     sub = commands.add_parser(
@@ -35,6 +35,8 @@ def add_command(commands) -> None:
     sub.add_argument("--quick", action="store_true",
                      help="fewer sizes, repeats and configurations (for CI)")
     sub.add_argument("--backend", choices=BACKENDS, default="auto")
+    sub.add_argument("--device", choices=DEVICES, default="auto",
+                     help="cpu or cuda (gloo on cuda runs several ranks on one GPU)")
     sub.add_argument("--timeout", type=float, default=120.0,
                      help="seconds before a rank that has not answered is a hang (default 120)")
     sub.add_argument("--json", action="store_true", help="print report.json's content")
@@ -63,13 +65,16 @@ class Progress:
 def main(args, progress=None) -> int:
     """Run the report for parsed ``args``; ``progress`` replaces the stderr lines (tests)."""
     from ddplab import report
+    from ddplab.engine.cluster import defaults
     from ddplab.report.stages import NotEnoughMemory
 
     reporting = is_reporting_process()
     try:
-        made = report.run(args.world_size, args.params_millions, args.quick, args.backend,
-                          args.timeout,
-                          progress=(progress or Progress()) if reporting else None)
+        # every stage's runs on one placement, also those of drivers that take no backend
+        with defaults(args.backend, getattr(args, "device", "auto")):
+            made = report.run(args.world_size, args.params_millions, args.quick, args.backend,
+                              args.timeout,
+                              progress=(progress or Progress()) if reporting else None)
     except (ValueError, TypeError) as exc:  # bad input or too little memory: nothing measured
         if reporting:  # NotEnoughMemory's message starts "too little memory"
             kind = "" if isinstance(exc, NotEnoughMemory) else "error: "
