@@ -25,12 +25,61 @@ def ddplab_cli(experiment: str, *args: str, torchrun: int = 0, timeout: float = 
                           text=True, timeout=timeout)
 
 
+# The commands tests compare under torchrun (2 processes) with the local pool, run in one
+# torchrun launch (tests/torchrun_batch.py) the first time a test asks for any of them; a call
+# not listed here starts a torchrun of its own.
+TORCHRUN_BATCH = [
+    ("averaging", "--batch-size", "4", "--seed", "3"),
+    ("buckets", "--layers", "8,64,32,4", "--bucket-cap-mb", str(8000 / 2 ** 20),
+     "--iterations", "2"),
+    ("check",),
+    ("lr-scaling", "--batch-size", "4", "--lr", "0.15", "--rule", "linear", "--steps", "6"),
+    ("memory", "--strategy", "fsdp", "--optimizer", "adam", "--params-millions", "0.3"),
+    ("sharding", "--dataset-size", "9", "--batch-size", "2", "--epochs", "2", "--shuffle"),
+    ("accumulate", "--batch-size", "4", "--micro-batches", "3", "--seed", "5",
+     "--layers", "8,64,32,4"),
+    ("gather-metric", "--dataset-size", "9"),
+]
+
+
+def torchrun_batch() -> dict:
+    """What each command of :data:`TORCHRUN_BATCH` printed on rank 0 (checked: exit 0 on every
+    rank, nothing printed by rank 1), by its arguments joined by spaces. One launch for the
+    whole test run: the pytest-xdist workers share it through a file lock in a folder named
+    after the run."""
+    import fcntl
+
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID", str(os.getpid()))
+    folder = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"ddplab-torchrun-{run}")
+    os.makedirs(folder, exist_ok=True)
+    commands = [[*command, "--json"] for command in TORCHRUN_BATCH]
+    prefix = os.path.join(folder, "printed")
+    with open(os.path.join(folder, "lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one worker launches, the others wait and read
+        if not os.path.exists(f"{prefix}.rank1.json"):
+            done = subprocess.run([TORCHRUN, "--standalone", "--nproc-per-node", "2",
+                                   os.path.join(HERE, "torchrun_batch.py"),
+                                   json.dumps(commands), prefix],
+                                  capture_output=True, text=True, timeout=600)
+            assert done.returncode == 0, done.stderr
+    ranks = []
+    for rank in (0, 1):
+        with open(f"{prefix}.rank{rank}.json") as f:
+            ranks.append(json.load(f))
+    for key, printed in ranks[1].items():
+        assert printed["code"] == ranks[0][key]["code"] == 0, key
+        assert printed["stdout"] == "", f"rank 1 printed for {key}: {printed['stdout']!r}"
+    return {key: printed["stdout"] for key, printed in ranks[0].items()}
+
+
 def ddplab_json(experiment: str, *args: str, torchrun: int = 0) -> dict:
     """The JSON that ``python -m ddplab EXPERIMENT ARGS --json`` prints, checked: exit 0, and
     nothing on stderr (torchrun writes notices of its own there, so only without torchrun).
     Without torchrun the command's own ``main`` runs in this process, on its warm pool: a new
     interpreter would spend 3-4 s importing torch and starting ranks for each of these tests
     (``test_cli.py`` runs the ``python -m ddplab`` entry point itself)."""
+    if torchrun == 2 and (experiment, *args) in TORCHRUN_BATCH:
+        return json.loads(torchrun_batch()[" ".join([experiment, *args, "--json"])])
     if torchrun:
         done = ddplab_cli(experiment, *args, "--json", torchrun=torchrun)
         assert done.returncode == 0, done.stderr
