@@ -36,12 +36,26 @@ def to_json(value):
     return value
 
 
-class Result:
+class Placed:
+    """Knows where its ranks ran: ``backend`` and ``device`` of its ``placement``
+    (``engine.backend.Placement``, or None where no ranks ran)."""
+
+    placement = None
+
+    @property
+    def backend(self) -> str | None:
+        return None if self.placement is None else self.placement.backend
+
+    @property
+    def device(self) -> str | None:
+        return None if self.placement is None else self.placement.device
+
+
+class Result(Placed):
     """Mixin for result dataclasses: ``to_json()`` gives every field, then each name in
     ``json_extras`` (a property or a method without arguments), under that name."""
 
     json_extras: tuple = ()
-    placement = None  # where the ranks ran (engine.backend.Placement); set by ``on``
 
     def on(self, *sources):
         """Record where the ranks ran, from each source's ``placement``: what ``ddplab.run``
@@ -55,14 +69,6 @@ class Result:
                              "placement (one pool, the same backend and device)")
         object.__setattr__(self, "placement", found.pop() if found else None)
         return self
-
-    @property
-    def backend(self) -> str | None:
-        return None if self.placement is None else self.placement.backend
-
-    @property
-    def device(self) -> str | None:
-        return None if self.placement is None else self.placement.device
 
     def __init_subclass__(cls, **kwargs):
         """A result that writes its own ``to_json`` still shows where its ranks ran: the

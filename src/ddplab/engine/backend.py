@@ -28,6 +28,8 @@ from __future__ import annotations
 import dataclasses
 import os
 
+from ddplab.common.results import Placed
+
 BACKENDS = ("auto", "gloo", "nccl")
 DEVICES = ("auto", "cpu", "cuda")
 BACKEND_ENV = "DDPLAB_BACKEND"
@@ -52,7 +54,7 @@ class Placement:
         return f"{self}, {world_size} rank" + ("s" if world_size != 1 else "")
 
 
-class Ranks(list):
+class Ranks(Placed, list):
     """What ``ddplab.run`` returns: one result per rank, ordered by rank, and the placement
     they ran on (``.placement``, ``.backend``, ``.device``), which a Result records with
     ``Result.on(ranks)``."""
@@ -60,14 +62,6 @@ class Ranks(list):
     def __init__(self, values=(), placement: Placement | None = None):
         super().__init__(values)
         self.placement = placement
-
-    @property
-    def backend(self) -> str | None:
-        return None if self.placement is None else self.placement.backend
-
-    @property
-    def device(self) -> str | None:
-        return None if self.placement is None else self.placement.device
 
 
 def gpu_count() -> int:
