@@ -22,6 +22,7 @@ timed as STREAM times its kernels (McCalpin, STREAM benchmark): the fastest of i
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import torch
 import torch.distributed as dist
@@ -83,8 +84,10 @@ class AllReduce(Result):
         factor = 2 * (self.world_size - 1) / self.world_size
         return [b * factor for b in self.algbw]
 
-    @property
+    @functools.cached_property
     def fit(self) -> latency_fit.LatencyBandwidthFit:
+        """Fitted once per result: ``alpha_s``, ``bandwidth_bytes_per_s``, ``fit_supported``
+        and the fitted times all read it."""
         return latency_fit.fit_latency_bandwidth(self.sizes_bytes, self.seconds)
 
     @property
@@ -99,9 +102,6 @@ class AllReduce(Result):
     @property
     def bandwidth_bytes_per_s(self) -> float:
         return self.fit[1]
-
-    def fitted_seconds(self, size: float) -> float:
-        return self.alpha_s + size / self.bandwidth_bytes_per_s
 
     @property
     def copy_bandwidth_bytes_per_s(self) -> float:
@@ -119,7 +119,7 @@ class AllReduce(Result):
                  f"{'fit ms':>8}"]
         for size, t, alg, bus in zip(self.sizes_bytes, self.seconds, self.algbw, self.busbw):
             lines.append(f"{human(size):>10} {1e3 * t:9.3f} {alg / 1e9:11.3f} {bus / 1e9:11.3f} "
-                         f"{1e3 * self.fitted_seconds(size):8.3f}")
+                         f"{1e3 * self.fit.seconds(size):8.3f}")
         lines += [f"fit T(S) = alpha + S/B: alpha = {1e6 * self.alpha_s:.0f} us, "
                   f"B = {self.bandwidth_bytes_per_s / 1e9:.3f} GB/s"
                   + ("" if self.fit.supported else f" ({self.fit.note})"),

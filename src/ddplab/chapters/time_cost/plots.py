@@ -46,7 +46,7 @@ def allreduce(results, axes=None):
         time_ax.loglog(sizes, 1e3 * np.array(r.seconds), "o", color=color, ms=4,
                        label=f"{w} ranks, measured")
         fine = np.geomspace(sizes[0], sizes[-1], 50)
-        time_ax.loglog(fine, [1e3 * r.fitted_seconds(s) for s in fine], "-", color=color,
+        time_ax.loglog(fine, [1e3 * r.fit.seconds(s) for s in fine], "-", color=color,
                        lw=1, alpha=0.7, label=f"fit: {1e6 * r.alpha_s:.0f} us + "
                                                 f"S / {r.bandwidth_bytes_per_s / 1e9:.2f} GB/s")
         bw_ax.semilogx(sizes, np.array(r.busbw) / 1e9, "o-", color=color, ms=4, lw=1,
