@@ -41,6 +41,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from ddplab.chapters.memory import allocator_count, calculator
 from ddplab.common import gpt, gpu_record
+from ddplab.report.machine import nccl_version
 
 # Dense BF16 tensor-core peaks, by a piece of torch.cuda.get_device_name() (NVIDIA datasheets:
 # H100 SXM 989.4, H100 NVL 835, H100 PCIe 756, H200 989, A100 312, L4 121 TFLOP/s; the
@@ -63,15 +64,10 @@ def machine(device, measured_by: str) -> dict:
             "gpu_count": torch.cuda.device_count() if cuda else 0,
             "driver": _driver() if cuda else None, "torch": torch.__version__,
             "cuda": torch.version.cuda,
-            "nccl": _nccl() if cuda else None,
+            "nccl": nccl_version() if cuda else None,
             "python": platform.python_version(),
             "date": datetime.datetime.now(datetime.timezone.utc).date().isoformat(),
             "measured_by": measured_by}
-
-
-def _nccl() -> str:
-    version = torch.cuda.nccl.version()  # (2, 28, 9[, suffix]): torch/cuda/nccl.py, version()
-    return ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
 
 
 def _driver() -> str | None:

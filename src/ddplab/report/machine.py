@@ -48,9 +48,10 @@ def nccl_version() -> str | None:
     if not torch.cuda.is_available():
         return None
     try:
-        return ".".join(map(str, torch.cuda.nccl.version()))
+        version = torch.cuda.nccl.version()  # (2, 28, 9[, suffix]): torch/cuda/nccl.py
     except (RuntimeError, AttributeError):  # a build without NCCL
         return None
+    return ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
 
 
 def describe(world_size: int, backend: str = "auto", timeout: float = 60.0) -> dict:
