@@ -115,11 +115,15 @@ def shut_down_kernels(page) -> None:
 _WATCH = """slider => {
   const panel = slider.closest(".widget-vbox");
   const old = panel.querySelector("img"), oldSrc = old && old.src;
-  const move = window.ddplabMove = {start: null};
+  const move = window.ddplabMove = {start: null, running: null};
   // A promise the test awaits: polling for the new figure would take the CPU it measures.
   move.done = new Promise(resolve => {
     const watcher = new MutationObserver(() => {
       const img = panel.querySelector("img");
+      // When the page first says the move is being run (the status line's "running"): what a
+      // reader sees of a move that takes longer than the goal.
+      if (move.start !== null && move.running === null && /running/.test(panel.innerText))
+        move.running = performance.now() - move.start;
       if (move.start === null || !img || (img === old && img.src === oldSrc)) return;
       watcher.disconnect();
       img.decode().then(() => resolve(performance.now() - move.start));
@@ -131,10 +135,12 @@ _WATCH = """slider => {
 }"""
 
 
-def move_and_time(page, slider_index: int, moves: int, after_each=None) -> list[float]:
+def move_and_time(page, slider_index: int, moves: int, after_each=None,
+                  running: list | None = None) -> list[float]:
     """Press ArrowRight then ArrowLeft (left first at the slider's maximum) on the
     ``slider_index``-th slider, ``moves`` times in all, and return the ms from each key press
-    to the new figure on the page."""
+    to the new figure on the page. ``running``, where given, gets for each move the ms until the
+    page first said it was running (None where the figure came before any such line)."""
     slider = page.locator(".widget-slider").nth(slider_index)
     handle = slider.locator(".noUi-handle")
     handle.click()
@@ -149,6 +155,8 @@ def move_and_time(page, slider_index: int, moves: int, after_each=None) -> list[
         times.append(page.evaluate(  # no figure within two minutes: an error, not a hang
             "Promise.race([window.ddplabMove.done, new Promise((_, no) => setTimeout("
             "() => no(new Error('no new figure within 120 s')), 120000))])"))
+        if running is not None:
+            running.append(page.evaluate("window.ddplabMove.running"))
         page.wait_for_timeout(300)  # the status line and the kernel settle
         if after_each:
             after_each()

@@ -31,13 +31,23 @@ def main() -> None:
         chromium = browser.launch(p)
         page = chromium.new_page(viewport={"width": 1300, "height": 1000})
         browser.run_all(page, urls[args.lab])
-        status = page.locator("text=real DDP run and drawn in").first
-        print(f"first run: {status.inner_text()}")
+        # The moved slider's own panel's status line (its HTML widget), not the lab's first.
+        slider = page.locator(".widget-slider").nth(args.slider)
+
+        def status() -> str:
+            return slider.evaluate("s => [...s.closest('.widget-vbox').querySelectorAll("
+                                   "'.widget-html')].map(e => e.innerText).join(' ')")
+
+        print(f"first run: {status()}")
+        shown = []
         times = browser.move_and_time(page, args.slider, args.moves,
-                                      lambda: print(f"  {status.inner_text()}"))
+                                      lambda: print(f"  {status()}"), running=shown)
         print("moves (ms):", " ".join(f"{t:.0f}" for t in times))
+        seen = [t for t in shown if t is not None]
+        print("'running' shown after (ms):", " ".join(f"{t:.0f}" for t in seen) or "never",
+              f"({len(seen)} of {len(shown)} moves showed it before their figure)")
         print(f"slider {args.slider}: {browser.summary(times)}")
-        print(f"status after: {status.inner_text()}")
+        print(f"status after: {status()}")
         if args.screenshot:
             page.screenshot(path=args.screenshot)
         chromium.close()
