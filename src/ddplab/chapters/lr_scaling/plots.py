@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import matplotlib.pyplot as plt
 import numpy as np
-from matplotlib.ticker import FixedLocator, NullLocator, ScalarFormatter
+from matplotlib.ticker import FixedLocator, LogLocator, NullLocator, ScalarFormatter
 
 from ddplab.screen.style import LEGEND_SIZE, PAGE_WIDTH
 
@@ -71,45 +71,128 @@ def _curve(ax, x, y, world_size, diverged: bool, label=None):
         ax.plot(x[-1], y[-1], "x", ms=9, mew=2.2, color=world_color(world_size))
 
 
+def _sizes(comparison) -> list:
+    """The world sizes a figure names: those run, then (a partial result) those still to run."""
+    return [*comparison.world_sizes, *comparison.pending]
+
+
+def _label(world_size: int) -> str:
+    return f"{world_size} rank{'s' if world_size > 1 else ''}"
+
+
+def _set_curve(curve, cross, x, y, diverged: bool) -> None:
+    """:func:`_curve` into lines already drawn (the cross empty where none is due)."""
+    y = np.minimum(y, LOSS_LIMITS[1] * 0.97)
+    curve.set_data(x, y)
+    cross.set_data(x[-1:] if diverged else [], y[-1:] if diverged else [])
+
+
 def _loss_panels(comparison, by_step, by_sample):
-    """The expected loss (mean over seeds) per step and per sample seen, every world size."""
-    for world_size in comparison.world_sizes:
-        first = comparison.runs[world_size][0]
-        y = comparison.losses(world_size)
-        steps = np.arange(len(y))
-        diverged = comparison.diverged(world_size) > 0
-        label = f"{world_size} rank{'s' if world_size > 1 else ''}"
-        _curve(by_step, steps, y, world_size, diverged, label=label)
-        # Samples seen before each step; the start (0 samples) has no place on a log axis.
-        _curve(by_sample, steps[1:] * first.global_batch_size, y[1:], world_size, diverged)
+    """The expected loss (mean over seeds) per step and per sample seen, every world size; a
+    world size still to run (a partial result) has its curves, empty, and its legend entry."""
+    for i, world_size in enumerate(_sizes(comparison)):
+        for ax, name in ((by_step, "step"), (by_sample, "sample")):
+            color = world_color(world_size)
+            ax.plot([], [], lw=1.3, color=color, gid=f"{name} {i}",
+                    label=_label(world_size) if ax is by_step else None)
+            ax.plot([], [], "x", ms=9, mew=2.2, color=color, gid=f"{name} cross {i}")
     for ax, label in ((by_step, "step"), (by_sample, "samples seen (all ranks)")):
         _loss_axes(ax, comparison.noise_floor)
         if comparison.target is not None:
-            ax.axhline(comparison.target, color="0.3", lw=0.8, ls="--")
+            ax.axhline(comparison.target, color="0.3", lw=0.8, ls="--", gid="target")
         ax.set_xlabel(label)
     by_sample.set_xscale("log")
+    _fill_losses(comparison, by_step, by_sample)
+
+
+def _fill_losses(comparison, by_step, by_sample) -> None:
+    """Put the curves of :func:`_loss_panels` (drawn or kept) at ``comparison``'s losses."""
+    lines = {line.get_gid(): line for ax in (by_step, by_sample) for line in ax.lines}
+    for i, world_size in enumerate(_sizes(comparison)):
+        for name in ("step", "step cross", "sample", "sample cross"):
+            lines[f"{name} {i}"].set_color(world_color(world_size))
+        ran = world_size in comparison.runs
+        y = comparison.losses(world_size) if ran else np.zeros(0)
+        steps = np.arange(len(y))
+        diverged = ran and comparison.diverged(world_size) > 0
+        _set_curve(lines[f"step {i}"], lines[f"step cross {i}"], steps, y, diverged)
+        # Samples seen before each step; the start (0 samples) has no place on a log axis.
+        batch = comparison.runs[world_size][0].global_batch_size if ran else 0
+        _set_curve(lines[f"sample {i}"], lines[f"sample cross {i}"], steps[1:] * batch, y[1:],
+                   diverged)
+    for ax in (by_step, by_sample):
+        ax.relim()  # a few lines: the data limits a new figure's plot() calls would collect
+        ax.autoscale_view()
     seeds = len(next(iter(comparison.runs.values())))
     by_step.set_ylabel("expected loss" + (f"\n(mean of {seeds} seeds)" if seeds > 1 else ""))
 
 
 def curves(comparison):
     """One rule at several world sizes (the lab): the learning rate of every step, and the
-    expected loss per step and per sample seen; a cross marks a divergence."""
+    expected loss per step and per sample seen; a cross marks a divergence. A partial result
+    (runs still to come) names every world size in the legend and draws those run so far."""
     fig, axes = plt.subplots(1, 3, figsize=(11, 3.1), constrained_layout=True)  # a lab's width
-    for world_size in comparison.world_sizes:
-        run = comparison.runs[world_size][0]
-        axes[0].plot(np.arange(run.steps), run.lrs, lw=1.3, color=world_color(world_size))
+    for i, world_size in enumerate(_sizes(comparison)):
+        axes[0].plot([], [], lw=1.3, color=world_color(world_size), gid=f"lr {i}")
     axes[0].set_yscale("log")
-    _plain_ticks(axes[0].yaxis, [r[0].peak_lr for r in comparison.runs.values()])
     axes[0].set_ylabel("learning rate")
     axes[0].set_xlabel("step")
     _loss_panels(comparison, axes[1], axes[2])
-    axes[1].legend(fontsize=LEGEND_SIZE, loc="upper right")
-    first = comparison.runs[comparison.world_sizes[0]][0]
-    fig.suptitle(f"{first.optimizer}, rule {first.rule!r}: lr {first.lr:g} for "
-                 f"{first.batch_size} samples per rank, {first.warmup_steps} warmup steps",
-                 fontsize=10)
+    # Not opaque (matplotlib's default alpha, said here): update_curves may rename its entries.
+    axes[1].legend(fontsize=LEGEND_SIZE, loc="upper right", framealpha=0.8)
+    fig.suptitle(_curves_title(comparison), fontsize=10)
+    _fill_rates(comparison, axes[0])
     return fig
+
+
+def update_curves(fig, comparison) -> bool:
+    """Put ``comparison`` into a figure :func:`curves` drew, if it names as many world sizes
+    and has a target line where that one did: a sweep's partial results fill it in run by run,
+    and a move redraws without building a figure (``screen.live_figure``). Another largest
+    world size of as many sizes renames the legend's entries and recolours the lines: the
+    legend is not opaque, so the panel draws it anew rather than pasting its last pixels."""
+    if len(fig.axes) != 3 or fig.axes[1].get_legend() is None or fig._suptitle is None:
+        return False
+    rates, by_step, by_sample = fig.axes
+    legend, sizes = by_step.get_legend(), _sizes(comparison)
+    targets = [line for ax in (by_step, by_sample) for line in ax.lines
+               if line.get_gid() == "target"]
+    if (len(legend.get_texts()) != len(sizes)
+            or len(targets) != (0 if comparison.target is None else 2)):
+        return False
+    for text, handle, world_size in zip(legend.get_texts(), legend.legend_handles, sizes):
+        text.set_text(_label(world_size))
+        handle.set_color(world_color(world_size))
+    for line in targets:
+        line.set_ydata([comparison.target] * 2)
+    _fill_losses(comparison, by_step, by_sample)
+    _fill_rates(comparison, rates)
+    fig._suptitle.set_text(_curves_title(comparison))  # where the layout put it
+    return True
+
+
+curves.update = update_curves
+
+
+def _fill_rates(comparison, ax) -> None:
+    """The learning rate of every step of the runs done, ticks at their peak rates."""
+    lines = {line.get_gid(): line for line in ax.lines}
+    for i, world_size in enumerate(_sizes(comparison)):
+        run = comparison.runs[world_size][0] if world_size in comparison.runs else None
+        lines[f"lr {i}"].set_color(world_color(world_size))
+        lines[f"lr {i}"].set_data(np.arange(run.steps) if run else [], run.lrs if run else [])
+    # Limits as the log scale's own locator widens them (a flat schedule: a decade around it),
+    # as matplotlib autoscales when a scale is set (Axis._set_axes_scale), then the ticks.
+    ax.relim()
+    ax.yaxis.set_major_locator(LogLocator())
+    ax.autoscale_view()
+    _plain_ticks(ax.yaxis, [r[0].peak_lr for r in comparison.runs.values()])
+
+
+def _curves_title(comparison) -> str:
+    first = comparison.runs[comparison.world_sizes[0]][0]
+    return (f"{first.optimizer}, rule {first.rule!r}: lr {first.lr:g} for "
+            f"{first.batch_size} samples per rank, {first.warmup_steps} warmup steps")
 
 
 def curves_grid(comparisons: dict):
@@ -256,21 +339,40 @@ def critical_batch(critical, b_simple: float):
 def noise_scale(result):
     """One noise-scale run (the lab): the expected loss, and the per-step estimates."""
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.3), constrained_layout=True)
-    steps = np.arange(result.steps)
-    w = result.window
-    left.plot(steps, result.population_losses, color="0.2")
-    left.axvspan(w.start - 0.5, w.stop - 0.5, color="#7570b3", alpha=0.12, label="window")
+    left.plot([], [], color="0.2")
+    left.axvspan(0, 1, color="#7570b3", alpha=0.12, label="window")
     _loss_axes(left, result.noise_floor)
     left.set_xlabel("step")
     left.set_ylabel("expected loss")
     left.legend(fontsize=LEGEND_SIZE)
-    right.plot(steps, result.trace, ".", color="#d95f02", label="tr(Sigma), DDP")
-    right.plot(steps, result.exact_trace, "-", lw=1, color="#d95f02", label="tr(Sigma), true")
-    right.plot(steps, result.g2, ".", color="#1b9e77", label="|G|^2, DDP")
-    right.plot(steps, result.exact_g2, "-", lw=1, color="#1b9e77", label="|G|^2, true")
+    for name, color in (("tr(Sigma)", "#d95f02"), ("|G|^2", "#1b9e77")):
+        right.plot([], [], ".", color=color, label=f"{name}, DDP")
+        right.plot([], [], "-", lw=1, color=color, label=f"{name}, true")
     right.set_yscale("symlog", linthresh=0.1)
     right.set_xlabel("step")
+    right.legend(fontsize=LEGEND_SIZE, ncol=2)
+    update_noise_scale(fig, result)
+    return fig
+
+
+def update_noise_scale(fig, result) -> bool:
+    """Put ``result`` into a figure :func:`noise_scale` drew (any world size, batch or rate
+    draws the same artists): a slider move redraws without building a figure."""
+    if len(fig.axes) != 2 or len(fig.axes[0].patches) != 1 or len(fig.axes[1].lines) != 4:
+        return False
+    left, right = fig.axes
+    steps, w = np.arange(result.steps), result.window
+    left.lines[0].set_data(steps, result.population_losses)
+    left.patches[0].set_bounds(w.start - 0.5, 0, w.stop - w.start, 1)  # x in data, y in axes
+    for line, values in zip(right.lines, (result.trace, result.exact_trace, result.g2,
+                                          result.exact_g2)):
+        line.set_data(steps, values)
+    for ax in (left, right):
+        ax.relim()  # a handful of artists: what a new figure's plot() calls would collect
+        ax.autoscale_view()
     right.set_title(f"{result.world_size} ranks x {result.batch_size}: B_simple "
                     f"{result.b_simple:.1f} (true {result.b_simple_exact:.1f})", fontsize=10)
-    right.legend(fontsize=LEGEND_SIZE, ncol=2)
-    return fig
+    return True
+
+
+noise_scale.update = update_noise_scale
