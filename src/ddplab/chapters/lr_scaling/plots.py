@@ -90,12 +90,11 @@ def _set_curve(curve, cross, x, y, diverged: bool) -> None:
 def _loss_panels(comparison, by_step, by_sample):
     """The expected loss (mean over seeds) per step and per sample seen, every world size; a
     world size still to run (a partial result) has its curves, empty, and its legend entry."""
-    for i, world_size in enumerate(_sizes(comparison)):
+    for i, world_size in enumerate(_sizes(comparison)):  # coloured by _fill_losses
         for ax, name in ((by_step, "step"), (by_sample, "sample")):
-            color = world_color(world_size)
-            ax.plot([], [], lw=1.3, color=color, gid=f"{name} {i}",
+            ax.plot([], [], lw=1.3, gid=f"{name} {i}",
                     label=_label(world_size) if ax is by_step else None)
-            ax.plot([], [], "x", ms=9, mew=2.2, color=color, gid=f"{name} cross {i}")
+            ax.plot([], [], "x", ms=9, mew=2.2, gid=f"{name} cross {i}")
     for ax, label in ((by_step, "step"), (by_sample, "samples seen (all ranks)")):
         _loss_axes(ax, comparison.noise_floor)
         if comparison.target is not None:
@@ -132,8 +131,8 @@ def curves(comparison):
     expected loss per step and per sample seen; a cross marks a divergence. A partial result
     (runs still to come) names every world size in the legend and draws those run so far."""
     fig, axes = plt.subplots(1, 3, figsize=(11, 3.1), constrained_layout=True)  # a lab's width
-    for i, world_size in enumerate(_sizes(comparison)):
-        axes[0].plot([], [], lw=1.3, color=world_color(world_size), gid=f"lr {i}")
+    for i in range(len(_sizes(comparison))):  # filled and coloured by _fill_rates
+        axes[0].plot([], [], lw=1.3, gid=f"lr {i}")
     axes[0].set_yscale("log")
     axes[0].set_ylabel("learning rate")
     axes[0].set_xlabel("step")
