@@ -1,20 +1,20 @@
-"""Figures for the chapter "Learning rate and batch size": results in, matplotlib figures out."""
+"""The learning-rate sweeps' figures (``lr_sweeps``), and the lab's live one: :func:`curves`,
+whose ``update`` fills one kept figure run by run."""
 
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
 import numpy as np
-from matplotlib.ticker import FixedLocator, LogLocator, NullLocator, ScalarFormatter
+from matplotlib.ticker import LogLocator
 
+from ddplab.chapters.lr_scaling.plots.axes import (
+    LOG_FLOOR,
+    LOSS_LIMITS,
+    loss_axes,
+    plain_ticks,
+    world_color,
+)
 from ddplab.screen.style import LEGEND_SIZE, PAGE_WIDTH
-
-WORLD_COLORS = {1: "#1b9e77", 2: "#7570b3", 4: "#d95f02", 8: "#e7298a"}
-LOG_FLOOR = 1e-9  # a difference of exactly 0 drawn at the bottom of the log axis
-LOSS_LIMITS = (0.2, 4.0)  # the expected loss starts near 2; the noise floor is 0.25
-
-
-def world_color(world_size: int):
-    return WORLD_COLORS.get(world_size, plt.get_cmap("viridis")(min(world_size, 64) / 64))
 
 
 def same_batch(panels: dict):
@@ -42,25 +42,6 @@ def same_batch(panels: dict):
         bottom.set_ylabel("|DDP - one process|\n(0 drawn at 1e-9)")
         bottom.set_xlabel("step")
     return fig
-
-
-def _plain_ticks(axis, values) -> None:
-    """Ticks at ``values`` with plain labels on a log axis (no 6x10^0, no minor labels)."""
-    axis.set_major_locator(FixedLocator(sorted(set(float(v) for v in values))))
-    axis.set_major_formatter(ScalarFormatter())
-    axis.set_minor_locator(NullLocator())
-
-
-def _loss_axes(ax, floor: float | None = None):
-    """Log scale from just under the noise floor to twice the start, plain tick labels; a dotted
-    line at ``floor``, the result's noise floor."""
-    ax.set_yscale("log")
-    ax.set_ylim(*LOSS_LIMITS)
-    ax.yaxis.set_major_locator(FixedLocator([0.25, 0.5, 1, 2, 4]))
-    ax.yaxis.set_major_formatter(ScalarFormatter())
-    ax.yaxis.set_minor_locator(NullLocator())
-    if floor is not None:
-        ax.axhline(floor, color="0.5", lw=0.8, ls=":")
 
 
 def _curve(ax, x, y, world_size, diverged: bool, label=None):
@@ -96,7 +77,7 @@ def _loss_panels(comparison, by_step, by_sample):
                     label=_label(world_size) if ax is by_step else None)
             ax.plot([], [], "x", ms=9, mew=2.2, gid=f"{name} cross {i}")
     for ax, label in ((by_step, "step"), (by_sample, "samples seen (all ranks)")):
-        _loss_axes(ax, comparison.noise_floor)
+        loss_axes(ax, comparison.noise_floor)
         if comparison.target is not None:
             ax.axhline(comparison.target, color="0.3", lw=0.8, ls="--", gid="target")
         ax.set_xlabel(label)
@@ -185,7 +166,7 @@ def _fill_rates(comparison, ax) -> None:
     ax.relim()
     ax.yaxis.set_major_locator(LogLocator())
     ax.autoscale_view()
-    _plain_ticks(ax.yaxis, [r[0].peak_lr for r in comparison.runs.values()])
+    plain_ticks(ax.yaxis, [r[0].peak_lr for r in comparison.runs.values()])
 
 
 def _curves_title(comparison) -> str:
@@ -220,7 +201,7 @@ def schedules(comparisons: dict):
             ax.plot(np.arange(run.steps), run.lrs, lw=1.3, color=world_color(world_size),
                     label=f"{world_size} rank{'s' if world_size > 1 else ''}")
         ax.set_yscale("log")
-        _plain_ticks(ax.yaxis, [r[0].peak_lr for r in comparison.runs.values()])
+        plain_ticks(ax.yaxis, [r[0].peak_lr for r in comparison.runs.values()])
         ax.set_title(title, fontsize=9, loc="left")
         ax.set_xlabel("step")
     axes[0][0].set_ylabel("learning rate")
@@ -269,109 +250,8 @@ def summed(averaged, as_if_summed, linear):
     y = np.minimum(as_if_summed.population_losses, LOSS_LIMITS[1] * 0.97)
     ax.plot(np.arange(len(y)), y, "--", color="crimson", lw=1.3,
             label=f"summed, {as_if_summed.world_size} ranks, lr {as_if_summed.lr:g}")
-    _loss_axes(ax, linear.noise_floor)
+    loss_axes(ax, linear.noise_floor)
     ax.set_xlabel("step")
     ax.set_ylabel("expected loss")
     ax.legend(fontsize=LEGEND_SIZE, loc="upper right")
     return fig
-
-
-def noise_estimates(runs):
-    """DDP's per-step estimates of |G|^2 and tr(Sigma) (dots) on the true values (lines)."""
-    fig, axes = plt.subplots(1, 2, figsize=(PAGE_WIDTH, 3.2), constrained_layout=True)
-    for ax, name, est, true in ((axes[0], "|G|^2", "g2", "exact_g2"),
-                                (axes[1], "tr(Sigma)", "trace", "exact_trace")):
-        for i, r in enumerate(runs):
-            w = r.window
-            x = r.population_losses[w]
-            ax.plot(x, getattr(r, est)[w], ".", ms=5, alpha=0.7, color="#d95f02",
-                    label="DDP's estimate, one step" if i == 0 else None)
-            ax.plot(x, getattr(r, true)[w], "-", lw=1, color="0.2",
-                    label="true value" if i == 0 else None)
-        ax.set_xscale("log")
-        ax.invert_xaxis()
-        if est == "g2":  # a single step's estimate of |G|^2 can be negative
-            ax.set_yscale("symlog", linthresh=0.1)
-        else:
-            ax.set_yscale("log")
-            _plain_ticks(ax.yaxis, [2, 5, 10, 20, 50, 100])
-        ax.set_xlabel("expected loss at the step\n(training goes to the right)")
-        ax.set_title(name, fontsize=10)
-        ax.legend(fontsize=LEGEND_SIZE)
-    return fig
-
-
-def critical_batch(critical, b_simple: float):
-    """Steps to the target against the global batch (with the fitted tradeoff and B_simple),
-    and the learning rate that got there fastest."""
-    fig, axes = plt.subplots(2, 1, figsize=(PAGE_WIDTH, 6.2), constrained_layout=True, sharex=True)
-    B = critical.global_batch_sizes
-    fine = critical.batch_grid()
-    ax = axes[0]
-    ax.plot(B, critical.best_steps, "o", color="0.2", label="best learning rate of the grid")
-    ax.plot(fine, critical.fitted_steps(fine), color="#d95f02",
-            label=f"fit S_min (1 + B_crit / B): B_crit = {critical.fit()[1]:.0f}")
-    ax.plot(fine, critical.halving_steps(fine), ":", color="0.4",
-            label="half the steps per doubling")
-    ax.axvline(b_simple, color="#7570b3", lw=1.5, label=f"B_simple measured by DDP: "
-                                                        f"{b_simple:.0f}")
-    ax.set_ylim(max(1, critical.best_steps.min() / 2), critical.best_steps.max() * 2)
-    ax.set_ylabel(f"steps to expected loss {critical.target:g}")
-    ax = axes[1]
-    ax.plot(B, critical.best_lrs, "o-", color="0.2", label="best learning rate of the grid")
-    ax.plot(B, critical.linear_rule_lrs, ":", color="0.4",
-            label="linear rule from the smallest batch")
-    ax.axvline(b_simple, color="#7570b3", lw=1.5)
-    ax.set_ylim(critical.best_lrs.min() / 1.6, critical.best_lrs.max() * 1.6)
-    ax.set_ylabel("learning rate")
-    for ax in axes:
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xticks(B, [f"{b:g}" for b in B])
-        ax.legend(fontsize=LEGEND_SIZE)
-    _plain_ticks(axes[0].yaxis, [1, 2, 5, 10, 20, 50, 100, 200])
-    _plain_ticks(axes[1].yaxis, critical.best_lrs)
-    axes[1].set_xlabel(f"global batch size ({critical.world_size} ranks)")
-    return fig
-
-
-def noise_scale(result):
-    """One noise-scale run (the lab): the expected loss, and the per-step estimates."""
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.3), constrained_layout=True)
-    left.plot([], [], color="0.2")
-    left.axvspan(0, 1, color="#7570b3", alpha=0.12, label="window")
-    _loss_axes(left, result.noise_floor)
-    left.set_xlabel("step")
-    left.set_ylabel("expected loss")
-    left.legend(fontsize=LEGEND_SIZE)
-    for name, color in (("tr(Sigma)", "#d95f02"), ("|G|^2", "#1b9e77")):
-        right.plot([], [], ".", color=color, label=f"{name}, DDP")
-        right.plot([], [], "-", lw=1, color=color, label=f"{name}, true")
-    right.set_yscale("symlog", linthresh=0.1)
-    right.set_xlabel("step")
-    right.legend(fontsize=LEGEND_SIZE, ncol=2)
-    update_noise_scale(fig, result)
-    return fig
-
-
-def update_noise_scale(fig, result) -> bool:
-    """Put ``result`` into a figure :func:`noise_scale` drew (any world size, batch or rate
-    draws the same artists): a slider move redraws without building a figure."""
-    if len(fig.axes) != 2 or len(fig.axes[0].patches) != 1 or len(fig.axes[1].lines) != 4:
-        return False
-    left, right = fig.axes
-    steps, w = np.arange(result.steps), result.window
-    left.lines[0].set_data(steps, result.population_losses)
-    left.patches[0].set_bounds(w.start - 0.5, 0, w.stop - w.start, 1)  # x in data, y in axes
-    for line, values in zip(right.lines, (result.trace, result.exact_trace, result.g2,
-                                          result.exact_g2)):
-        line.set_data(steps, values)
-    for ax in (left, right):
-        ax.relim()  # a handful of artists: what a new figure's plot() calls would collect
-        ax.autoscale_view()
-    right.set_title(f"{result.world_size} ranks x {result.batch_size}: B_simple "
-                    f"{result.b_simple:.1f} (true {result.b_simple_exact:.1f})", fontsize=10)
-    return True
-
-
-noise_scale.update = update_noise_scale
