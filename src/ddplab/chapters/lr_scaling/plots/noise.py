@@ -73,7 +73,7 @@ def noise_scale(result):
     """One noise-scale run (the lab): the expected loss, and the per-step estimates."""
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.3), constrained_layout=True)
     left.plot([], [], color="0.2")
-    left.axvspan(0, 1, color="#7570b3", alpha=0.12, label="window")
+    _window(left, result.window)
     loss_axes(left, result.noise_floor)
     left.set_xlabel("step")
     left.set_ylabel("expected loss")
@@ -96,7 +96,8 @@ def update_noise_scale(fig, result) -> bool:
     left, right = fig.axes
     steps, w = np.arange(result.steps), result.window
     left.lines[0].set_data(steps, result.population_losses)
-    left.patches[0].set_bounds(w.start - 0.5, 0, w.stop - w.start, 1)  # x in data, y in axes
+    left.patches[0].remove()  # axvspan gives a Polygon before matplotlib 3.9, a Rectangle after
+    _window(left, w)
     for line, values in zip(right.lines, (result.trace, result.exact_trace, result.g2,
                                           result.exact_g2)):
         line.set_data(steps, values)
@@ -109,3 +110,8 @@ def update_noise_scale(fig, result) -> bool:
 
 
 noise_scale.update = update_noise_scale
+
+
+def _window(ax, window: slice) -> None:
+    """The steps the estimate averages, shaded."""
+    ax.axvspan(window.start - 0.5, window.stop - 0.5, color="#7570b3", alpha=0.12, label="window")
