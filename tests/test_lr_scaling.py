@@ -1,15 +1,18 @@
 """The learning-rate chapter's experiments against training this test does itself, in one
 process."""
 
+import io
 import math
 
 import matplotlib
 
 matplotlib.use("Agg")
 
+import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
+from PIL import Image  # noqa: E402
 
 from conftest import ddplab_cli, ddplab_json  # noqa: E402
 from ddplab.chapters.lr_scaling import (  # noqa: E402
@@ -397,3 +400,84 @@ def test_a_sweep_passes_the_runs_done_so_far_so_a_panel_fills_in():
     final = lr_sweeps.compare(largest_world_size=4, steps=5, seeds=(0,), progress=progress)
     assert seen == [None, [1], [1, 2], None]  # before each run, then "done"
     assert final.world_sizes == [1, 2, 4]
+
+
+# ---------------------------------------------------------------- the lab's figures, in place
+
+
+def partials_and_final(**kwargs):
+    """A sweep's partial results, as its progress hears of them, then its result."""
+    partials = []
+
+    def progress(done, total, label, partial=None):
+        if partial is not None:
+            partials.append(partial)
+
+    final = lr_sweeps.compare(progress=progress, **kwargs)
+    return [*partials, final]
+
+
+def same_pixels_as_a_new_figure(live, result, plot) -> bool:
+    """Whether ``live``'s PNG of ``result`` is, pixel for pixel, a new figure of it drawn under
+    the kept figure's layout (what a new figure would show, less laying it out again)."""
+    from ddplab.screen import live_figure
+
+    updated = np.asarray(Image.open(io.BytesIO(live.png(result))))
+    fresh = plot(result)
+    fresh.set_layout_engine("none")
+    live_figure._set_layout(fresh, live_figure._layout(live.figure))
+    fresh.canvas.draw()
+    same = np.array_equal(updated, np.asarray(fresh.canvas.buffer_rgba()))
+    plt.close(fresh)
+    return same
+
+
+def test_a_partial_sweep_names_the_world_sizes_still_to_run():
+    first, second, final = partials_and_final(largest_world_size=4, steps=4)
+    assert (first.world_sizes, first.pending) == ([1], (2, 4))
+    assert (second.world_sizes, second.pending) == ([1, 2], (4,))
+    assert (final.world_sizes, final.pending) == ([1, 2, 4], ())
+    legend = plots.curves(first).axes[1].get_legend()
+    assert [t.get_text() for t in legend.get_texts()] == ["1 rank", "2 ranks", "4 ranks"]
+    by_step = {line.get_gid(): line for line in plots.curves(first).axes[1].lines}
+    np.testing.assert_array_equal(by_step["step 0"].get_ydata(),
+                                  np.minimum(first.losses(1), plots.LOSS_LIMITS[1] * 0.97))
+    assert len(by_step["step 1"].get_xdata()) == len(by_step["step 2"].get_xdata()) == 0
+    plt.close("all")
+
+
+def test_a_sweep_fills_one_kept_figure_in_pixel_for_pixel():
+    from ddplab.screen.live_figure import LiveFigure
+
+    live = LiveFigure(plots.curves)
+    live.png(lr_sweeps.compare(largest_world_size=4, steps=6, target=0.45))
+    kept = live.figure
+    # lr 0.4, linear: 4 ranks at 1.6 diverge (a cross); then 1, 2, 3 ranks: the legend renamed.
+    moves = [partials_and_final(largest_world_size=4, steps=6, lr=0.4, target=0.45),
+             partials_and_final(largest_world_size=3, steps=6, lr=0.05, rule="sqrt",
+                                optimizer="adam", warmup_steps=2, target=0.45)]
+    assert moves[0][-1].diverged(4) and not moves[1][-1].diverged(3)
+    for results in moves:
+        for result in results:
+            assert same_pixels_as_a_new_figure(live, result, plots.curves), result.world_sizes
+            assert live.figure is kept
+    assert [t.get_text() for t in kept.axes[1].get_legend().get_texts()] == \
+        ["1 rank", "2 ranks", "3 ranks"]
+    # Another number of world sizes, or no target line: another figure.
+    assert not plots.update_curves(kept, lr_sweeps.compare(largest_world_size=2, steps=3))
+    assert not plots.update_curves(kept, lr_sweeps.compare(largest_world_size=3, steps=3))
+    plt.close("all")
+
+
+def test_the_noise_scale_figure_updates_in_place_pixel_for_pixel():
+    from ddplab.screen.live_figure import LiveFigure
+
+    live = LiveFigure(plots.noise_scale)
+    live.png(noise_scale.run(world_size=4, steps=12))
+    kept = live.figure
+    for change in [{"world_size": 2, "lr": 0.05}, {"batch_size": 16, "lr": 0.4},
+                   {"target": None}]:
+        result = noise_scale.run(**{"world_size": 4, "steps": 12, **change})
+        assert same_pixels_as_a_new_figure(live, result, plots.noise_scale), change
+        assert live.figure is kept
+    plt.close("all")

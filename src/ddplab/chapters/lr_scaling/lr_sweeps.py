@@ -99,6 +99,7 @@ class GrowingBatch(Result):
 
     runs: dict  # world size -> [lr_scaling.Training, one per seed]
     target: float | None = None  # the expected loss that describe() counts steps to
+    pending: tuple = ()  # world sizes still to run: a sweep's partial result, drawn meanwhile
 
     @property
     def noise_floor(self) -> float:
@@ -185,9 +186,10 @@ def compare(largest_world_size: int = 8, batch_size: int = 4, lr: float = 0.15,
         runs[world_size] = []
         for j, seed in enumerate(seeds):
             done = {w: list(r) for w, r in runs.items() if r}  # drawn while the next runs
+            pending = tuple(w for w in sizes if w not in done)  # named in its legend already
             progress_report(progress, i * len(seeds) + j, total,
                             f"world size {world_size}, seed {seed}",
-                            partial=GrowingBatch(done, target) if done else None)
+                            partial=GrowingBatch(done, target, pending) if done else None)
             runs[world_size].append(task.run(world_size=world_size, batch_size=batch_size,
                                              lr=lr, rule=rule, optimizer=optimizer,
                                              warmup_steps=warmup_steps, steps=steps, seed=seed))
