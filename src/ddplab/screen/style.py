@@ -81,7 +81,8 @@ text.update = _update_text
 @functools.lru_cache(maxsize=8)
 def _font(pixels: int) -> ImageFont.FreeTypeFont:
     path = font_manager.findfont(font_manager.FontProperties(family="monospace"))
-    # BASIC: no shaping library per line; these lines are ASCII (describe()'s own text).
+    # BASIC: no shaping library (raqm) per line; describe()'s lines need none (no ligatures,
+    # no right-to-left text), and raqm's layout failed on a multi-line string here.
     return ImageFont.truetype(path, size=pixels, layout_engine=ImageFont.Layout.BASIC)
 
 
@@ -91,9 +92,10 @@ class MonospaceLines(Artist):
     On a raster canvas the block is drawn as one image, set by PIL from the font matplotlib
     picks for ``family="monospace"`` (DejaVu Sans Mono): matplotlib 3.11's Agg renderer lays
     out each line and renders each glyph by a Python call of its own
-    (``RendererAgg._draw_text_glyphs_and_boxes``), 3-8 ms a line, which made a text panel's
-    draw most of a slider move (``benchmarks/all_sliders.py --profile``). Other canvases
-    (SVG, PDF) get one matplotlib ``Text``, so the text stays text there.
+    (``RendererAgg._draw_text_glyphs_and_boxes``), which made a text panel's draw most of a
+    slider move (``benchmarks/all_sliders.py --profile``; ARCHITECTURE.md, "Text panels and
+    tiny references").
+    Other canvases (SVG, PDF) get one matplotlib ``Text``, so the text stays text there.
     """
 
     def __init__(self, lines, x: float, y: float, size: float):
