@@ -105,7 +105,7 @@ class MonospaceLines(Artist):
     def draw(self, renderer) -> None:
         if not self.get_visible():
             return
-        figure = self.get_figure(root=True)
+        figure = self.get_figure()  # the figure it was added to (matplotlib < 3.10 has no root=)
         if not isinstance(renderer, RendererAgg):
             Text(*self.xy, "\n".join(self.lines), va="top", family="monospace",
                  fontsize=self.size, transform=figure.transFigure, figure=figure).draw(renderer)
