@@ -103,7 +103,10 @@ def logged_loss(result, ax=None):
             label="one process, global batch", gid="reference")
     ax.set_xlabel("step")
     ax.set_ylabel("MSE loss")
-    ax.legend(fontsize=LEGEND_SIZE, ncol=2)
+    # Where loc="best" put it at every setting tried (1-8 ranks, 1-16 samples, 5-60 steps),
+    # fixed and opaque: a slider move then pastes its inside back rather than laying out its
+    # text again (screen.live_figure): 124 -> 40 ms a draw, side by side on a loaded machine.
+    ax.legend(fontsize=LEGEND_SIZE, ncol=2, loc="upper right", framealpha=1)
     return fig
 
 
