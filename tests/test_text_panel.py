@@ -78,3 +78,14 @@ def test_a_vector_canvas_keeps_the_text_as_text():
     style.text(FIRST).savefig(svg, format="svg")
     assert b"<image" not in svg.getvalue()  # glyphs as paths, not a picture of them
     plt.close("all")
+
+
+def test_a_tight_crop_keeps_the_lines():
+    """A notebook shows a figure saved with ``bbox_inches="tight"``: the crop is the text's."""
+    png = io.BytesIO()
+    style.text(FIRST).savefig(png, format="png", bbox_inches="tight")
+    pixels = np.asarray(Image.open(png))
+    top, bottom, left, right = ink(pixels)
+    assert bottom - top > 2 * style.TEXT_SIZE and right - left > 100
+    assert pixels.shape[1] < 0.8 * style.PAGE_WIDTH * plt.rcParams["figure.dpi"]  # cropped
+    plt.close("all")

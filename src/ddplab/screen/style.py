@@ -102,14 +102,23 @@ class MonospaceLines(Artist):
         super().__init__()
         self.lines, self.xy, self.size = list(lines), (x, y), size
 
+    def as_text(self) -> Text:
+        """The same lines as one matplotlib ``Text``, in the same place."""
+        figure = self.get_figure()  # the figure it was added to (matplotlib < 3.10 has no root=)
+        return Text(*self.xy, "\n".join(self.lines), va="top", family="monospace",
+                    fontsize=self.size, transform=figure.transFigure, figure=figure)
+
+    def get_window_extent(self, renderer=None):
+        """The ``Text``'s box, for ``bbox_inches="tight"`` (a notebook's inline figures)."""
+        return self.as_text().get_window_extent(renderer)
+
     def draw(self, renderer) -> None:
         if not self.get_visible():
             return
-        figure = self.get_figure()  # the figure it was added to (matplotlib < 3.10 has no root=)
         if not isinstance(renderer, RendererAgg):
-            Text(*self.xy, "\n".join(self.lines), va="top", family="monospace",
-                 fontsize=self.size, transform=figure.transFigure, figure=figure).draw(renderer)
+            self.as_text().draw(renderer)
             return
+        figure = self.get_figure()
         font = _font(round(renderer.points_to_pixels(self.size)))
         step = LINE_SPACING * renderer.points_to_pixels(self.size)
         left, top = figure.transFigure.transform(self.xy)  # pixels, y up
