@@ -43,8 +43,8 @@ def ink(pixels: np.ndarray):
 def test_the_lines_stand_where_matplotlib_sets_them():
     """The same lines in one matplotlib Text of the same font and size: the ink covers the
     same box within 8 pixels, about a character (matplotlib 3.11 sets these lines within 2;
-    3.10, Colab's, a few pixels wider and taller: the ink's right edge at 181 px against 174,
-    its last row at 32 against 36), and the picture is not blank."""
+    3.10, Colab's, a few pixels wider and its lines closer: the ink's right edge at 181 px
+    against 174, its last row at 32 against 36), and the picture is not blank."""
     ours = drawn(style.text(FIRST))
     theirs = plt.figure(figsize=ours.shape[1::-1] / np.array(plt.rcParams["figure.dpi"]))
     theirs.text(0.01, 0.98, FIRST.describe(), va="top", family="monospace",
