@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
+import functools
+
 import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib import font_manager
+from matplotlib.artist import Artist
+from matplotlib.backends.backend_agg import RendererAgg
+from matplotlib.text import Text
+from PIL import Image, ImageDraw, ImageFont
 
 from ddplab.common.results import placement_text
 
@@ -42,9 +50,87 @@ def log2_x(ax, ticks) -> None:
     ax.minorticks_off()
 
 
+TEXT_SIZE = 7.5  # points: a text panel's monospace lines
+LINE_SPACING = 1.2  # line height over font size, matplotlib's Text default (``linespacing``)
+
+
 def text(result):
-    """A result with no figure of its own: its ``describe()`` as a figure (for lab panels)."""
+    """A result with no figure of its own: its ``describe()`` as a figure (for lab panels).
+    ``text.update`` puts another result's lines into it where they are as many."""
     lines = result.describe().splitlines()
     fig = plt.figure(figsize=(PAGE_WIDTH, 0.22 * len(lines) + 0.3))
-    fig.text(0.01, 0.98, "\n".join(lines), va="top", family="monospace", fontsize=7.5)
+    fig.add_artist(MonospaceLines(lines, 0.01, 0.98, TEXT_SIZE))
     return fig
+
+
+def _update_text(fig, result) -> bool:
+    """Another result's lines into ``text``'s figure; False where their count (the figure's
+    height) differs."""
+    lines = result.describe().splitlines()
+    block = next(a for a in fig.artists if isinstance(a, MonospaceLines))
+    if len(lines) != len(block.lines):
+        return False
+    block.lines = lines
+    block.stale = True
+    return True
+
+
+text.update = _update_text
+
+
+@functools.lru_cache(maxsize=8)
+def _font(pixels: int) -> ImageFont.FreeTypeFont:
+    path = font_manager.findfont(font_manager.FontProperties(family="monospace"))
+    # BASIC: no shaping library (raqm) per line; describe()'s lines need none (no ligatures,
+    # no right-to-left text), and raqm's layout failed on a multi-line string here.
+    return ImageFont.truetype(path, size=pixels, layout_engine=ImageFont.Layout.BASIC)
+
+
+class MonospaceLines(Artist):
+    """Lines of monospace text, their top left corner at ``(x, y)`` in figure coordinates.
+
+    On a raster canvas the block is drawn as one image, set by PIL from the font matplotlib
+    picks for ``family="monospace"`` (DejaVu Sans Mono): matplotlib 3.11's Agg renderer lays
+    out each line and renders each glyph by a Python call of its own
+    (``RendererAgg._draw_text_glyphs_and_boxes``), which made a text panel's draw most of a
+    slider move (``benchmarks/all_sliders.py --profile``; ARCHITECTURE.md, "Text panels and
+    tiny references").
+    Other canvases (SVG, PDF) get one matplotlib ``Text``, so the text stays text there.
+    """
+
+    def __init__(self, lines, x: float, y: float, size: float):
+        super().__init__()
+        self.lines, self.xy, self.size = list(lines), (x, y), size
+
+    def as_text(self) -> Text:
+        """The same lines as one matplotlib ``Text``, in the same place."""
+        figure = self.get_figure()  # the figure it was added to (matplotlib < 3.10 has no root=)
+        return Text(*self.xy, "\n".join(self.lines), va="top", family="monospace",
+                    fontsize=self.size, transform=figure.transFigure, figure=figure)
+
+    def get_window_extent(self, renderer=None):
+        """The ``Text``'s box, for ``bbox_inches="tight"`` (a notebook's inline figures)."""
+        return self.as_text().get_window_extent(renderer)
+
+    def draw(self, renderer) -> None:
+        if not self.get_visible():
+            return
+        if not isinstance(renderer, RendererAgg):
+            self.as_text().draw(renderer)
+            return
+        figure = self.get_figure()
+        font = _font(round(renderer.points_to_pixels(self.size)))
+        step = LINE_SPACING * renderer.points_to_pixels(self.size)
+        left, top = figure.transFigure.transform(self.xy)  # pixels, y up
+        width = max(1, int(figure.bbox.width - left))
+        height = max(1, int(round(step * len(self.lines) + font.getmetrics()[1])))
+        mask = Image.new("L", (width, height))
+        draw = ImageDraw.Draw(mask)
+        for i, line in enumerate(self.lines):  # "la": x at the left, y at the ascender
+            draw.text((0, round(i * step)), line, font=font, fill=255, anchor="la")
+        rgba = np.zeros((height, width, 4), np.uint8)  # black, the mask as alpha
+        rgba[..., 3] = np.asarray(mask)
+        gc = renderer.new_gc()
+        renderer.draw_image(gc, round(left), round(top) - height, rgba[::-1])
+        gc.restore()
+        self.stale = False

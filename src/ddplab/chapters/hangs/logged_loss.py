@@ -22,6 +22,7 @@ import ddplab
 from ddplab.common.checks import an_int, int_in_range, positive_int
 from ddplab.common.mlp import make_model
 from ddplab.common.results import Result
+from ddplab.common.threads import one_thread
 
 LAYERS = (8, 32, 1)
 LR = 0.05
@@ -111,6 +112,8 @@ def run(world_size: int = 4, batch_size: int = 4, steps: int = 30, seed: int = 0
     results = ddplab.run(losses, world_size, backend=backend, timeout=timeout, steps=steps,
                          batch_size=batch_size, seed=seed)
     rank_losses = np.array([r["own"] for r in results])  # (world_size, steps)
+    with one_thread():  # a tiny model: a second thread only waits (common.threads)
+        reference_losses = reference(world_size, batch_size, steps, seed)
     return LoggedLoss(world_size=world_size, batch_size=batch_size, steps=steps,
                       rank_losses=rank_losses, mean_losses=np.array(results[0]["mean"]),
-                      reference_losses=reference(world_size, batch_size, steps, seed)).on(results)
+                      reference_losses=reference_losses).on(results)

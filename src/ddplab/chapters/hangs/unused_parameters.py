@@ -62,7 +62,7 @@ def two_steps(ctx, find_unused_parameters: bool, seed: int) -> dict:
     except RuntimeError as exc:
         error = str(exc)
     return {"steps_done": done, "error": error,
-            "aux_grad": None if model.aux.weight.grad is None else model.aux.weight.grad}
+            "aux_grad_is_none": model.aux.weight.grad is None}
 
 
 def step_times(ctx, layers, steps: int, batch_size: int, seed: int) -> dict:
@@ -89,6 +89,15 @@ def step_times(ctx, layers, steps: int, batch_size: int, seed: int) -> dict:
             if i >= 2:
                 times[flag].append(record)
     return {"without": times[False], "with": times[True]}
+
+
+def error_and_step_times(ctx, layers, steps: int, batch_size: int, seed: int) -> dict:
+    """DDP's error without the flag, two steps with it, then the step times: one call to the
+    ranks rather than three (each call is a round trip to every rank, about 10-40 ms on a
+    busy 2-core machine, a slider move's budget)."""
+    return {"unflagged": two_steps(ctx, find_unused_parameters=False, seed=seed),
+            "flagged": two_steps(ctx, find_unused_parameters=True, seed=seed),
+            **step_times(ctx, layers, steps, batch_size, seed)}
 
 
 # ---------------------------------------------------------------- in the caller
@@ -133,16 +142,13 @@ def run(world_size: int = 2, layers=(32,) * 13, steps: int = 30, batch_size: int
     positive_int("batch_size", batch_size)
     an_int("seed", seed)
     layers = tuple(layers)
-    without = ddplab.run(two_steps, world_size, backend=backend, timeout=timeout,
-                         find_unused_parameters=False, seed=seed)[0]
-    flagged = ddplab.run(two_steps, world_size, backend=backend, timeout=timeout,
-                         find_unused_parameters=True, seed=seed)[0]
-    ranks = ddplab.run(step_times, world_size, backend=backend, timeout=timeout,
+    ranks = ddplab.run(error_and_step_times, world_size, backend=backend, timeout=timeout,
                        layers=layers, steps=steps, batch_size=batch_size, seed=seed)
+    without, flagged = ranks[0]["unflagged"], ranks[0]["flagged"]  # as rank 0 saw them
     ms = {key: [1e3 * s for s in timed_step.slowest_steps([r[key] for r in ranks])]
           for key in ("without", "with")}
     return UnusedParameters(
         world_size=world_size, error=without["error"], steps_done=without["steps_done"],
         steps_done_with_flag=flagged["steps_done"],
-        aux_grad_is_none=flagged["aux_grad"] is None, layers=layers,
+        aux_grad_is_none=flagged["aux_grad_is_none"], layers=layers,
         ms_without=ms["without"], ms_with=ms["with"]).on(ranks)

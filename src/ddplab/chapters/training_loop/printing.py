@@ -36,6 +36,7 @@ import ddplab
 from ddplab.common.checks import an_int, int_in_range, positive_int
 from ddplab.common.mlp import make_batch, make_model
 from ddplab.common.results import Result
+from ddplab.common.threads import one_thread
 from ddplab.engine import hang_watch
 
 LAYERS = (8, 16, 1)
@@ -185,6 +186,8 @@ def run(world_size: int = 3, steps: int = 3, batch_size: int = 4, seed: int = 0,
     call_id = uuid.uuid4().hex
     ranks = ddplab.run(train_and_print, world_size, backend=backend, timeout=timeout,
                        call_id=call_id, steps=steps, batch_size=batch_size, seed=seed)
+    with one_thread():  # a tiny model: a second thread only waits (common.threads)
+        losses = one_process(world_size, batch_size, steps, seed)
     return Printing(world_size=world_size, batch_size=batch_size, steps=steps,
                     printed=printed_lines(call_id, world_size),
-                    losses_one_process=one_process(world_size, batch_size, steps, seed)).on(ranks)
+                    losses_one_process=losses).on(ranks)
