@@ -45,9 +45,15 @@ TORCH = "torch==2.13.0"  # this machine's CPU wheel (pip's find-links); Colab ha
 RUNNER = ["nbclient", "nbformat"]  # what drives the kernel here (Colab's own front end there)
 
 
+def colab_env() -> dict:
+    """This environment less ``PYTHONPATH``: Colab's Python has none, and one pointing at a
+    checkout's ``src`` would make the venv import ddplab from there, not from the wheel."""
+    return {name: value for name, value in os.environ.items() if name != "PYTHONPATH"}
+
+
 def sh(*command: str, **kwargs) -> subprocess.CompletedProcess:
     print("$", " ".join(command), flush=True)
-    return subprocess.run(command, check=True, **kwargs)
+    return subprocess.run(command, check=True, env=colab_env(), **kwargs)
 
 
 def install_cell(lab: str) -> str:
@@ -71,7 +77,8 @@ def main() -> None:
     parser.add_argument("labs", nargs="*", default=[f"{ROOT}/labs/01_averaging.ipynb"])
     parser.add_argument("--python", default="python3", help="the Python of the fresh venv")
     parser.add_argument("--torch", default=TORCH, help=f"what pip installs (default {TORCH})")
-    parser.add_argument("--keep", help="make the venv here and leave it (default: a temp dir)")
+    parser.add_argument("--keep", help="make the venv here and leave it, or reuse the one a "
+                        "last --keep left there (default: a temp dir)")
     parser.add_argument("--moves", type=int, default=2)
     args = parser.parse_args()
     args.labs = [os.path.abspath(lab) for lab in args.labs]  # the labs run from another folder
@@ -82,25 +89,32 @@ def main() -> None:
     venv = os.path.join(work, "venv")
     python = os.path.join(venv, "bin", "python")
     try:
-        sh(args.python, "-m", "venv", venv)
+        if os.path.exists(python):  # a kept venv: reused, its packages checked by pip below
+            print(f"reusing {venv}", flush=True)
+        else:
+            sh(args.python, "-m", "venv", venv)
         pins = [f"{name}=={version}" for name, version in COLAB.items()]
         sh(python, "-m", "pip", "install", "-q", "--disable-pip-version-check", *pins, args.torch,
            *RUNNER)
         # The checkout's build inputs only: a build in place would leave build/ behind.
-        source = os.path.join(work, "source")
+        source, wheels = os.path.join(work, "source"), os.path.join(work, "wheel")
+        for folder in (source, wheels):  # a kept venv's last checkout and wheel: gone
+            shutil.rmtree(folder, ignore_errors=True)
         os.makedirs(source)
         for name in ("pyproject.toml", "README.md", "requirements.txt"):
             shutil.copy(os.path.join(ROOT, name), source)
         shutil.copytree(os.path.join(ROOT, "src"), os.path.join(source, "src"),
                         ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
         sh(python, "-m", "pip", "wheel", "-q", "--no-deps", "--disable-pip-version-check",
-           source, "-w", os.path.join(work, "wheel"))
-        wheel = os.path.join(work, "wheel", os.listdir(os.path.join(work, "wheel"))[0])
+           source, "-w", wheels)
+        wheel = os.path.join(wheels, os.listdir(wheels)[0])
+        # A kept venv holds the last ddplab 0.1.0, which pip would take as already installed.
+        sh(python, "-m", "pip", "uninstall", "-q", "-y", "ddplab")
         sh(python, "-c", as_in_colab(install_cell(args.labs[0]), wheel))
         report = (f"import json, importlib.metadata as m, ddplab\nnames = {list(COLAB)!r}\n"
                   "print(json.dumps({**{n: m.version(n) for n in names}, "
                   "'ddplab': ddplab.__file__}))")
-        versions = json.loads(subprocess.run([python, "-c", report], check=True,
+        versions = json.loads(subprocess.run([python, "-c", report], check=True, env=colab_env(),
                                              capture_output=True, text=True, cwd=work).stdout)
         print("in the venv:", versions)
         changed = {n: versions[n] for n, v in COLAB.items() if versions[n] != v}
