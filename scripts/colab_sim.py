@@ -49,7 +49,7 @@ COLAB = {"ipywidgets": "7.7.1", "widgetsnbextension": "3.6.10", "ipykernel": "6.
 TORCH = "torch==2.13.0"  # this machine's CPU wheel (pip's find-links); Colab has 2.11
 RUNNER = ["nbclient", "nbformat"]  # what drives the kernel here (Colab's own front end there)
 COLAB_PSUTIL = "5.9.5"  # Colab's too; only the tests use it (its Process has no net_connections)
-TEST_TOOLS = ("pytest", "pytest-xdist", "nbval")  # at requirements-dev.txt's versions
+TEST_TOOLS = ("pytest", "pytest-xdist", "nbval", "py-spy")  # at requirements-dev.txt's versions
 
 
 def colab_env() -> dict:
