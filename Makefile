@@ -1,7 +1,7 @@
 # Every target sets up .venv first (scripts/setup.sh; a no-op once done).
 PY := .venv/bin/python
 
-.PHONY: setup run test book check-browser two-nodes report bench lab clean colab-sim gpu-check
+.PHONY: setup run test book check-browser two-nodes report bench lab clean colab-sim colab-sim-313 gpu-check
 
 setup:
 	@sh scripts/setup.sh
@@ -39,6 +39,14 @@ gpu-check: setup  ## on a GPU machine: every command (W=1 on NCCL; gloo on CUDA)
 
 colab-sim: setup  ## lab 1 installed from a wheel and run in a fresh venv with Colab's versions
 	$(PY) scripts/colab_sim.py
+
+# Colab's own Python 3.13 and torch 2.11 (PyPI's CUDA build, 2.7 GB with its CUDA packages):
+# by hand, not in CI (README, "Run it"). The venv is kept in COLAB313_DIR and reused next time.
+PYTHON313 ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.13*/bin/python3.13) python3.13)
+COLAB313_DIR ?= $(HOME)/.cache/ddplab/colab-313
+colab-sim-313: setup  ## every lab, then the tests, on Colab's Python 3.13 and torch 2.11 (downloads 2.7 GB once)
+	$(PY) scripts/colab_sim.py labs/*.ipynb --python $(PYTHON313) --torch torch==2.11.0 \
+		--keep $(COLAB313_DIR) --tests
 
 clean:
 	rm -rf .venv _build .pytest_cache

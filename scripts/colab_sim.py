@@ -1,6 +1,6 @@
 """A Colab session, as closely as this machine allows: a lab installed and run as in Colab.
 
-    python scripts/colab_sim.py [LAB ...] [--python python3] [--torch SPEC] [--keep DIR]
+    python scripts/colab_sim.py [LAB ...] [--python python3] [--torch SPEC] [--keep DIR] [--tests]
 
 Colab cannot be reached from here. What Colab runs comes from its published package lists
 (googlecolab/backend-info, pip-freeze.txt, August 2026): the versions in ``COLAB`` below.
@@ -19,7 +19,12 @@ This script
 4. copies each lab alone into an empty folder, runs it top to bottom in a real kernel of that
    venv and moves every integer slider one step and back from the kernel
    (``benchmarks/all_sliders.py --installed``): each move runs the panel's observer. A cell
-   that raises fails the run.
+   that raises fails the run;
+5. with ``--tests``, runs pytest (tests/ and the labs under nbval) in that venv on this
+   checkout's ``src/``, the test tools installed beside Colab's packages.
+
+``make colab-sim-313`` is the one-off run on Colab's Python 3.13 and torch 2.11 (every lab,
+``--tests``), its venv kept (``--keep``) and reused, since it downloads 2.7 GB.
 
 Needs the network to PyPI (or its mirror) for the pinned packages. Exits non-zero on any
 failure. Python 3.13 (Colab's) works with ``--python`` where a torch wheel for it exists.
@@ -43,11 +48,42 @@ COLAB = {"ipywidgets": "7.7.1", "widgetsnbextension": "3.6.10", "ipykernel": "6.
          "cloudpickle": "3.1.2"}
 TORCH = "torch==2.13.0"  # this machine's CPU wheel (pip's find-links); Colab has 2.11
 RUNNER = ["nbclient", "nbformat"]  # what drives the kernel here (Colab's own front end there)
+COLAB_PSUTIL = "5.9.5"  # Colab's too; only the tests use it (its Process has no net_connections)
+TEST_TOOLS = ("pytest", "pytest-xdist", "nbval", "py-spy")  # at requirements-dev.txt's versions
+
+
+def colab_env() -> dict:
+    """This environment less ``PYTHONPATH``: Colab's Python has none, and one pointing at a
+    checkout's ``src`` would make the venv import ddplab from there, not from the wheel."""
+    return {name: value for name, value in os.environ.items() if name != "PYTHONPATH"}
 
 
 def sh(*command: str, **kwargs) -> subprocess.CompletedProcess:
     print("$", " ".join(command), flush=True)
+    kwargs.setdefault("env", colab_env())
     return subprocess.run(command, check=True, **kwargs)
+
+
+def dev_pins(names) -> list:
+    """``requirements-dev.txt``'s lines for ``names`` (``pytest==9.2.0``, ...)."""
+    with open(os.path.join(ROOT, "requirements-dev.txt")) as f:
+        lines = [line.split("#")[0].strip() for line in f]
+    pins = [line for line in lines if re.split(r"[=<>!~ ]", line)[0] in names]
+    if len(pins) != len(names):
+        raise SystemExit(f"requirements-dev.txt lacks one of {names}")
+    return pins
+
+
+def run_tests(python: str, work: str, torch: str) -> None:
+    """The library's tests and the labs under nbval, in the venv, on this checkout's src/:
+    the test tools installed beside Colab's packages, which stay as they are."""
+    constraints = os.path.join(work, "colab-constraints.txt")
+    with open(constraints, "w") as f:
+        f.write("".join(f"{name}=={version}\n" for name, version in COLAB.items()) + torch + "\n")
+    sh(python, "-m", "pip", "install", "-q", "--disable-pip-version-check", "-c", constraints,
+       *dev_pins(TEST_TOOLS), f"psutil=={COLAB_PSUTIL}")
+    sh(python, "-m", "pytest", "-n", "2", "--dist", "loadfile", "-p", "no:cacheprovider",
+       cwd=ROOT, env={**colab_env(), "PYTHONPATH": os.path.join(ROOT, "src")})
 
 
 def install_cell(lab: str) -> str:
@@ -71,8 +107,11 @@ def main() -> None:
     parser.add_argument("labs", nargs="*", default=[f"{ROOT}/labs/01_averaging.ipynb"])
     parser.add_argument("--python", default="python3", help="the Python of the fresh venv")
     parser.add_argument("--torch", default=TORCH, help=f"what pip installs (default {TORCH})")
-    parser.add_argument("--keep", help="make the venv here and leave it (default: a temp dir)")
+    parser.add_argument("--keep", help="make the venv here and leave it, or reuse the one a "
+                        "last --keep left there (default: a temp dir)")
     parser.add_argument("--moves", type=int, default=2)
+    parser.add_argument("--tests", action="store_true",
+                        help="then the tests and labs (pytest) in that venv, on this checkout")
     args = parser.parse_args()
     args.labs = [os.path.abspath(lab) for lab in args.labs]  # the labs run from another folder
     # ipykernel 6's debugger warns on every start about frozen modules: noise here.
@@ -82,25 +121,33 @@ def main() -> None:
     venv = os.path.join(work, "venv")
     python = os.path.join(venv, "bin", "python")
     try:
-        sh(args.python, "-m", "venv", venv)
+        if os.path.exists(python):  # a kept venv: reused, its packages checked by pip below
+            print(f"reusing {venv}", flush=True)
+        else:
+            sh(args.python, "-m", "venv", venv)
         pins = [f"{name}=={version}" for name, version in COLAB.items()]
         sh(python, "-m", "pip", "install", "-q", "--disable-pip-version-check", *pins, args.torch,
            *RUNNER)
         # The checkout's build inputs only: a build in place would leave build/ behind.
-        source = os.path.join(work, "source")
+        source, wheels = os.path.join(work, "source"), os.path.join(work, "wheel")
+        for folder in (source, wheels):  # a kept venv's last checkout and wheel: gone
+            shutil.rmtree(folder, ignore_errors=True)
         os.makedirs(source)
         for name in ("pyproject.toml", "README.md", "requirements.txt"):
             shutil.copy(os.path.join(ROOT, name), source)
         shutil.copytree(os.path.join(ROOT, "src"), os.path.join(source, "src"),
                         ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
         sh(python, "-m", "pip", "wheel", "-q", "--no-deps", "--disable-pip-version-check",
-           source, "-w", os.path.join(work, "wheel"))
-        wheel = os.path.join(work, "wheel", os.listdir(os.path.join(work, "wheel"))[0])
+           source, "-w", wheels)
+        wheel = os.path.join(wheels, os.listdir(wheels)[0])
+        # A kept venv holds the last ddplab 0.1.0, which pip would take as already installed.
+        sh(python, "-m", "pip", "uninstall", "-q", "-y", "ddplab")
         sh(python, "-c", as_in_colab(install_cell(args.labs[0]), wheel))
-        report = (f"import json, importlib.metadata as m, ddplab\nnames = {list(COLAB)!r}\n"
+        report = (f"import json, importlib.metadata as m, sys, ddplab\n"
+                  f"names = {[*COLAB, 'torch']!r}\n"
                   "print(json.dumps({**{n: m.version(n) for n in names}, "
-                  "'ddplab': ddplab.__file__}))")
-        versions = json.loads(subprocess.run([python, "-c", report], check=True,
+                  "'python': sys.version.split()[0], 'ddplab': ddplab.__file__}))")
+        versions = json.loads(subprocess.run([python, "-c", report], check=True, env=colab_env(),
                                              capture_output=True, text=True, cwd=work).stdout)
         print("in the venv:", versions)
         changed = {n: versions[n] for n, v in COLAB.items() if versions[n] != v}
@@ -111,12 +158,16 @@ def main() -> None:
         sh(python, "-m", "ipykernel", "install", "--sys-prefix", "--name", "python3")
         sh(python, os.path.join(ROOT, "benchmarks", "all_sliders.py"), "--installed",
            "--moves", str(args.moves), *args.labs, cwd=work)
+        if args.tests:
+            run_tests(python, work, args.torch)
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
     names = ", ".join(os.path.basename(lab) for lab in args.labs)
-    print(f"colab-sim: {names} installed, run and its sliders moved with Colab's widgets "
-          f"{COLAB['ipywidgets']} and {args.torch}, in {time.perf_counter() - start:.0f} s")
+    tests = " (then the tests passed there)" if args.tests else ""
+    print(f"colab-sim: {names} installed, run and its sliders moved{tests} with Python "
+          f"{versions['python']}, torch {versions['torch']} and Colab's widgets "
+          f"{COLAB['ipywidgets']}, in {time.perf_counter() - start:.0f} s")
 
 
 if __name__ == "__main__":

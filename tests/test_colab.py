@@ -64,12 +64,32 @@ def test_requirements_admit_colabs_torch_and_no_torch_older_than_the_lowest_run(
     assert not torch.specifier.contains("2.10.0"), "2.10 and older were never run"
 
 
-def test_the_simulation_runs_the_install_cell_with_the_wheel_for_the_address():
+def load_colab_sim():
     spec = importlib.util.spec_from_file_location(
         "colab_sim", os.path.join(ROOT, "scripts", "colab_sim.py"))
     colab_sim = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(colab_sim)
+    return colab_sim
+
+
+def test_the_simulation_runs_the_install_cell_with_the_wheel_for_the_address():
+    colab_sim = load_colab_sim()
     cell = next(iter(install_cells().values()))
     run = colab_sim.as_in_colab(cell, "/w/ddplab-0.1.0-py3-none-any.whl")
     assert "file:///w/ddplab-0.1.0-py3-none-any.whl" in run and "git+" not in run
     assert "sys.modules['google.colab']" in run
+
+
+def test_the_simulated_colab_runs_without_the_callers_pythonpath(monkeypatch):
+    """With ``src/`` on PYTHONPATH the venv imported ddplab from the checkout, not the wheel."""
+    monkeypatch.setenv("PYTHONPATH", "/somewhere/src")
+    monkeypatch.setenv("DDPLAB_PROBE", "kept")
+    env = load_colab_sim().colab_env()
+    assert "PYTHONPATH" not in env and env["DDPLAB_PROBE"] == "kept"
+
+
+def test_the_simulations_test_tools_are_pinned_as_in_requirements_dev():
+    colab_sim = load_colab_sim()
+    pins = [Requirement(pin) for pin in colab_sim.dev_pins(colab_sim.TEST_TOOLS)]
+    assert sorted(pin.name for pin in pins) == sorted(colab_sim.TEST_TOOLS)
+    assert all(str(pin.specifier).startswith("==") for pin in pins), pins

@@ -185,6 +185,51 @@ def test_only_a_legend_that_stays_and_hides_what_is_under_it_is_pasted(options, 
     plt.close(fig)
 
 
+def legend_over(color: str, dpi: int, linewidth: float, pad: float):
+    """The pixels of a one-entry legend drawn over an axes of ``color``, and what
+    ``_insides`` would paste of it, as (row, column) slices of the image."""
+    fig, ax = plt.subplots(figsize=(6, 3), dpi=dpi)
+    ax.set_facecolor(color)
+    ax.plot([0, 1], [0, 1], label="a")
+    legend = ax.legend(loc="upper right", framealpha=1, borderaxespad=pad)
+    legend.get_frame().set_linewidth(linewidth)
+    fig.canvas.draw()
+    image = np.asarray(fig.canvas.buffer_rgba()).copy()
+    height = image.shape[0]
+    # copy_from_bbox's rows: display y up, the image's rows down; edges cut to whole pixels
+    boxes = [(slice(height - int(box.y1), height - int(box.y0)), slice(int(box.x0), int(box.x1)))
+             for box in live_figure._insides(legend, fig.canvas.get_renderer())]
+    plt.close(fig)
+    return image, boxes
+
+
+@pytest.mark.parametrize("dpi, linewidth, thin", [
+    (100, 1.0, False),  # the panels' figures: a 1.4-pixel frame
+    (72, 0.8, True),  # frames thinner than a pixel: their edge rows show the data faintly
+    (60, 1.0, True),
+])
+def test_what_a_legend_pastes_is_drawn_the_same_over_any_data_and_no_less(dpi, linewidth, thin):
+    """Over a black and a yellow axes, the pasted pixels are equal. Agg snaps the frame to the
+    pixel grid, up to a pixel inside the legend's extent: pasting from the extent took an edge
+    row that showed the data (matplotlib 3.10 and 3.11 alike). Under a frame thinner than a
+    pixel, the row or column just outside the pasted boxes shows the data: they take all they
+    may. (Under a thicker one, that row is the frame's, drawn anew on every update.)"""
+    for pad in np.linspace(0.3, 0.7, 6):  # the legend's edges at several fractions of a pixel
+        (black, boxes), (yellow, _) = (legend_over(c, dpi, linewidth, pad)
+                                       for c in ("black", "yellow"))
+        shows_data = (black != yellow).any(axis=2)
+        (top_to_bottom, inner_columns), (inner_rows, left_to_right) = boxes
+        for rows, columns in boxes:
+            assert rows.stop - rows.start > 5 and columns.stop - columns.start > 5
+            assert not shows_data[rows, columns].any(), (pad, rows, columns)
+        next_out = [shows_data[top_to_bottom.start - 1, inner_columns],
+                    shows_data[top_to_bottom.stop, inner_columns],
+                    shows_data[inner_rows, left_to_right.start - 1],
+                    shows_data[inner_rows, left_to_right.stop]]
+        if thin:
+            assert any(edge.any() for edge in next_out), pad
+
+
 def test_a_new_figure_for_other_ranks_keeps_the_last_layout_where_it_fits(results):
     live = LiveFigure(plots.gradients)
     live.png(results["first"])

@@ -131,17 +131,31 @@ def _legends(figure) -> list:
 
 
 def _insides(legend, renderer) -> list:
-    """The legend's pixels that lie wholly inside its frame, less the frame's round corners,
-    as two boxes (a cross): inside an opaque frame, a draw gives them again whatever the data
-    under it, so they may be pasted. A box's edges are whole pixels (``copy_from_bbox`` cuts
-    the fraction off)."""
+    """The legend's pixels that its opaque face covers whole, less the frame's round corners,
+    as two boxes (a cross): a draw gives them again whatever the data under it, so they may be
+    pasted. A box's edges are whole pixels (``copy_from_bbox`` cuts the fraction off).
+
+    Agg snaps the frame's vertices to the pixel grid (matplotlib ``src/path_converters.h``,
+    ``PathSnapper``: ``floor(v + 0.5)``, plus 0.5 for a stroke of an odd number of pixels, in
+    device coordinates, y down), which moves an edge up to a pixel inside the legend's extent.
+    Where the frame's stroke is thinner than a pixel (0.8 pt below 90 dpi) the pixel row at
+    that edge then shows the data under it faintly. So each edge is where it lies further in:
+    as drawn snapped, or not."""
     box = legend.get_window_extent(renderer)
     frame = legend.legendPatch
+    stroke = renderer.points_to_pixels(frame.get_linewidth())
+    grid = 0.5 if math.floor(stroke + 0.5) % 2 else 0.0
+
+    def snapped(device: float) -> float:
+        return math.floor(device + 0.5) + grid
+
+    height = renderer.height  # display y up, device y down: device = height - y
+    x0 = math.ceil(max(box.x0, snapped(box.x0)))
+    x1 = math.floor(min(box.x1, snapped(box.x1)))
+    y0 = math.ceil(max(box.y0, height - snapped(height - box.y0)))
+    y1 = math.floor(min(box.y1, height - snapped(height - box.y1)))
     rounding = getattr(frame.get_boxstyle(), "rounding_size", None) or 0
-    corner = math.ceil(rounding * frame.get_mutation_scale()
-                       + renderer.points_to_pixels(frame.get_linewidth())) + 1
-    x0, y0, x1, y1 = (math.ceil(box.x0), math.ceil(box.y0), math.floor(box.x1),
-                      math.floor(box.y1))
+    corner = math.ceil(rounding * frame.get_mutation_scale() + stroke) + 1
     return [Bbox.from_extents(x0 + corner, y0, x1 - corner, y1),
             Bbox.from_extents(x0, y0 + corner, x1, y1 - corner)]
 
