@@ -169,27 +169,55 @@ def accumulated(result, axes=None):
 
 def compression(results, axes=None):
     """Bytes on the wire, the gradient's relative error and the time, per hook
-    (``{hook: compression.Compression}``)."""
+    (``{hook: compression.Compression}``; a hook whose run is still to come, None in a sweep's
+    partial result, has its row and no bar yet)."""
     if axes is None:
         fig, axes = plt.subplots(1, 3, figsize=(PAGE_WIDTH, 2.6), constrained_layout=True)
     names = list(results)
-    colors = [rank_color(i) for i in range(len(names))]
     y = np.arange(len(names))
-    axes[0].barh(y, [r.bytes_sent / 2 ** 20 for r in results.values()], color=colors)
+    for ax in axes:  # one bar per hook and axes, its width set by _compression_bars
+        ax.barh(y, np.ones(len(names)), color=[rank_color(i) for i in range(len(names))])
     axes[0].set_xscale("log")
     axes[0].set_xlabel("MiB sent per rank per step", fontsize=8.5)
-    errors = [max(r.grad_rel_error, 1e-9) for r in results.values()]
-    axes[1].barh(y, errors, color=colors)
     axes[1].set_xscale("log")
-    axes[1].set_xlim(1e-5, 2)
     axes[1].set_xlabel("relative error of the\naveraged gradient", fontsize=8.5)
-    axes[2].barh(y, [r.forward_backward_ms for r in results.values()], color=colors)
     axes[2].set_xlabel("forward + backward, ms\n(median, rank 0)", fontsize=8.5)
     for ax in axes:
         ax.set_yticks(y, names if ax is axes[0] else [""] * len(names), fontsize=9)
         ax.invert_yaxis()
     axes[1].text(1.2e-5, 0, "exact", va="center", fontsize=8)
+    _compression_bars(axes, results)
     return axes[0].figure
+
+
+def update_compression(fig, results) -> bool:
+    """Put ``results`` into a figure :func:`compression` drew for the same hooks (a sweep's
+    partial result fills it in; a slider panel redraws it in place, ``screen.live_figure``)."""
+    axes = fig.axes
+    if (len(axes) != 3 or len(axes[0].patches) != len(results)
+            or [t.get_text() for t in axes[0].get_yticklabels()] != list(results)):
+        return False
+    _compression_bars(axes, results)
+    return True
+
+
+compression.update = update_compression
+
+
+def _compression_bars(axes, results) -> None:
+    """What :func:`compression` draws and :func:`update_compression` redraws: each bar's width
+    (none for a hook still to run) and each axis' limits, from the hooks done."""
+    done = [r for r in results.values() if r is not None]
+    columns = (lambda r: r.bytes_sent / 2 ** 20, lambda r: max(r.grad_rel_error, 1e-9),
+               lambda r: r.forward_backward_ms)
+    for ax, value in zip(axes, columns):
+        for bar, result in zip(ax.patches, results.values()):
+            bar.set_visible(result is not None)
+            bar.set_width(0 if result is None else value(result))
+    mib = [r.bytes_sent / 2 ** 20 for r in done] or [1.0]
+    axes[0].set_xlim(min(mib) / 3, 3 * max(mib))  # a log axis: room on both sides
+    axes[1].set_xlim(1e-5, 2)
+    axes[2].set_xlim(0, 1.1 * max([r.forward_backward_ms for r in done] or [1.0]))
 
 
 def calibration(check, ax=None):
