@@ -72,3 +72,15 @@ def test_a_hook_still_to_run_has_its_row_and_no_bar(hooks):
         assert [bar.get_visible() for bar in ax.patches] == [True, False]
     assert not plots.update_compression(fig, {"none": hooks["none"]})  # other rows: new figure
     plt.close(fig)
+
+
+def test_the_all_reduce_figure_updates_in_place_across_world_sizes():
+    from ddplab.chapters.time_cost import allreduce
+
+    sizes = (4096, 65536, 2 ** 20)
+    runs = [allreduce.run(world_size, sizes=sizes, repeats=repeats, copy_bytes=2 ** 22)
+            for world_size, repeats in ((2, 3), (3, 3), (2, 5))]
+    assert_updates_in_place(plots.allreduce, runs)
+    both = plots.allreduce({2: runs[0], 3: runs[1]})  # the page's: two world sizes
+    assert not plots.update_allreduce(both, runs[2])
+    plt.close(both)

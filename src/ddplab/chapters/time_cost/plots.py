@@ -42,25 +42,76 @@ def allreduce(results, axes=None):
     time_ax, bw_ax = axes
     for i, (w, r) in enumerate(results.items()):
         color = rank_color(i)
-        sizes = np.array(r.sizes_bytes)
-        time_ax.loglog(sizes, 1e3 * np.array(r.seconds), "o", color=color, ms=4,
-                       label=f"{w} ranks, measured")
-        fine = np.geomspace(sizes[0], sizes[-1], 50)
-        time_ax.loglog(fine, [1e3 * r.fit.seconds(s) for s in fine], "-", color=color,
-                       lw=1, alpha=0.7, label=f"fit: {1e6 * r.alpha_s:.0f} us + "
-                                                f"S / {r.bandwidth_bytes_per_s / 1e9:.2f} GB/s")
-        bw_ax.semilogx(sizes, np.array(r.busbw) / 1e9, "o-", color=color, ms=4, lw=1,
-                       label=f"{w} ranks, busbw")
+        labels = _allreduce_labels(w, r)
+        time_ax.loglog(*_allreduce_times(r), "o", color=color, ms=4, label=labels[0])
+        time_ax.loglog(*_allreduce_fit(r), "-", color=color, lw=1, alpha=0.7, label=labels[1])
+        bw_ax.semilogx(*_allreduce_busbw(r), "o-", color=color, ms=4, lw=1, label=labels[2])
         bw_ax.axhline(r.copy_bandwidth_bytes_per_s / 1e9, color=color, ls=":", lw=1.2,
-                      label=f"memory copy, one rank ({w}-rank run)")
+                      label=labels[3])
     time_ax.set_xlabel("message size S, bytes", fontsize=9)
     time_ax.set_ylabel("ms per all-reduce (median)", fontsize=9)
     bw_ax.set_xlabel("message size S, bytes", fontsize=9)
     bw_ax.set_ylabel("GB/s", fontsize=9)
     time_ax.legend(fontsize=LEGEND_SIZE, loc="upper left")
-    bw_ax.set_ylim(0, 1.35 * max(r.copy_bandwidth_bytes_per_s for r in results.values()) / 1e9)
     bw_ax.legend(fontsize=LEGEND_SIZE, loc="upper left")
+    _allreduce_limits(axes, results)
     return time_ax.figure
+
+
+def update_allreduce(fig, result) -> bool:
+    """Put one ``allreduce.AllReduce`` into a figure :func:`allreduce` drew for one result
+    (a slider panel then redraws in place, ``screen.live_figure``): data, legend texts,
+    limits. False for a figure of several world sizes."""
+    if isinstance(result, dict) or len(fig.axes) != 2:
+        return False
+    time_ax, bw_ax = fig.axes
+    if len(time_ax.lines) != 2 or len(bw_ax.lines) != 2:
+        return False
+    lines = [*time_ax.lines, *bw_ax.lines]
+    data = [_allreduce_times(result), _allreduce_fit(result), _allreduce_busbw(result)]
+    for line, xy in zip(lines, data):
+        line.set_data(*xy)
+    copy = result.copy_bandwidth_bytes_per_s / 1e9
+    lines[3].set_ydata([copy, copy])
+    labels = _allreduce_labels(result.world_size, result)
+    texts = [*time_ax.get_legend().get_texts(), *bw_ax.get_legend().get_texts()]
+    for line, text, label in zip(lines, texts, labels):
+        line.set_label(label)
+        text.set_text(label)
+    _allreduce_limits(fig.axes, {result.world_size: result})
+    return True
+
+
+allreduce.update = update_allreduce
+
+
+def _allreduce_times(r):
+    return np.array(r.sizes_bytes), 1e3 * np.array(r.seconds)
+
+
+def _allreduce_fit(r):
+    fine = np.geomspace(r.sizes_bytes[0], r.sizes_bytes[-1], 50)
+    return fine, [1e3 * r.fit.seconds(s) for s in fine]
+
+
+def _allreduce_busbw(r):
+    return np.array(r.sizes_bytes), np.array(r.busbw) / 1e9
+
+
+def _allreduce_labels(world_size: int, r) -> list[str]:
+    """The legend's entries for one result: measured, fit, busbw, copy."""
+    return [f"{world_size} ranks, measured",
+            f"fit: {1e6 * r.alpha_s:.0f} us + S / {r.bandwidth_bytes_per_s / 1e9:.2f} GB/s",
+            f"{world_size} ranks, busbw", f"memory copy, one rank ({world_size}-rank run)"]
+
+
+def _allreduce_limits(axes, results) -> None:
+    """Limits from the data (:func:`allreduce` and :func:`update_allreduce` alike)."""
+    time_ax, bw_ax = axes
+    for ax in axes:
+        ax.relim()
+        ax.autoscale_view()
+    bw_ax.set_ylim(0, 1.35 * max(r.copy_bandwidth_bytes_per_s for r in results.values()) / 1e9)
 
 
 def scaling(result, model=None, axes=None):
