@@ -84,15 +84,3 @@ def test_the_all_reduce_figure_updates_in_place_across_world_sizes():
     both = plots.allreduce({2: runs[0], 3: runs[1]})  # the page's: two world sizes
     assert not plots.update_allreduce(both, runs[2])
     plt.close(both)
-
-
-def test_the_accumulation_figure_updates_in_place_for_as_many_micro_batches():
-    from ddplab.chapters.time_cost import accumulation
-
-    runs = [accumulation.run(2, 4, 3, layers=SMALL),
-            accumulation.run(2, 2, 3, layers=SMALL, mistake="loss not divided", seed=1),
-            accumulation.run(3, 4, 3, layers=SMALL, mistake="forward outside no_sync")]
-    assert_updates_in_place(plots.accumulated, runs)
-    kept = plots.accumulated(runs[0])
-    assert not plots.update_accumulated(kept, accumulation.run(2, 4, 2, layers=SMALL))
-    plt.close(kept)

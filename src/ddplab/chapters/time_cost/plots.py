@@ -197,58 +197,25 @@ def accumulated(result, axes=None):
     k = np.arange(result.micro_batches)
     count_ax.bar(k - 0.2, result.launches_without_no_sync, width=0.4, color="tab:red",
                  label="every micro-batch synchronised")
-    count_ax.bar(k + 0.2, result.launches, width=0.4, color="tab:blue", label="no_sync")
+    count_ax.bar(k + 0.2, result.launches, width=0.4, color="tab:blue",
+                 label="no_sync" + (f" ({result.mistake})" if result.mistake else ""))
     count_ax.set_xticks(k, [str(m + 1) for m in k])
     count_ax.set_xlabel("micro-batch", fontsize=9)
     count_ax.set_ylabel("bucket all-reduces launched", fontsize=9)
     count_ax.legend(fontsize=LEGEND_SIZE)
+    ref, got = result.reference_grad, result.accumulated_grad
     # Every k-th entry: a million points (the model's gradient) draw the same cloud as 20,000
     # but took 300 ms per figure here, the most of a slider move (all_sliders.py --profile).
-    grad_ax.plot(*_accumulated_cloud(result), ".", ms=2, color="tab:blue", alpha=0.5)
-    grad_ax.plot([], [], ":", color="0.4", lw=1, label="equal")
-    grad_ax.set_ylabel("DDP, accumulated (rank 0)", fontsize=8.5)
-    grad_ax.legend(fontsize=LEGEND_SIZE)
-    _accumulated_texts(axes, result)
-    return count_ax.figure
-
-
-def update_accumulated(fig, result) -> bool:
-    """Put ``result`` into a figure :func:`accumulated` drew for as many micro-batches (a
-    slider panel then redraws in place, ``screen.live_figure``); False for another number."""
-    if len(fig.axes) != 2 or len(fig.axes[0].patches) != 2 * result.micro_batches:
-        return False
-    count_ax, grad_ax = fig.axes
-    for bar, height in zip(count_ax.patches,
-                           [*result.launches_without_no_sync, *result.launches]):
-        bar.set_height(height)
-    grad_ax.lines[0].set_data(*_accumulated_cloud(result))
-    _accumulated_texts(fig.axes, result)
-    return True
-
-
-accumulated.update = update_accumulated
-
-
-def _accumulated_cloud(result):
-    ref, got = result.reference_grad, result.accumulated_grad
     every = max(1, ref.size // 20_000)
-    return ref[::every], got[::every]
-
-
-def _accumulated_texts(axes, result) -> None:
-    """What :func:`accumulated` sets from the result and :func:`update_accumulated` resets:
-    the diagonal, the limits, the labels and the title."""
-    count_ax, grad_ax = axes
-    count_ax.get_legend().get_texts()[1].set_text(
-        "no_sync" + (f" ({result.mistake})" if result.mistake else ""))
-    lim = np.abs(np.concatenate([result.reference_grad, result.accumulated_grad])).max()
-    grad_ax.lines[1].set_data([-lim, lim], [-lim, lim])
-    for ax in axes:
-        ax.relim()
-        ax.autoscale_view()
+    grad_ax.plot(ref[::every], got[::every], ".", ms=2, color="tab:blue", alpha=0.5)
+    lim = np.abs(np.concatenate([ref, got])).max()
+    grad_ax.plot([-lim, lim], [-lim, lim], ":", color="0.4", lw=1, label="equal")
     grad_ax.set_xlabel(f"one process, global batch of {result.global_batch_size}", fontsize=8.5)
+    grad_ax.set_ylabel("DDP, accumulated (rank 0)", fontsize=8.5)
     grad_ax.set_title(f"{result.ratio_to_reference:.3f} times the one-process gradient",
                       fontsize=8.5, loc="left")
+    grad_ax.legend(fontsize=LEGEND_SIZE)
+    return count_ax.figure
 
 
 def compression(results, axes=None):
