@@ -238,22 +238,29 @@ def test_the_hook_comparison_reports_each_run_with_the_hooks_done_so_far():
     calls = []
 
     def progress(done, total, label, partial=None):
-        calls.append((done, total, label, None if partial is None else list(partial)))
+        calls.append((done, total, label, None if partial is None
+                      else {hook: result is not None for hook, result in partial.items()}))
 
     out = compression.compare(hooks=("none", "fp16"), progress=progress)
-    assert calls == [(0, 2, "none", None), (1, 2, "fp16", ["none"]), (2, 2, "done", None)]
+    assert calls == [(0, 2, "none", None), (1, 2, "fp16", {"none": True, "fp16": False}),
+                     (2, 2, "done", None)]
     assert list(out) == ["none", "fp16"]
-    # a panel draws the partial result as it draws the whole one
-    one = plots.compression({"none": out["none"]})
-    assert [t.get_text() for t in one.axes[0].get_yticklabels()] == ["none"]
+    # a panel draws the partial result as it draws the whole one: every row, a bar where done
+    one = plots.compression({"none": out["none"], "fp16": None})
+    assert [t.get_text() for t in one.axes[0].get_yticklabels()] == ["none", "fp16"]
+    assert [bar.get_visible() for bar in one.axes[0].patches] == [True, False]
     plt.close(one)
 
 
 def test_a_move_of_the_powersgd_rank_runs_powersgd_alone_when_the_panel_reuses():
     first = compression.compare(hooks=("none", "powersgd"), powersgd_rank=1, reuse=True)
-    second = compression.compare(hooks=("none", "powersgd"), powersgd_rank=2, reuse=True)
+    partials = []
+    second = compression.compare(hooks=("none", "powersgd"), powersgd_rank=2, reuse=True,
+                                 progress=lambda *_, partial=None: partials.append(partial))
     assert second["none"] is first["none"]  # the rank changes nothing for it: kept
     assert second["powersgd"] is not first["powersgd"]
+    # the kept hook is shown before PowerSGD runs, once
+    assert [p for p in partials if p] == [{"none": first["none"], "powersgd": None}]
     # P and Q are (n x r) and (m x r): twice the rank, more bytes on the wire
     assert second["powersgd"].bytes_sent > first["powersgd"].bytes_sent
     fresh = compression.compare(hooks=("none",), powersgd_rank=2)  # the book's: runs anew

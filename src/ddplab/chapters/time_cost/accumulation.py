@@ -19,6 +19,7 @@ saves in time is ``accumulation_time``'s.
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 
 import numpy as np
@@ -82,18 +83,22 @@ def gradients(ctx, layers, batch_size: int, count: int, seed: int, mistake,
               warmup: bool) -> dict:
     """One optimizer step's accumulated gradient, and the bucket all-reduces each micro-batch's
     backward launched, with ``no_sync`` (or ``mistake``) and with every micro-batch
-    synchronised. ``warmup`` runs one synchronised backward first (its gradient dropped), so
-    that DDP has rebuilt its buckets: its first backward all-reduces a single bucket."""
-    runs = {}
-    for how in ("no_sync", "every micro-batch"):
-        model = mlp.make_model(layers, seed).to(ctx.device)
+    synchronised, and the parameters' names. ``warmup`` runs one synchronised backward first
+    (its gradient dropped), so that DDP has rebuilt its buckets: its first backward
+    all-reduces a single bucket."""
+    model = mlp.make_model(layers, seed).to(ctx.device)
+    # the same weights for the second run: a copy, made before DDP wraps the first (cheaper
+    # than a second init)
+    models = {"no_sync": model, "every micro-batch": copy.deepcopy(model)}
+    runs = {"names": [name for name, _ in model.named_parameters()]}
+    batches = micro_batches(ctx, layers, batch_size, count, seed)
+    for how, model in models.items():
         ddp = DDP(model)  # keep a reference: a DDP freed before backward never all-reduces
         log = hooks.BucketLog(model, ctx.world_size)
         ddp.register_comm_hook(log, hooks.record_and_allreduce)
         # Each forward starts the next micro-batch: its backward's buckets are tagged with it.
         model.register_forward_pre_hook(lambda *_, log=log: setattr(log, "iteration",
                                                                     log.iteration + 1))
-        batches = micro_batches(ctx, layers, batch_size, count, seed)
         if warmup:
             log.iteration = -2
             F.mse_loss(ddp(batches[0][0]), batches[0][1]).backward()
@@ -201,7 +206,7 @@ def run(world_size: int = 2, batch_size: int = 8, micro_batches: int = 4, seed: 
     return Accumulation(
         world_size=len(ranks), batch_size=batch_size, micro_batches=micro_batches,
         mistake=mistake,
-        param_names=[n for n, _ in mlp.make_model(layers, seed).named_parameters()],
+        param_names=first["names"],
         grads=np.stack([r["no_sync"]["grad"] for r in ranks]),
         reference_grad=reference_gradient(layers, batch_size, micro_batches, len(ranks), seed),
         launches=first["no_sync"]["launches"],

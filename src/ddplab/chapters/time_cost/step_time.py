@@ -13,6 +13,7 @@ gradient), waiting (from there to the end of ``backward()``) and optimizer.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 
 import torch
@@ -27,13 +28,16 @@ from ddplab.common.results import Result
 COMMAND = "step-time"  # python -m ddplab step-time
 
 LAYERS = (512,) * 17  # 16 Linear(512, 512): 4,202,496 parameters, 16.8 MB of float32 gradients
+# The lab's panel times 3 steps (their median) after the warmup, the page 7: a move re-runs
+# every step, each a real forward, backward and all-reduce of the model, with DDP and without.
+PANEL_ITERATIONS = 3
 
 
 class _Trainer:
     """One copy of the model with its optimizer, with DDP (``communicate``) or without."""
 
-    def __init__(self, ctx, layers, seed: int, communicate: bool, bucket_cap_mb):
-        self.model = mlp.make_model(layers, seed, init="he").to(ctx.device)
+    def __init__(self, ctx, model, communicate: bool, bucket_cap_mb):
+        self.model = model
         self.gradients = timed_step.GradientTimes(self.model, ctx.device)
         # keep a reference: a DDP freed before backward never all-reduces
         self.wrapped = (DDP(self.model, bucket_cap_mb=bucket_cap_mb) if communicate
@@ -51,7 +55,12 @@ def timed_steps(ctx, layers, batch_size: int, bucket_cap_mb, modes, iterations: 
     """Per mode (``communicate``: True for DDP, False for the model alone), the seconds of
     each phase of ``iterations`` SGD steps after ``warmup`` untimed ones. With several modes
     their steps alternate, so that a change of the machine's load reaches them alike."""
-    trainers = [_Trainer(ctx, layers, seed, communicate, bucket_cap_mb) for communicate in modes]
+    model = mlp.make_model(layers, seed, init="he").to(ctx.device)
+    # One init; the other modes get copies with the same weights, made before any DDP wraps
+    # the model (an init took 76-124 ms here, a copy 49-61 ms: two random fills to one copy).
+    models = [model, *(copy.deepcopy(model) for _ in modes[1:])]
+    trainers = [_Trainer(ctx, m, communicate, bucket_cap_mb)
+                for m, communicate in zip(models, modes)]
     rows = slice(ctx.rank * batch_size, (ctx.rank + 1) * batch_size)
     out = [[] for _ in modes]
     for i in range(warmup + iterations):  # DDP rebuilds its buckets after iteration 0

@@ -1,11 +1,18 @@
 """Figures for the chapter "The time cost": results in, matplotlib figures out; no computation
-beyond reading a result's fields (a model's curve is the model's function, called here)."""
+beyond reading a result's fields (a model's curve is the model's function, called here). The
+communication figures (the all-reduce, the hooks) are in ``plots.communication``, here too."""
 
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
 import numpy as np
 
+from ddplab.chapters.time_cost.plots.communication import (  # noqa: F401 (the chapter's plots)
+    allreduce,
+    compression,
+    update_allreduce,
+    update_compression,
+)
 from ddplab.screen.phases import phase_bars
 from ddplab.screen.style import LEGEND_SIZE, PAGE_WIDTH, figure, log2_x, placement_note, rank_color
 
@@ -31,36 +38,6 @@ def step_phases(runs, ax=None):
     list or tuple of them, such as ``step_time.paired``'s)."""
     runs = list(runs) if isinstance(runs, (list, tuple)) else [runs]
     return phase_bars(runs, [r.label for r in runs], ax)
-
-
-def allreduce(results, axes=None):
-    """Time against size (measured, and the fit T = alpha + S/B) and busbw against the
-    memory-copy bandwidth; ``results``: one ``allreduce.AllReduce`` or ``{world size: it}``."""
-    results = results if isinstance(results, dict) else {results.world_size: results}
-    if axes is None:
-        fig, axes = plt.subplots(1, 2, figsize=(PAGE_WIDTH, 3.1), constrained_layout=True)
-    time_ax, bw_ax = axes
-    for i, (w, r) in enumerate(results.items()):
-        color = rank_color(i)
-        sizes = np.array(r.sizes_bytes)
-        time_ax.loglog(sizes, 1e3 * np.array(r.seconds), "o", color=color, ms=4,
-                       label=f"{w} ranks, measured")
-        fine = np.geomspace(sizes[0], sizes[-1], 50)
-        time_ax.loglog(fine, [1e3 * r.fit.seconds(s) for s in fine], "-", color=color,
-                       lw=1, alpha=0.7, label=f"fit: {1e6 * r.alpha_s:.0f} us + "
-                                                f"S / {r.bandwidth_bytes_per_s / 1e9:.2f} GB/s")
-        bw_ax.semilogx(sizes, np.array(r.busbw) / 1e9, "o-", color=color, ms=4, lw=1,
-                       label=f"{w} ranks, busbw")
-        bw_ax.axhline(r.copy_bandwidth_bytes_per_s / 1e9, color=color, ls=":", lw=1.2,
-                      label=f"memory copy, one rank ({w}-rank run)")
-    time_ax.set_xlabel("message size S, bytes", fontsize=9)
-    time_ax.set_ylabel("ms per all-reduce (median)", fontsize=9)
-    bw_ax.set_xlabel("message size S, bytes", fontsize=9)
-    bw_ax.set_ylabel("GB/s", fontsize=9)
-    time_ax.legend(fontsize=LEGEND_SIZE, loc="upper left")
-    bw_ax.set_ylim(0, 1.35 * max(r.copy_bandwidth_bytes_per_s for r in results.values()) / 1e9)
-    bw_ax.legend(fontsize=LEGEND_SIZE, loc="upper left")
-    return time_ax.figure
 
 
 def scaling(result, model=None, axes=None):
@@ -165,31 +142,6 @@ def accumulated(result, axes=None):
                       fontsize=8.5, loc="left")
     grad_ax.legend(fontsize=LEGEND_SIZE)
     return count_ax.figure
-
-
-def compression(results, axes=None):
-    """Bytes on the wire, the gradient's relative error and the time, per hook
-    (``{hook: compression.Compression}``)."""
-    if axes is None:
-        fig, axes = plt.subplots(1, 3, figsize=(PAGE_WIDTH, 2.6), constrained_layout=True)
-    names = list(results)
-    colors = [rank_color(i) for i in range(len(names))]
-    y = np.arange(len(names))
-    axes[0].barh(y, [r.bytes_sent / 2 ** 20 for r in results.values()], color=colors)
-    axes[0].set_xscale("log")
-    axes[0].set_xlabel("MiB sent per rank per step", fontsize=8.5)
-    errors = [max(r.grad_rel_error, 1e-9) for r in results.values()]
-    axes[1].barh(y, errors, color=colors)
-    axes[1].set_xscale("log")
-    axes[1].set_xlim(1e-5, 2)
-    axes[1].set_xlabel("relative error of the\naveraged gradient", fontsize=8.5)
-    axes[2].barh(y, [r.forward_backward_ms for r in results.values()], color=colors)
-    axes[2].set_xlabel("forward + backward, ms\n(median, rank 0)", fontsize=8.5)
-    for ax in axes:
-        ax.set_yticks(y, names if ax is axes[0] else [""] * len(names), fontsize=9)
-        ax.invert_yaxis()
-    axes[1].text(1.2e-5, 0, "exact", va="center", fontsize=8)
-    return axes[0].figure
 
 
 def calibration(check, ax=None):
