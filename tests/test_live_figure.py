@@ -217,3 +217,41 @@ def test_the_cluster_models_figure_updates_in_place_pixel_for_pixel():
         plt.close(fresh)
     other = list(cluster_prediction.cost_model.INTER_NODE)[-1]
     assert not time_cost_plots.update_cluster(kept, cluster_prediction.run(inter=other))
+
+
+def test_a_figure_of_subfigures_takes_the_last_layout_pixel_for_pixel():
+    """Lab 1's node panel (two subfigures, the top one's axes turned off): a move draws a new
+    figure in the last one's layout (its subfigures' boxes and their axes), not laid out
+    again, and that is what the same figure placed by hand draws."""
+    from ddplab.chapters.averaging import per_node
+
+    first, second = (per_node.node_average(nodes=n, gpus_per_node=2, batch_size=2)
+                     for n in (2, 3))
+    live = LiveFigure(plots.node_layout)
+    png = pixels(live.png(first))
+    assert live.frame is not None  # subfigures no longer stop a layout from being kept
+    boxes = [box.bounds for box in live.frame[1][2]]
+    assert len(boxes) == 2 and boxes[0][1] > boxes[1][1]  # top above bottom, as laid out
+    moved = pixels(live.png(second))
+    fresh = live_figure._own_canvas(plots.node_layout(second))
+    fresh.set_layout_engine("none")
+    live_figure._set_layout(fresh, live.frame[1])
+    fresh.canvas.draw()
+    assert np.array_equal(moved, np.asarray(fresh.canvas.buffer_rgba()))
+    assert not np.array_equal(moved, png)  # the comparison can fail
+    # Placed by hand, not where a plain draw without layout would put them.
+    bare = live_figure._own_canvas(plots.node_layout(second))
+    bare.set_layout_engine("none")
+    bare.canvas.draw()
+    assert not np.array_equal(moved, np.asarray(bare.canvas.buffer_rgba()))
+
+
+def test_an_axis_turned_off_does_not_count_as_overflowing():
+    fig, ax = plt.subplots(figsize=(3, 2))
+    ax.set_position([0.0, 0.0, 1.0, 1.0])  # its tick labels would lie outside the figure
+    fig.canvas.draw()
+    assert not live_figure._fits(fig)
+    ax.set_axis_off()
+    fig.canvas.draw()
+    assert live_figure._fits(fig)
+    plt.close(fig)

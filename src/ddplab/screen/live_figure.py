@@ -14,7 +14,7 @@ anew and its inside pasted back from the last full draw, matplotlib's blitting
 (``copy_from_bbox``, ``restore_region``), for a legend that stays where it is (a fixed
 ``loc``) and hides what lies under it (an opaque frame).
 Without ``update``, every move builds a new figure and draws it once; when it has the same
-frame as the last one (size, grid, axes: :func:`_frame`), it takes the last one's layout
+frame as the last one (size, grid, subfigures, axes: :func:`_frame`), it takes the last one's layout
 (the axes' positions, as constrained layout set them) rather than running the layout engine
 again (half of such a draw, profiled in ``benchmarks/all_sliders.py --profile``), unless
 something then overflows the figure.
@@ -155,47 +155,75 @@ def _stays_and_hides(legend) -> bool:
 
 
 def _fits(figure) -> bool:
-    """Whether every axes, with its labels and title, lies within the figure after a draw."""
+    """Whether every axes, with its labels and title, lies within the figure after a draw
+    (what an update changes: ticks, axis labels, title; an axis turned off or an empty title
+    draws nothing, wherever it would be)."""
     renderer = figure.canvas.get_renderer()
     bounds = figure.bbox
-    boxes = [box for ax in figure.axes  # what an update changes: ticks, axis labels, title
-             for box in (ax.xaxis.get_tightbbox(renderer), ax.yaxis.get_tightbbox(renderer),
-                         ax.title.get_window_extent(renderer))]
+    boxes = []
+    for ax in figure.axes:
+        boxes += [axis.get_tightbbox(renderer) for axis in (ax.xaxis, ax.yaxis)
+                  if ax.axison and axis.get_visible()]
+        if ax.title.get_text():
+            boxes.append(ax.title.get_window_extent(renderer))
     return all(box is None or (box.x0 >= bounds.x0 - 0.5 and box.y0 >= bounds.y0 - 0.5
                                and box.x1 <= bounds.x1 + 0.5 and box.y1 <= bounds.y1 + 0.5)
                for box in boxes)
 
 
 def _frame(figure):
-    """What fixes a figure's layout besides its texts: its size, and each axes' place in its
-    grid; None where the layout also moves other things (figure legends, subfigures)."""
-    if figure.legends or figure.subfigs:
+    """What fixes a figure's layout besides its texts: its size, each subfigure's and each
+    axes' place in its grid (and the subfigure it is in); None where the layout also moves
+    other things (legends or titles of the figure or of a subfigure)."""
+    subfigures = _subfigures(figure)
+    if figure.legends or any(s.legends or any(_titles(s)) for s in subfigures):
         return None
-    places = []
-    for ax in figure.axes:
-        spec = ax.get_subplotspec()
-        grid = spec.get_gridspec() if spec is not None else None
-        places.append(None if spec is None else
-                      (spec.rowspan, spec.colspan, grid.get_geometry(),
-                       tuple(grid.get_height_ratios() or ()),
-                       tuple(grid.get_width_ratios() or ())))
-    return tuple(figure.get_size_inches()), figure.dpi, tuple(places)
+    return (tuple(figure.get_size_inches()), figure.dpi,
+            tuple(_place(s._subplotspec) for s in subfigures),  # no public getter
+            tuple((_place(ax.get_subplotspec()), _index(subfigures, ax.figure))
+                  for ax in figure.axes))
+
+
+def _subfigures(figure) -> list:
+    """Every subfigure of ``figure``, depth first (``figure.subfigs`` holds only its own)."""
+    return [s for sub in figure.subfigs for s in (sub, *_subfigures(sub))]
+
+
+def _index(items: list, item):
+    return next((i for i, x in enumerate(items) if x is item), None)
+
+
+def _place(spec):
+    """A subplot's rows and columns in its grid, the grid's shape and ratios."""
+    if spec is None:
+        return None
+    grid = spec.get_gridspec()
+    return (spec.rowspan, spec.colspan, grid.get_geometry(),
+            tuple(grid.get_height_ratios() or ()), tuple(grid.get_width_ratios() or ()))
+
+
+def _titles(figure) -> list:
+    return [figure._suptitle, figure._supxlabel, figure._supylabel]
 
 
 def _layout(figure) -> tuple:
-    """The axes' positions and the figure titles' places, as a draw laid them out."""
-    titles = [t.get_position() if t is not None else None
-              for t in (figure._suptitle, figure._supxlabel, figure._supylabel)]
-    return [ax.get_position(original=True).frozen() for ax in figure.axes], titles
+    """The axes' positions, the subfigures' boxes and the figure titles' places, as a draw
+    laid them out (an axes in a subfigure is placed within it)."""
+    titles = [t.get_position() if t is not None else None for t in _titles(figure)]
+    return ([ax.get_position(original=True).frozen() for ax in figure.axes], titles,
+            [s.bbox_relative.frozen() for s in _subfigures(figure)])
 
 
 def _set_layout(figure, layout) -> None:
-    """Put axes and titles where :func:`_layout` found them (``_set_position``: what
-    constrained layout itself calls, matplotlib/_constrained_layout.py)."""
-    positions, titles = layout
+    """Put subfigures, axes and titles where :func:`_layout` found them
+    (``_redo_transform_rel_fig`` and ``_set_position``: what constrained layout itself calls,
+    matplotlib/_constrained_layout.py, ``reposition_axes``)."""
+    positions, titles, boxes = layout
+    for subfigure, box in zip(_subfigures(figure), boxes):
+        subfigure._redo_transform_rel_fig(bbox=box)
     for ax, position in zip(figure.axes, positions):
         ax._set_position(position)
-    for text, place in zip((figure._suptitle, figure._supxlabel, figure._supylabel), titles):
+    for text, place in zip(_titles(figure), titles):
         if text is not None and place is not None:
             text.set_position(place)
 
