@@ -255,3 +255,26 @@ def test_an_axis_turned_off_does_not_count_as_overflowing():
     fig.canvas.draw()
     assert live_figure._fits(fig)
     plt.close(fig)
+
+
+def test_a_frame_seen_before_the_last_takes_its_own_layout():
+    """A slider that changes the figure's size, moved there and back: the way back finds the
+    first size's layout (laid out once), though a figure of another size came between."""
+    def draw(height):
+        fig, ax = plt.subplots(figsize=(4, height), constrained_layout=True)
+        ax.plot([0, 1], [0, 1])
+        ax.set_title(f"height {height}")
+        return fig
+
+    live = LiveFigure(draw)
+    first = pixels(live.png(3))
+    layout = live.frame[1]
+    live.png(4)
+    assert len(live.layouts) == 2 and live.frame[1] is not layout
+    engine = []
+    again = draw(3)  # what the panel builds for the way back; its layout engine must not run
+    again.get_layout_engine().execute = lambda fig: engine.append(fig)
+    live._draw_new(live_figure._own_canvas(again))
+    assert engine == [] and live.frame[1] is layout
+    assert np.array_equal(np.asarray(again.canvas.buffer_rgba()), first)
+    assert plt.get_fignums() == []
