@@ -220,14 +220,17 @@ def test_the_cluster_models_figure_updates_in_place_pixel_for_pixel():
 
 
 def test_a_figure_of_subfigures_takes_the_last_layout_pixel_for_pixel():
-    """Lab 1's node panel (two subfigures, the top one's axes turned off): a move draws a new
+    """Lab 1's node figure (two subfigures, the top one's axes turned off): a move draws a new
     figure in the last one's layout (its subfigures' boxes and their axes), not laid out
     again, and that is what the same figure placed by hand draws."""
     from ddplab.chapters.averaging import per_node
 
+    def draw(result):  # the figure without its update: a new one every move
+        return plots.node_layout(result)
+
     first, second = (per_node.node_average(nodes=n, gpus_per_node=2, batch_size=2)
                      for n in (2, 3))
-    live = LiveFigure(plots.node_layout)
+    live = LiveFigure(draw)
     png = pixels(live.png(first))
     assert live.frame is not None  # subfigures no longer stop a layout from being kept
     boxes = [box.bounds for box in live.frame[1][2]]
@@ -278,3 +281,24 @@ def test_a_frame_seen_before_the_last_takes_its_own_layout():
     assert engine == [] and live.frame[1] is layout
     assert np.array_equal(np.asarray(again.canvas.buffer_rgba()), first)
     assert plt.get_fignums() == []
+
+
+def test_lab_1s_node_figure_updates_in_place_pixel_for_pixel():
+    """Other nodes and GPUs per node (other ranks, nodes and legend entries): the node panel's
+    figure takes each into its axes, and draws what a new figure under its layout draws."""
+    from ddplab.chapters.averaging import per_node
+
+    live = LiveFigure(plots.node_layout)
+    first = pixels(live.png(per_node.node_average(nodes=2, gpus_per_node=2, batch_size=2)))
+    kept = live.figure
+    for nodes, gpus_per_node in [(3, 2), (2, 1), (1, 3), (2, 2)]:
+        result = per_node.node_average(nodes=nodes, gpus_per_node=gpus_per_node, batch_size=2)
+        updated = pixels(live.png(result))
+        assert live.figure is kept
+        fresh = live_figure._own_canvas(plots.node_layout(result))
+        fresh.set_layout_engine("none")
+        live_figure._set_layout(fresh, live_figure._layout(kept))
+        fresh.canvas.draw()
+        assert np.array_equal(updated, np.asarray(fresh.canvas.buffer_rgba())), (nodes,
+                                                                                  gpus_per_node)
+        assert (nodes, gpus_per_node) == (2, 2) or not np.array_equal(updated, first)

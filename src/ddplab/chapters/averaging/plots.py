@@ -79,7 +79,31 @@ def node_layout(result):
     """The ranks laid out as nodes x GPUs, and DDP's gradient against per-node averages."""
     fig = plt.figure(figsize=(WIDE, 5.2), constrained_layout=True)
     top, bottom = fig.subfigures(2, 1, height_ratios=[1, 1.6])
-    ax = top.subplots()
+    _nodes(top.subplots(), result)
+    _node_averages(bottom.subplots(), result)
+    return fig
+
+
+def update_node_layout(fig, result) -> bool:
+    """Draw ``result`` into the axes :func:`node_layout` made, their artists made anew (another
+    layout has other ranks, nodes and legend entries): a slider move then builds no figure
+    and no axes, the most of a build (``screen.live_figure``)."""
+    top, bottom = fig.axes
+    legend = bottom.get_legend()
+    # The bars' container too (it removes its bars): a legend takes its entry from it.
+    for artist in [*top.patches, *top.texts, *bottom.containers, *bottom.lines, legend]:
+        artist.remove()
+    _nodes(top, result)
+    _node_averages(bottom, result)
+    bottom.relim()  # the data limits of the new artists only, as a new axes would find them
+    bottom.autoscale_view()
+    return True
+
+
+node_layout.update = update_node_layout
+
+
+def _nodes(ax, result):
     g = result.gpus_per_node
     for rank, (node, local) in enumerate(zip(result.node_of_rank, result.local_rank_of_rank)):
         x, y = node * (g + 0.6) + local, 0
@@ -95,7 +119,10 @@ def node_layout(result):
     ax.set_axis_off()
     ax.set_title(f"{result.nodes} nodes x {g} GPUs per node = world size {result.world_size}; "
                  f"DDP divided the summed gradient by {result.divisor:.2f}", fontsize=10)
-    ax = bottom.subplots()
+
+
+def _node_averages(ax, result):
+    g = result.gpus_per_node
     x = np.arange(result.ddp_grad.size)
     ax.bar(x, result.ddp_grad, width=0.75, color="0.25", alpha=0.35, label="DDP (every rank)")
     for node in range(result.nodes):
@@ -106,7 +133,6 @@ def node_layout(result):
     ax.axhline(0, color="0.6", lw=0.6)
     ax.set_xlabel("gradient element")
     ax.legend(fontsize=LEGEND_SIZE, ncol=2, loc="upper right", framealpha=0.9)
-    return fig
 
 
 def bias(results, labels):
