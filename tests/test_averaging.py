@@ -76,12 +76,27 @@ def test_ddp_divides_by_the_world_size_not_the_gpus_per_node(nodes, gpus_per_nod
     assert layout.divisor == pytest.approx(world_size, rel=1e-4)
     assert layout.node_of_rank == [r // gpus_per_node for r in range(world_size)]
     assert layout.local_rank_of_rank == [r % gpus_per_node for r in range(world_size)]
-    np.testing.assert_allclose(layout.summed_grad, layout.local_grads.sum(0), atol=1e-6)
+    # Equal shards, mean loss: the local gradients average to one process's, so sum to W times it.
+    np.testing.assert_allclose(layout.summed_grad,
+                               world_size * one_process_grad([4] * world_size, "mean", 0),
+                               atol=1e-5)
     for node in range(nodes):
         mine = layout.local_grads[node * gpus_per_node:(node + 1) * gpus_per_node]
         np.testing.assert_allclose(layout.node_averages[node], mine.mean(0), atol=1e-6)
     np.testing.assert_allclose(layout.ddp_grad,
                                one_process_grad([4] * world_size, "mean", 0), atol=1e-6)
+
+
+def test_kept_node_subgroups_follow_the_layout_at_one_world_size():
+    """The ranks keep their per-node subgroups between calls, by layout: at world size 4,
+    2 x 2, then 4 x 1, then 2 x 2 again and 1 x 4 each average over their own nodes (a kept
+    set reused for another layout would average 4 x 1 over pairs)."""
+    for nodes, gpus_per_node in [(2, 2), (4, 1), (2, 2), (1, 4)]:
+        layout = per_node.node_average(nodes=nodes, gpus_per_node=gpus_per_node, batch_size=3)
+        for node in range(nodes):
+            mine = layout.local_grads[node * gpus_per_node:(node + 1) * gpus_per_node]
+            np.testing.assert_allclose(layout.node_averages[node], mine.mean(0), atol=1e-6)
+        assert layout.divisor == pytest.approx(4, rel=1e-4)
 
 
 @pytest.mark.parametrize("kwargs, match", [

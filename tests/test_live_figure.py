@@ -262,3 +262,88 @@ def test_the_cluster_models_figure_updates_in_place_pixel_for_pixel():
         plt.close(fresh)
     other = list(cluster_prediction.cost_model.INTER_NODE)[-1]
     assert not time_cost_plots.update_cluster(kept, cluster_prediction.run(inter=other))
+
+
+def test_a_figure_of_subfigures_takes_the_last_layout_pixel_for_pixel():
+    """Lab 1's node figure (two subfigures, the top one's axes turned off): a move draws a new
+    figure in the last one's layout (its subfigures' boxes and their axes), not laid out
+    again, and that is what the same figure placed by hand draws."""
+    from ddplab.chapters.averaging import per_node
+
+    def draw(result):  # the figure without its update: a new one every move
+        return plots.node_layout(result)
+
+    first, second = (per_node.node_average(nodes=n, gpus_per_node=2, batch_size=2)
+                     for n in (2, 3))
+    live = LiveFigure(draw)
+    png = pixels(live.png(first))
+    assert live.frame is not None  # subfigures no longer stop a layout from being kept
+    boxes = [box.bounds for box in live.frame[1][2]]
+    assert len(boxes) == 2 and boxes[0][1] > boxes[1][1]  # top above bottom, as laid out
+    moved = pixels(live.png(second))
+    fresh = live_figure._own_canvas(plots.node_layout(second))
+    fresh.set_layout_engine("none")
+    live_figure._set_layout(fresh, live.frame[1])
+    fresh.canvas.draw()
+    assert np.array_equal(moved, np.asarray(fresh.canvas.buffer_rgba()))
+    assert not np.array_equal(moved, png)  # the comparison can fail
+    # Placed by hand, not where a plain draw without layout would put them.
+    bare = live_figure._own_canvas(plots.node_layout(second))
+    bare.set_layout_engine("none")
+    bare.canvas.draw()
+    assert not np.array_equal(moved, np.asarray(bare.canvas.buffer_rgba()))
+
+
+def test_an_axis_turned_off_does_not_count_as_overflowing():
+    fig, ax = plt.subplots(figsize=(3, 2))
+    ax.set_position([0.0, 0.0, 1.0, 1.0])  # its tick labels would lie outside the figure
+    fig.canvas.draw()
+    assert not live_figure._fits(fig)
+    ax.set_axis_off()
+    fig.canvas.draw()
+    assert live_figure._fits(fig)
+    plt.close(fig)
+
+
+def test_a_frame_seen_before_the_last_takes_its_own_layout():
+    """A slider that changes the figure's size, moved there and back: the way back finds the
+    first size's layout (laid out once), though a figure of another size came between."""
+    def draw(height):
+        fig, ax = plt.subplots(figsize=(4, height), constrained_layout=True)
+        ax.plot([0, 1], [0, 1])
+        ax.set_title(f"height {height}")
+        return fig
+
+    live = LiveFigure(draw)
+    first = pixels(live.png(3))
+    layout = live.frame[1]
+    live.png(4)
+    assert len(live.layouts) == 2 and live.frame[1] is not layout
+    engine = []
+    again = draw(3)  # what the panel builds for the way back; its layout engine must not run
+    again.get_layout_engine().execute = lambda fig: engine.append(fig)
+    live._draw_new(live_figure._own_canvas(again))
+    assert engine == [] and live.frame[1] is layout
+    assert np.array_equal(np.asarray(again.canvas.buffer_rgba()), first)
+    assert plt.get_fignums() == []
+
+
+def test_lab_1s_node_figure_updates_in_place_pixel_for_pixel():
+    """Other nodes and GPUs per node (other ranks, nodes and legend entries): the node panel's
+    figure takes each into its axes, and draws what a new figure under its layout draws."""
+    from ddplab.chapters.averaging import per_node
+
+    live = LiveFigure(plots.node_layout)
+    first = pixels(live.png(per_node.node_average(nodes=2, gpus_per_node=2, batch_size=2)))
+    kept = live.figure
+    for nodes, gpus_per_node in [(3, 2), (2, 1), (1, 3), (2, 2)]:
+        result = per_node.node_average(nodes=nodes, gpus_per_node=gpus_per_node, batch_size=2)
+        updated = pixels(live.png(result))
+        assert live.figure is kept
+        fresh = live_figure._own_canvas(plots.node_layout(result))
+        fresh.set_layout_engine("none")
+        live_figure._set_layout(fresh, live_figure._layout(kept))
+        fresh.canvas.draw()
+        assert np.array_equal(updated, np.asarray(fresh.canvas.buffer_rgba())), (nodes,
+                                                                                  gpus_per_node)
+        assert (nodes, gpus_per_node) == (2, 2) or not np.array_equal(updated, first)

@@ -70,6 +70,32 @@ def test_hand_counted_padding_and_drop_last():
     assert dropped.times_drawn(0).tolist() == [1] * 8 + [0, 0]
 
 
+def test_the_sample_grid_draws_a_cell_per_draw_and_outlines_the_padding():
+    """Hand-counted, 10 samples on 4 ranks without shuffle: 12 cells, samples 0 and 1 drawn
+    twice (4 cells outlined); below, 12 rank parts over 10 indices, 2 of them outlined. With
+    drop_last: 8 cells, none outlined, 2 indices hatched as never drawn."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from ddplab.chapters.sharding import plots
+
+    def counts(ax):  # the panel's collections, in the order they are added
+        return [len(c.get_paths()) for c in ax.collections]
+
+    padded = plots.draws(sharding.run(dataset_size=10, world_size=4, batch_size=2, epochs=1,
+                                      shuffle=False))
+    assert counts(padded.axes[0]) == [12, 4]  # cells, outlines
+    assert counts(padded.axes[1]) == [12, 0, 2]  # rank parts, never drawn, drawn twice
+    dropped = plots.draws(sharding.run(dataset_size=10, world_size=4, batch_size=2, epochs=1,
+                                       shuffle=False, drop_last=True))
+    assert counts(dropped.axes[0]) == [8, 0]
+    assert counts(dropped.axes[1]) == [8, 2, 0]
+    assert dropped.axes[1].collections[1].get_hatch() == "////"
+    plt.close("all")
+
+
 def test_the_forum_sizes_2_nodes_x_4_gpus_with_256_per_rank():
     kept = sharding.run(dataset_size=10_000, world_size=8, batch_size=256, epochs=1)
     assert kept.global_batch_sizes == [[2048] * 4 + [10_000 - 4 * 2048]]

@@ -13,11 +13,13 @@ them be: the same artists, so the same entries) are not laid out again: each fra
 anew and its inside pasted back from the last full draw, matplotlib's blitting
 (``copy_from_bbox``, ``restore_region``), for a legend that stays where it is (a fixed
 ``loc``) and hides what lies under it (an opaque frame).
-Without ``update``, every move builds a new figure and draws it once; when it has the same
-frame as the last one (size, grid, axes: :func:`_frame`), it takes the last one's layout
-(the axes' positions, as constrained layout set them) rather than running the layout engine
-again (half of such a draw, profiled in ``benchmarks/all_sliders.py --profile``), unless
-something then overflows the figure.
+Without ``update``, every move builds a new figure and draws it once; when a figure of the
+same frame (size, grid, subfigures, axes: :func:`_frame`) was drawn before, it takes that
+one's layout (the axes' positions, as constrained layout set them) rather than running the
+layout engine again (half of such a draw, profiled in ``benchmarks/all_sliders.py
+--profile``), unless something then overflows the figure. Layouts are kept per frame, so a
+slider that changes the figure's size (a world size, a number of epochs) lays out each size
+once; a figure an ``update`` could not take is drawn the same way.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from matplotlib.transforms import Bbox
 from PIL import Image
 
 SLACK = 10 / 72  # inches around a kept figure's layout, 3 / 72 in constrained layout's default
+KEPT_LAYOUTS = 64  # frames whose layout a LiveFigure keeps (a few boxes each)
 
 
 class LiveFigure:
@@ -44,6 +47,7 @@ class LiveFigure:
         self.layout = None  # the plot's own layout engine, re-run when something outgrows it
         self.legends = []  # (legend, pixels of its inside) from the last full draw
         self.frame = None  # without update: the last new figure's frame and its layout
+        self.layouts = {}  # frame (_frame) -> the layout a figure of that frame last fitted
 
     def png(self, result) -> bytes:
         update = getattr(self.plot, "update", None)
@@ -53,16 +57,14 @@ class LiveFigure:
             self._draw_without_legends()
             if self.layout is not None and not _fits(self.figure):
                 self._draw_laid_out()  # a longer tick label or title: lay out afresh
-        else:  # another world size: a new figure, laid out as the last one where it fits
-            kept, self.figure = self.figure, _own_canvas(self.plot(result))
+        else:  # another world size: a new figure, laid out as one of its frame was
+            self.figure = _own_canvas(self.plot(result))
             self.layout = self.figure.get_layout_engine()
             if isinstance(self.layout, ConstrainedLayoutEngine):
                 # Room for a tick label or title a few pixels longer than this result's, so
                 # that most later results fit without laying out again.
                 self.layout.set(w_pad=SLACK, h_pad=SLACK)
-            frame = _frame(self.figure)
-            same = kept is not None and frame is not None and frame == _frame(kept)
-            self._draw_laid_out(_layout(kept) if same else None)
+            self._draw_laid_out(self.layouts.get(_frame(self.figure)))
         return _encode(self.figure)
 
     def _draw_laid_out(self, layout=None) -> None:
@@ -78,28 +80,44 @@ class LiveFigure:
                 figure.set_layout_engine(self.layout)
             figure.canvas.draw()
         figure.set_layout_engine("none")
+        self._keep(_frame(figure), figure)
         renderer = figure.canvas.get_renderer()
         self.legends = [(legend, [figure.canvas.copy_from_bbox(box)
                                   for box in _insides(legend, renderer)])
                         for legend in _legends(figure) if _stays_and_hides(legend)]
 
     def _draw_new(self, figure):
-        """Draw a new ``figure``: with the last one's layout where it has the same frame and
+        """Draw a new ``figure``: in the layout of the last figure of its frame where
         everything fits in it, else laid out by its own engine (whose layout is then kept)."""
         frame = _frame(figure)
-        if frame is not None and self.frame is not None and self.frame[0] == frame:
+        layout = self.layouts.get(frame)
+        if layout is not None:
             engine = figure.get_layout_engine()
             figure.set_layout_engine("none")
-            _set_layout(figure, self.frame[1])
+            _set_layout(figure, layout)
             figure.canvas.draw()
             if _fits(figure):
+                self.frame = (frame, layout)
                 return figure
             figure.set_layout_engine(engine)
         if isinstance(figure.get_layout_engine(), ConstrainedLayoutEngine):
             figure.get_layout_engine().set(w_pad=SLACK, h_pad=SLACK)  # room, as above
         figure.canvas.draw()
-        self.frame = (frame, _layout(figure)) if frame is not None else None
+        self.frame = self._keep(frame, figure)
         return figure
+
+    def _keep(self, frame, figure):
+        """Keep ``figure``'s layout for later figures of its ``frame`` (a slider that comes
+        back to a world size or a number of epochs finds its layout: a move back and forth
+        lays out nothing); the oldest goes beyond :data:`KEPT_LAYOUTS`. Returns (frame,
+        layout), or None for a figure without a frame."""
+        if frame is None:
+            return None
+        self.layouts.pop(frame, None)  # re-inserted: the newest
+        self.layouts[frame] = _layout(figure)
+        while len(self.layouts) > KEPT_LAYOUTS:
+            self.layouts.pop(next(iter(self.layouts)))
+        return frame, self.layouts[frame]
 
     def _draw_without_legends(self) -> None:
         """Draw all but the legends' insides, then paste those from the last full draw. Each
@@ -169,47 +187,75 @@ def _stays_and_hides(legend) -> bool:
 
 
 def _fits(figure) -> bool:
-    """Whether every axes, with its labels and title, lies within the figure after a draw."""
+    """Whether every axes, with its labels and title, lies within the figure after a draw
+    (what an update changes: ticks, axis labels, title; an axis turned off or an empty title
+    draws nothing, wherever it would be)."""
     renderer = figure.canvas.get_renderer()
     bounds = figure.bbox
-    boxes = [box for ax in figure.axes  # what an update changes: ticks, axis labels, title
-             for box in (ax.xaxis.get_tightbbox(renderer), ax.yaxis.get_tightbbox(renderer),
-                         ax.title.get_window_extent(renderer))]
+    boxes = []
+    for ax in figure.axes:
+        boxes += [axis.get_tightbbox(renderer) for axis in (ax.xaxis, ax.yaxis)
+                  if ax.axison and axis.get_visible()]
+        if ax.title.get_text():
+            boxes.append(ax.title.get_window_extent(renderer))
     return all(box is None or (box.x0 >= bounds.x0 - 0.5 and box.y0 >= bounds.y0 - 0.5
                                and box.x1 <= bounds.x1 + 0.5 and box.y1 <= bounds.y1 + 0.5)
                for box in boxes)
 
 
 def _frame(figure):
-    """What fixes a figure's layout besides its texts: its size, and each axes' place in its
-    grid; None where the layout also moves other things (figure legends, subfigures)."""
-    if figure.legends or figure.subfigs:
+    """What fixes a figure's layout besides its texts: its size, each subfigure's and each
+    axes' place in its grid (and the subfigure it is in); None where the layout also moves
+    other things (legends or titles of the figure or of a subfigure)."""
+    subfigures = _subfigures(figure)
+    if figure.legends or any(s.legends or any(_titles(s)) for s in subfigures):
         return None
-    places = []
-    for ax in figure.axes:
-        spec = ax.get_subplotspec()
-        grid = spec.get_gridspec() if spec is not None else None
-        places.append(None if spec is None else
-                      (spec.rowspan, spec.colspan, grid.get_geometry(),
-                       tuple(grid.get_height_ratios() or ()),
-                       tuple(grid.get_width_ratios() or ())))
-    return tuple(figure.get_size_inches()), figure.dpi, tuple(places)
+    return (tuple(figure.get_size_inches()), figure.dpi,
+            tuple(_place(s._subplotspec) for s in subfigures),  # no public getter
+            tuple((_place(ax.get_subplotspec()), _index(subfigures, ax.figure))
+                  for ax in figure.axes))
+
+
+def _subfigures(figure) -> list:
+    """Every subfigure of ``figure``, depth first (``figure.subfigs`` holds only its own)."""
+    return [s for sub in figure.subfigs for s in (sub, *_subfigures(sub))]
+
+
+def _index(items: list, item):
+    return next((i for i, x in enumerate(items) if x is item), None)
+
+
+def _place(spec):
+    """A subplot's rows and columns in its grid, the grid's shape and ratios."""
+    if spec is None:
+        return None
+    grid = spec.get_gridspec()
+    return (spec.rowspan, spec.colspan, grid.get_geometry(),
+            tuple(grid.get_height_ratios() or ()), tuple(grid.get_width_ratios() or ()))
+
+
+def _titles(figure) -> list:
+    return [figure._suptitle, figure._supxlabel, figure._supylabel]
 
 
 def _layout(figure) -> tuple:
-    """The axes' positions and the figure titles' places, as a draw laid them out."""
-    titles = [t.get_position() if t is not None else None
-              for t in (figure._suptitle, figure._supxlabel, figure._supylabel)]
-    return [ax.get_position(original=True).frozen() for ax in figure.axes], titles
+    """The axes' positions, the subfigures' boxes and the figure titles' places, as a draw
+    laid them out (an axes in a subfigure is placed within it)."""
+    titles = [t.get_position() if t is not None else None for t in _titles(figure)]
+    return ([ax.get_position(original=True).frozen() for ax in figure.axes], titles,
+            [s.bbox_relative.frozen() for s in _subfigures(figure)])
 
 
 def _set_layout(figure, layout) -> None:
-    """Put axes and titles where :func:`_layout` found them (``_set_position``: what
-    constrained layout itself calls, matplotlib/_constrained_layout.py)."""
-    positions, titles = layout
+    """Put subfigures, axes and titles where :func:`_layout` found them
+    (``_redo_transform_rel_fig`` and ``_set_position``: what constrained layout itself calls,
+    matplotlib/_constrained_layout.py, ``reposition_axes``)."""
+    positions, titles, boxes = layout
+    for subfigure, box in zip(_subfigures(figure), boxes):
+        subfigure._redo_transform_rel_fig(bbox=box)
     for ax, position in zip(figure.axes, positions):
         ax._set_position(position)
-    for text, place in zip((figure._suptitle, figure._supxlabel, figure._supylabel), titles):
+    for text, place in zip(_titles(figure), titles):
         if text is not None and place is not None:
             text.set_position(place)
 

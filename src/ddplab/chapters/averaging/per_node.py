@@ -21,35 +21,45 @@ from ddplab.common.checks import positive_int
 from ddplab.common.mlp import flat_grad, make_model
 from ddplab.common.results import Result
 
+# The per-node subgroups this rank process has formed, by (default group, gpus_per_node).
+# Forming them (a rendezvous through the store, then a connection to every peer of the node)
+# took about as long as the rest of a call at 8 ranks on 2 cores, and a lab's sliders come back
+# to the same layouts; so they are kept, like the pool's own groups (engine/groups.py), for the
+# process's life, one set per layout. A default group's name is never reused (groups.SPAN), so
+# a key never finds the subgroups of a group that is gone.
+_NODE_GROUPS: dict = {}
+
+
+def node_groups(world_size: int, gpus_per_node: int) -> list:
+    """One subgroup per node: ranks ``n * gpus_per_node`` to ``(n + 1) * gpus_per_node - 1``."""
+    key = (dist.group.WORLD.group_name, gpus_per_node)
+    if key not in _NODE_GROUPS:  # every rank has run the same calls: all miss, or none
+        # Every rank must create every subgroup, in the same order.
+        _NODE_GROUPS[key] = [
+            dist.new_group(list(range(n * gpus_per_node, (n + 1) * gpus_per_node)))
+            for n in range(world_size // gpus_per_node)]
+    return _NODE_GROUPS[key]
+
 
 def node_gradients(ctx, gpus_per_node: int, batch_size: int, seed: int) -> dict:
     """DDP's gradient next to the average over this rank's node only (a subgroup per node)."""
-    nodes = ctx.world_size // gpus_per_node
     node = ctx.rank // gpus_per_node
     X_all, y_all = make_data(seed, ctx.world_size * batch_size)
     X = X_all[ctx.rank * batch_size:(ctx.rank + 1) * batch_size].to(ctx.device)
     y = y_all[ctx.rank * batch_size:(ctx.rank + 1) * batch_size].to(ctx.device)
 
-    local = make_model(LAYERS, seed, activation=torch.nn.Tanh).to(ctx.device)
-    F.mse_loss(local(X), y).backward()
-    local_grad = flat_grad(local)
-
-    # Every rank must create every subgroup, in the same order.
-    groups = [dist.new_group(list(range(n * gpus_per_node, (n + 1) * gpus_per_node)))
-              for n in range(nodes)]
-    node_average = local_grad.clone()
-    dist.all_reduce(node_average, group=groups[node])
-    node_average /= gpus_per_node
-    summed = local_grad.clone()
-    dist.all_reduce(summed)  # plain SUM over all ranks, no division
-    for group in groups:  # the pool keeps the main group; do not leak one subgroup per call
-        dist.destroy_process_group(group)
-
     model = make_model(LAYERS, seed, activation=torch.nn.Tanh).to(ctx.device)
+    F.mse_loss(model(X), y).backward()  # no DDP yet: this rank's own gradient
+    local_grad = flat_grad(model)
+    node_average = local_grad.clone()
+    dist.all_reduce(node_average, group=node_groups(ctx.world_size, gpus_per_node)[node])
+    node_average /= gpus_per_node
+
+    model.zero_grad(set_to_none=True)
     ddp = DDP(model)  # keep a reference: a DDP freed before backward never all-reduces
     F.mse_loss(ddp(X), y).backward()
     return {"node": node, "local_rank": ctx.rank % gpus_per_node, "local": local_grad,
-            "node_average": node_average, "sum": summed, "ddp": flat_grad(model)}
+            "node_average": node_average, "ddp": flat_grad(model)}
 
 
 @dataclasses.dataclass
@@ -64,7 +74,7 @@ class NodeAveraging(Result):
     local_grads: np.ndarray  # (world_size, n)
     node_averages: np.ndarray  # (nodes, n): mean over the ranks of each node only
     ddp_grad: np.ndarray  # (n,): the same on every rank
-    summed_grad: np.ndarray  # (n,): all-reduce SUM of the local gradients
+    summed_grad: np.ndarray  # (n,): the sum of the ranks' local gradients
     reference_grad: np.ndarray  # (n,)
 
     @property
@@ -96,6 +106,8 @@ def node_average(nodes: int = 2, gpus_per_node: int = 4, batch_size: int = 8, se
         local_grads=np.stack([r["local"] for r in results]),
         node_averages=np.stack([results[n * gpus_per_node]["node_average"]
                                 for n in range(nodes)]),
-        ddp_grad=ddp[0], summed_grad=results[0]["sum"],
+        # The plain sum over all ranks, added here from what each rank returned: an all-reduce
+        # SUM more in every rank would give the same numbers, for a collective's time more.
+        ddp_grad=ddp[0], summed_grad=np.stack([r["local"] for r in results]).sum(axis=0),
         reference_grad=reference_gradient([batch_size] * nodes * gpus_per_node, "mean", seed),
     ).on(results)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.collections import PatchCollection
+from matplotlib.patches import Rectangle
 
 from ddplab.screen.style import LEGEND_SIZE, WIDE, figure, rank_color
 
@@ -79,34 +81,82 @@ def node_layout(result):
     """The ranks laid out as nodes x GPUs, and DDP's gradient against per-node averages."""
     fig = plt.figure(figsize=(WIDE, 5.2), constrained_layout=True)
     top, bottom = fig.subfigures(2, 1, height_ratios=[1, 1.6])
-    ax = top.subplots()
+    _nodes(top.subplots(), result)
+    _node_averages(bottom.subplots(), result)
+    return fig
+
+
+def update_node_layout(fig, result) -> bool:
+    """Draw ``result`` into the axes :func:`node_layout` made: the ranks, nodes, markers and
+    legend made anew (another layout has others), the bars' heights set. A slider move then
+    builds no figure and no axes, the most of a build (``screen.live_figure``)."""
+    top, bottom = fig.axes
+    bars = bottom.containers[0]
+    if len(bars) != result.ddp_grad.size:
+        return False
+    for artist in [*top.collections, *top.texts, *bottom.lines, bottom.get_legend()]:
+        artist.remove()
+    _nodes(top, result)
+    for bar, height in zip(bars, result.ddp_grad):
+        bar.set_height(height)
+    _node_markers(bottom, result)
+    # What a new axes' limits would be (bars start at 0, so does the axhline), without
+    # relim walking every artist.
+    drawn = np.concatenate([result.ddp_grad, result.node_averages.ravel(),
+                            result.reference_grad])
+    bottom.dataLim.intervaly = (min(0.0, drawn.min()), max(0.0, drawn.max()))
+    bottom.autoscale_view(scalex=False)
+    return True
+
+
+node_layout.update = update_node_layout
+
+
+def _nodes(ax, result):
+    """The ranks as boxes labelled with their rank and local rank, framed by node."""
     g = result.gpus_per_node
+    boxes, colors = [], []
     for rank, (node, local) in enumerate(zip(result.node_of_rank, result.local_rank_of_rank)):
         x, y = node * (g + 0.6) + local, 0
-        ax.add_patch(plt.Rectangle((x, y), 0.9, 0.9, color=rank_color(rank), alpha=0.25))
+        boxes.append(Rectangle((x, y), 0.9, 0.9))
+        colors.append((*rank_color(rank), 0.25))
         ax.text(x + 0.45, y + 0.45, f"rank {rank}\nlocal_rank {local}", ha="center",
                 va="center", fontsize=8)
+    frames = []
     for node in range(result.nodes):
         left = node * (g + 0.6) - 0.1
-        ax.add_patch(plt.Rectangle((left, -0.15), g + 0.1, 1.2, fill=False, ec="0.3"))
+        frames.append(Rectangle((left, -0.15), g + 0.1, 1.2))
         ax.text(left + (g + 0.1) / 2, 1.15, f"node {node}", ha="center", fontsize=9)
+    # Two collections, not a patch per rank: fewer artists to make on every slider move.
+    ax.add_collection(PatchCollection(boxes, facecolors=colors, edgecolors=colors, lw=1),
+                      autolim=False)
+    ax.add_collection(PatchCollection(frames, facecolors="none", edgecolors="0.3", lw=1),
+                      autolim=False)
     ax.set_xlim(-0.3, result.nodes * (g + 0.6))
     ax.set_ylim(-0.3, 1.4)
     ax.set_axis_off()
     ax.set_title(f"{result.nodes} nodes x {g} GPUs per node = world size {result.world_size}; "
                  f"DDP divided the summed gradient by {result.divisor:.2f}", fontsize=10)
-    ax = bottom.subplots()
+
+
+def _node_averages(ax, result):
+    ax.bar(np.arange(result.ddp_grad.size), result.ddp_grad, width=0.75, color="0.25",
+           alpha=0.35, label="DDP (every rank)")
+    _node_markers(ax, result)
+    ax.set_xlabel("gradient element")
+
+
+def _node_markers(ax, result):
+    """Each node's average, the one-process reference, the zero line, and the legend."""
     x = np.arange(result.ddp_grad.size)
-    ax.bar(x, result.ddp_grad, width=0.75, color="0.25", alpha=0.35, label="DDP (every rank)")
     for node in range(result.nodes):
         ax.plot(x, result.node_averages[node], "s", ms=4,
-                color=rank_color(node * g), label=f"average over node {node} only")
+                color=rank_color(node * result.gpus_per_node),
+                label=f"average over node {node} only")
     ax.plot(x, result.reference_grad, "D", ms=7, mfc="none", mec="crimson", mew=1.5,
             label="one process, whole batch")
     ax.axhline(0, color="0.6", lw=0.6)
-    ax.set_xlabel("gradient element")
     ax.legend(fontsize=LEGEND_SIZE, ncol=2, loc="upper right", framealpha=0.9)
-    return fig
 
 
 def bias(results, labels):

@@ -6,6 +6,7 @@ import math
 
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.collections import PatchCollection
 from matplotlib.patches import Rectangle
 
 from ddplab.screen.style import LEGEND_SIZE, rank_color
@@ -48,18 +49,26 @@ def _font(cell: float, row: float, dataset_size: int) -> float | None:
 def _epoch_panel(ax, result, epoch, span, cell, font):
     twice = result.drawn_again(epoch)
     B = result.batch_size
+    cells, colors, twice_cells = [], [], []
     for r, batches in enumerate(result.indices[epoch]):
         x = 0.0
         for step, batch in enumerate(batches):
             for i in batch:
-                ax.add_patch(Rectangle((x, -r), 0.94, 0.9, facecolor=(*rank_color(r), 0.3),
-                                       edgecolor=TWICE if twice[i] else "none",
-                                       lw=(1.8 if cell > 0.15 else 0.8) if twice[i] else 0))
+                cells.append(Rectangle((x, -r), 0.94, 0.9))
+                colors.append((*rank_color(r), 0.3))
+                if twice[i]:
+                    twice_cells.append(Rectangle((x, -r), 0.94, 0.9))
                 if font:
                     ax.text(x + 0.47, -r + 0.45, str(i), ha="center", va="center",
                             fontsize=font)
                 x += 1
             x += GAP + B - len(batch) if step < len(batches) - 1 else 0
+    # One collection of cells and one of outlines, not an artist per sample: a slider move
+    # draws a new figure, and hundreds of patches made most of its time.
+    ax.add_collection(PatchCollection(cells, facecolors=colors, edgecolors="none", lw=0),
+                      autolim=False)
+    ax.add_collection(PatchCollection(twice_cells, facecolors="none", edgecolors=TWICE,
+                                      lw=1.8 if cell > 0.15 else 0.8), autolim=False)
     sizes = result.global_batch_sizes[epoch]
     label = 8 * 0.6 / 72 * len(f"step {len(sizes)}: {max(sizes, default=0)}")  # inches
     every = math.ceil(label / ((B + GAP) * cell))  # label every k-th step: no overlaps
@@ -93,6 +102,7 @@ def _epoch_panel(ax, result, epoch, span, cell, font):
 def _coverage(ax, result, font):
     """Rows: epochs; columns: dataset indices; fill: the ranks that drew it."""
     N = result.dataset_size
+    parts, colors, never, twice = [], [], [], []  # one collection each, as in _epoch_panel
     for epoch in range(result.epochs):
         owners = [[] for _ in range(N)]
         for r, batches in enumerate(result.indices[epoch]):
@@ -102,15 +112,20 @@ def _coverage(ax, result, font):
         y = -epoch
         for i, ranks in enumerate(owners):
             if not ranks:
-                ax.add_patch(Rectangle((i, y), 0.94, 0.8, facecolor="white", edgecolor="0.5",
-                                       hatch="////", lw=0.6))
+                never.append(Rectangle((i, y), 0.94, 0.8))
                 continue
             part = 0.94 / len(ranks)
             for k, r in enumerate(ranks):
-                ax.add_patch(Rectangle((i + k * part, y), part, 0.8,
-                                       facecolor=(*rank_color(r), 0.55), lw=0))
+                parts.append(Rectangle((i + k * part, y), part, 0.8))
+                colors.append((*rank_color(r), 0.55))
             if len(ranks) > 1:
-                ax.add_patch(Rectangle((i, y), 0.94, 0.8, fill=False, edgecolor=TWICE, lw=1.5))
+                twice.append(Rectangle((i, y), 0.94, 0.8))
+    ax.add_collection(PatchCollection(parts, facecolors=colors, edgecolors="none", lw=0),
+                      autolim=False)
+    ax.add_collection(PatchCollection(never, facecolors="white", edgecolors="0.5",
+                                      hatch="////", lw=0.6), autolim=False)
+    ax.add_collection(PatchCollection(twice, facecolors="none", edgecolors=TWICE, lw=1.5),
+                      autolim=False)
     if N <= 40:
         ax.set_xticks(np.arange(N) + 0.47, [str(i) for i in range(N)], fontsize=font)
     else:
