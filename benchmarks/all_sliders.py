@@ -198,12 +198,17 @@ def main() -> None:
             print(f"{name:<16} {share(lab_rows)}"
                   + (f"; baseline {share(lab_base)}" if base_src else ""), flush=True)
         finally:
-            for kernel in kernels:
-                kernel.close()
-                shutil.rmtree(kernel.folder, ignore_errors=True)
+            close(kernels)
     if base_src:
         shutil.rmtree(os.path.dirname(base_src), ignore_errors=True)
     print(f"all labs: {share(rows)}")
+
+
+def close(kernels: list) -> None:
+    """Shut ``kernels`` down and remove the folders their labs were copied to."""
+    for kernel in kernels:
+        kernel.close()
+        shutil.rmtree(kernel.folder, ignore_errors=True)
 
 
 def share(times: list) -> str:

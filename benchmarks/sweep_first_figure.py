@@ -23,7 +23,7 @@ import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from all_sliders import ROOT, Kernel, lab_folder, source_at  # noqa: E402
+from all_sliders import ROOT, Kernel, close, lab_folder, source_at  # noqa: E402
 
 # Runs in the kernel, after the lab.
 KERNEL_CODE = r'''
@@ -96,9 +96,7 @@ def main() -> None:
                          f"  {first:10.0f} {end:8.0f} {figures:7.0f}")
             print(line, flush=True)
     finally:
-        for kernel in kernels:
-            kernel.close()
-            shutil.rmtree(kernel.folder, ignore_errors=True)
+        close(kernels)
         if base_src:
             shutil.rmtree(os.path.dirname(base_src), ignore_errors=True)
 
