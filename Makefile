@@ -26,11 +26,13 @@ report: setup  ## ddplab report --quick on 2 local ranks: _build/report/report.{
 two-nodes: setup  ## one experiment as two torchrun nodes on this machine, checked against the local pool
 	$(PY) scripts/two_nodes.py
 
-bench: setup  ## the warm pool, the time cost, slider moves (first and every), shipping a cell function, memory
+bench: setup  ## the warm pool, the time cost, slider moves (first and every), sweeps' first figures, shipping a cell function, memory
 	$(PY) benchmarks/pool_latency.py
 	$(PY) benchmarks/time_cost.py
 	$(PY) benchmarks/slider_draw.py
 	$(PY) benchmarks/all_sliders.py
+	$(PY) benchmarks/sweep_first_figure.py labs/03_lr_scaling.ipynb
+	$(PY) benchmarks/sweep_first_figure.py labs/05_time_cost.ipynb
 	$(PY) benchmarks/shipping.py
 	$(PY) benchmarks/memory.py
 
