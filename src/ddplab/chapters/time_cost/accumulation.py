@@ -31,6 +31,7 @@ import ddplab
 from ddplab.common import hooks, mlp
 from ddplab.common.checks import one_of, positive_int
 from ddplab.common.results import Result
+from ddplab.common.threads import one_thread
 
 COMMAND = "accumulate"  # python -m ddplab accumulate
 
@@ -203,12 +204,14 @@ def run(world_size: int = 2, batch_size: int = 8, micro_batches: int = 4, seed: 
                        batch_size=batch_size, count=micro_batches, seed=seed, mistake=mistake,
                        warmup=bool(warmup))
     first = ranks[0]
+    with one_thread():  # 10 against 16-20 ms on two threads here, idle (common.threads)
+        reference = reference_gradient(layers, batch_size, micro_batches, len(ranks), seed)
     return Accumulation(
         world_size=len(ranks), batch_size=batch_size, micro_batches=micro_batches,
         mistake=mistake,
         param_names=first["names"],
         grads=np.stack([r["no_sync"]["grad"] for r in ranks]),
-        reference_grad=reference_gradient(layers, batch_size, micro_batches, len(ranks), seed),
+        reference_grad=reference,
         launches=first["no_sync"]["launches"],
         launches_without_no_sync=first["every micro-batch"]["launches"]).on(ranks)
 
