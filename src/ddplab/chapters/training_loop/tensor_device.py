@@ -38,6 +38,11 @@ def all_reduce_mean(value: float, device: torch.device, group=None) -> float:
 
 def mean_on_group(ctx, group_backend: str) -> dict:
     group = dist.new_group(backend=group_backend)
+    # Every rank has formed it before any tears it down: gloo's connectFullMesh may return on
+    # one rank while its peer still completes the pair, and a rank that fails the all-reduce
+    # at once (no CPU backend) and destroys the group closed that pair under it ("Connection
+    # closed by peer" on the peer, seen once under load).
+    dist.barrier()
     try:
         # A CPU tensor, as torch.tensor(...) without device= makes it under NCCL too.
         return {"mean": all_reduce_mean(float(ctx.rank), torch.device("cpu"), group),
