@@ -54,6 +54,16 @@ TEXT_SIZE = 7.5  # points: a text panel's monospace lines
 LINE_SPACING = 1.2  # line height over font size, matplotlib's Text default (``linespacing``)
 
 
+def y_data_limits(ax, *arrays, zero: bool = False) -> None:
+    """Set ``ax``'s y data limits to what ``ax.relim()`` would find for a figure drawing
+    ``arrays`` (and 0, where bars or a zero line start there), from the arrays themselves:
+    ``relim`` walks every artist, a quarter of a slider's in-place update
+    (``screen.live_figure``). The caller then calls ``ax.autoscale_view``."""
+    drawn = np.concatenate([np.ravel(a) for a in arrays])
+    low, high = float(drawn.min()), float(drawn.max())
+    ax.dataLim.intervaly = (min(0.0, low), max(0.0, high)) if zero else (low, high)
+
+
 def text(result):
     """A result with no figure of its own: its ``describe()`` as a figure (for lab panels).
     ``text.update`` puts another result's lines into it where they are as many."""

@@ -7,7 +7,7 @@ import numpy as np
 from matplotlib.collections import PatchCollection
 from matplotlib.patches import Rectangle
 
-from ddplab.screen.style import LEGEND_SIZE, WIDE, figure, rank_color
+from ddplab.screen.style import LEGEND_SIZE, WIDE, figure, rank_color, y_data_limits
 
 
 def gradients(result, ax=None, legend: bool = True):
@@ -48,11 +48,8 @@ def update_gradients(fig, result) -> bool:
     for bar, height in zip(bars, result.ddp_grads[0]):
         bar.set_height(height)
     ranks["reference"].set_ydata(result.reference_grad)
-    # What ax.relim() would find (bars start at 0, so does the axhline), without walking
-    # every artist: a quarter of an update's time.
-    drawn = np.concatenate([result.local_grads.ravel(), result.ddp_grads[0],
-                            result.reference_grad])
-    ax.dataLim.intervaly = (min(0.0, drawn.min()), max(0.0, drawn.max()))
+    # bars start at 0, so does the axhline
+    y_data_limits(ax, result.local_grads, result.ddp_grads[0], result.reference_grad, zero=True)
     ax.autoscale_view(scalex=False)
     ax.set_title(_gradients_title(result), fontsize=10, pad=14)
     return True
@@ -100,11 +97,9 @@ def update_node_layout(fig, result) -> bool:
     for bar, height in zip(bars, result.ddp_grad):
         bar.set_height(height)
     _node_markers(bottom, result)
-    # What a new axes' limits would be (bars start at 0, so does the axhline), without
-    # relim walking every artist.
-    drawn = np.concatenate([result.ddp_grad, result.node_averages.ravel(),
-                            result.reference_grad])
-    bottom.dataLim.intervaly = (min(0.0, drawn.min()), max(0.0, drawn.max()))
+    # bars start at 0, so does the axhline
+    y_data_limits(bottom, result.ddp_grad, result.node_averages, result.reference_grad,
+                  zero=True)
     bottom.autoscale_view(scalex=False)
     return True
 

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from ddplab.screen.style import LEGEND_SIZE, PAGE_WIDTH, figure, rank_color, text  # noqa: F401 (text: for panels)
+from ddplab.screen.style import (  # noqa: F401 (text: for panels)
+    LEGEND_SIZE,
+    PAGE_WIDTH,
+    figure,
+    rank_color,
+    text,
+    y_data_limits,
+)
 
 
 def steps(result, ax=None):
@@ -122,11 +129,8 @@ def update_logged_loss(fig, result) -> bool:
         lines[f"rank {rank}"].set_data(step, result.rank_losses[rank])
     lines["mean"].set_data(step, result.mean_losses)
     lines["reference"].set_data(step, result.reference_losses)
-    # What ax.relim() would find, from the arrays rather than by walking every artist.
-    drawn = np.concatenate([result.rank_losses.ravel(), result.mean_losses,
-                            result.reference_losses])
     ax.dataLim.intervalx = (0, result.steps - 1)
-    ax.dataLim.intervaly = (drawn.min(), drawn.max())
+    y_data_limits(ax, result.rank_losses, result.mean_losses, result.reference_losses)
     ax.autoscale_view()
     return True
 
