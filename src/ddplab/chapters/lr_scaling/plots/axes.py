@@ -27,8 +27,6 @@ def loss_axes(ax, floor: float | None = None):
     line at ``floor``, the result's noise floor."""
     ax.set_yscale("log")
     ax.set_ylim(*LOSS_LIMITS)
-    ax.yaxis.set_major_locator(FixedLocator([0.25, 0.5, 1, 2, 4]))
-    ax.yaxis.set_major_formatter(ScalarFormatter())
-    ax.yaxis.set_minor_locator(NullLocator())
+    plain_ticks(ax.yaxis, [0.25, 0.5, 1, 2, 4])
     if floor is not None:
         ax.axhline(floor, color="0.5", lw=0.8, ls=":")
