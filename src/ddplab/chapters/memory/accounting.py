@@ -40,7 +40,7 @@ class SavedForBackward:
     forward), are left out: they are parameters."""
 
     def __init__(self, model):
-        self.model, self.storages = model, {}
+        self.storages = {}
         self.modules = list(model.modules())  # FSDP swaps a module's parameters, not modules
         self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t)
 
