@@ -11,6 +11,10 @@ On a machine with at least one GPU it runs, in this order:
 * every command at its default world size with gloo on CUDA tensors on the GPU(s)
   (``--backend gloo --device cuda``); what ddplab refuses there (``engine.backend.UNSUPPORTED``,
   e.g. PowerSGD) exits 2 with that reason: counted as "refused";
+* every exercise (``python -m ddplab exercise NAME``) with gloo on CUDA tensors: its reference
+  (the exercise's own module, which defines the answer) must pass (exit 0) and a solution that
+  does nothing must be rejected (exit 1); then the exercises' tests (each mistake readers make)
+  on the same placement;
 * every book page, executed (``jupytext --execute``), with the default placement;
 * the tests: those marked ``gpu`` (skipped elsewhere), then the rest;
 * every lab under nbval;
@@ -36,7 +40,6 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PY = sys.executable
-BIN = os.path.dirname(PY)
 # Variants beyond a command's defaults: the issue's crashes were in these.
 VARIANTS = {"memory": [["--strategy", "zero1"], ["--strategy", "fsdp"]],
             "compress": [["--hook", "powersgd"]]}
@@ -54,6 +57,7 @@ class Step:
     kind: str = "run"
     timeout: float = 600.0
     env: tuple = ()  # extra environment, (name, value) pairs
+    expect: int = 0  # the exit status that passes ("run" and "command" steps)
 
 
 @dataclasses.dataclass
@@ -74,8 +78,9 @@ def commands() -> list[str]:
     return list(chapters.commands())
 
 
-def plan(cpu: bool = False, groups=None, match: str | None = None) -> list[Step]:
-    """What to run, in order; ``cpu`` puts gloo on CPU where a GPU would be used."""
+def plan(cpu: bool = False, groups=None, match: str | None = None, workers: int = 3) -> list[Step]:
+    """What to run, in order; ``cpu`` puts gloo on CPU where a GPU would be used; ``workers``
+    is pytest's ``-n`` for the tests and the labs."""
     one = ["--backend", "gloo", "--device", "cpu"] if cpu else ["--backend", "nccl"]
     many = ["--backend", "gloo", "--device", "cpu"] if cpu else ["--backend", "gloo",
                                                                   "--device", "cuda"]
@@ -99,22 +104,25 @@ def plan(cpu: bool = False, groups=None, match: str | None = None) -> list[Step]
                       [PY, "-m", "ddplab", "report", "--world-size", "2", *many, "--quick",
                        "--out", os.path.join(os.environ.get("TMPDIR", "/tmp"), "gpu-report-2"),
                        "--json"], "command", 600))
+    steps += exercise_steps("cpu" if cpu else "cuda")
     for page in sorted(glob.glob(os.path.join(ROOT, "book", "*.md"))):
         name = os.path.basename(page)
         if not is_notebook(page):
             continue
         out = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"gpu-check-{name[:-3]}.ipynb")
         steps.append(Step("book pages, executed", name,
-                          [os.path.join(BIN, "jupytext"), "--to", "ipynb", "--execute",
+                          [PY, "-m", "jupytext", "--to", "ipynb", "--execute",
                            "--set-kernel", "python3", page, "-o", out], "run", 900))
     pytest = [PY, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
     steps.append(Step("tests marked gpu", "pytest -m gpu", [*pytest, "-n", "0", "-m", "gpu",
                                                             "tests"], "pytest", 1800))
     steps.append(Step("tests, the rest", "pytest -m 'not gpu' tests",
-                      [*pytest, "-n", "3", "--dist", "loadfile", "-m", "not gpu", "tests"],
+                      [*pytest, "-n", str(workers), "--dist", "loadfile", "-m", "not gpu",
+                       "tests"],
                       "pytest", 3600))
     steps.append(Step("labs under nbval", "pytest labs",
-                      [*pytest, "-n", "3", "--dist", "loadfile", "labs"], "pytest", 3600))
+                      [*pytest, "-n", str(workers), "--dist", "loadfile", "labs"], "pytest",
+                      3600))
     bench = os.path.join(ROOT, "benchmarks", "gpu.py")
     if os.path.exists(bench):
         steps.append(Step("GPU benchmark", "benchmarks/gpu.py", [PY, bench], "run", 1800))
@@ -123,6 +131,49 @@ def plan(cpu: bool = False, groups=None, match: str | None = None) -> list[Step]
     if match:
         steps = [s for s in steps if match in s.name]
     return steps
+
+
+def exercise_steps(device: str) -> list[Step]:
+    """Each exercise through the command line on gloo with ``device`` tensors (placed by
+    ``DDPLAB_BACKEND``/``DDPLAB_DEVICE``): the reference passes, a do-nothing solution is
+    rejected; then the exercises' own tests, every mistake they hold, on the same placement."""
+    sys.path.insert(0, os.path.join(ROOT, "src"))
+    from ddplab import exercises
+
+    env = (("DDPLAB_BACKEND", "gloo"), ("DDPLAB_DEVICE", device))
+    group = f"exercises, gloo on {device}"
+    steps = []
+    for name, module in exercises.EXERCISES.items():
+        command = [PY, "-m", "ddplab", "exercise", name, "--json", "--solution"]
+        steps.append(Step(group, f"{name} reference", [*command, module.__file__], "command",
+                          300, env))
+        steps.append(Step(group, f"{name} does nothing", [*command, does_nothing(module)],
+                          "command", 300, env, expect=1))
+    tests = sorted(glob.glob(os.path.join(ROOT, "tests", "test_exercises*.py")))
+    steps.append(Step(group, "their tests", [PY, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                                             "-n", "0", *tests], "pytest", 1800, env))
+    return steps
+
+
+def does_nothing(module) -> str:
+    """A file defining the exercise's function (or class) with no body worth the name: a
+    wrong solution every exercise must reject."""
+    name = module.FUNCTION
+    if name[0].isupper():  # a class: a module wrapper, or an optimizer, that does nothing
+        base = "torch.optim.SGD" if "Optimizer" in name else "torch.nn.Module"
+        body = (f"class {name}({base}):\n"
+                "    def __init__(self, module, *args, **kwargs):\n"
+                + ("        super().__init__(module, lr=0.1)\n" if "Optimizer" in name else
+                   "        super().__init__()\n        self.module = module\n\n"
+                   "    def forward(self, *args, **kwargs):\n"
+                   "        return self.module(*args, **kwargs)\n\n"
+                   "    def finish_gradient_synchronization(self):\n        pass\n"))
+    else:
+        body = f"def {name}(*args, **kwargs):\n    return None\n"
+    path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"gpu-check-wrong-{module.NAME}.py")
+    with open(path, "w") as f:
+        f.write("import torch\n\n" + body)
+    return path
 
 
 def is_notebook(page: str) -> bool:
@@ -157,7 +208,7 @@ def judge(step: Step, code: int | None, out: str, err: str, seconds: float) -> O
         if outcome.failed:
             outcome.error = first_error(out + "\n" + err, pytest=True)
         return outcome
-    if code == 0:
+    if code == step.expect:
         outcome.passed = 1
     elif step.kind == "command" and code == 2 and NEEDS_MORE_RANKS.search(err):
         outcome.needs_more_ranks = 1
@@ -196,6 +247,15 @@ def first_error(text: str, pytest: bool = False) -> str:
     return (found or lines or ["(no output)"])[-1][:200]
 
 
+def verdict(outcome: Outcome) -> str:
+    """One step's outcome in a line: its counts, seconds and first error line."""
+    counts = ", ".join(f"{getattr(outcome, f)} {f.replace('_', ' ')}" for f in
+                       ("passed", "failed", "needs_more_ranks", "refused")
+                       if getattr(outcome, f))
+    error = f": {outcome.error}" if outcome.error else ""
+    return f"{counts or 'nothing counted'} in {outcome.seconds:.0f} s{error}"
+
+
 def table(outcomes: list[Outcome]) -> str:
     """One row per group (what, passed, failed, needs W>=2, refused, seconds), then the first
     error line of each failure."""
@@ -232,8 +292,10 @@ def main(argv=None) -> int:
     cli.add_argument("--only", nargs="*", default=None,
                      help="only the groups whose name contains one of these words")
     cli.add_argument("--match", default=None, help="only the steps whose name contains this")
+    cli.add_argument("--workers", type=int, default=3,
+                     help="pytest's -n for the tests and the labs (default 3)")
     args = cli.parse_args(argv)
-    steps = plan(cpu=args.cpu, groups=args.only, match=args.match)
+    steps = plan(cpu=args.cpu, groups=args.only, match=args.match, workers=args.workers)
     if args.dry_run:
         for step in steps:
             print(f"{step.group}: {step.name}: {' '.join(step.argv)}")
@@ -247,6 +309,7 @@ def main(argv=None) -> int:
     for step in steps:
         print(f"[{len(outcomes) + 1}/{len(steps)}] {step.group}: {step.name}", flush=True)
         outcomes.append(run_step(step))
+        print(f"    {verdict(outcomes[-1])}", flush=True)  # a run cut short still shows these
     where = "gloo on CPU ranks (--cpu)" if args.cpu else f"{gpus} GPU(s)"
     print(f"\nddplab on {where}, torch {torch_version()}:\n")
     print(table(outcomes))

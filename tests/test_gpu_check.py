@@ -34,8 +34,22 @@ def test_the_plan_covers_every_command_twice_every_page_the_tests_and_the_labs()
     pages = {os.path.basename(p) for p in glob.glob(os.path.join(ROOT, "book", "*.md"))
              if "```{code-cell}" in open(p).read()}
     assert pages and {s.name for s in steps if s.group == "book pages, executed"} == pages
-    assert [s.argv[-3:] for s in steps if s.kind == "pytest"] == [
-        ["-m", "gpu", "tests"], ["-m", "not gpu", "tests"], ["--dist", "loadfile", "labs"]]
+    assert [s.argv[-3:] for s in steps if s.kind == "pytest" and s.group.startswith(
+        ("tests", "labs"))] == [["-m", "gpu", "tests"], ["-m", "not gpu", "tests"],
+                                ["--dist", "loadfile", "labs"]]
+
+
+def test_the_plan_runs_every_exercise_right_and_wrong_on_cuda_then_their_tests():
+    from ddplab import exercises
+
+    steps = [s for s in gpu_check.plan() if s.group == "exercises, gloo on cuda"]
+    assert all(dict(s.env) == {"DDPLAB_BACKEND": "gloo", "DDPLAB_DEVICE": "cuda"}
+               for s in steps)
+    for name in exercises.EXERCISES:
+        right, wrong = [s for s in steps if s.name.split()[0] == name]
+        assert (right.expect, wrong.expect) == (0, 1)
+        assert right.argv[-1].endswith(".py") and "exercises" in right.argv[-1]
+    assert steps[-1].kind == "pytest" and all("test_exercises" in a for a in steps[-1].argv[9:])
 
 
 def test_a_dry_run_prints_the_plan_and_runs_nothing():
