@@ -132,6 +132,11 @@ def test_ddp_optimizer_splits_the_compiled_graph_at_bucket_boundaries():
     assert whole.graphs == 1 and whole.buckets == 3
     with pytest.raises(ValueError, match="bucket_cap_mb"):
         torch_compile.run(bucket_cap_mb=0.5)
+    # ...which torch itself refuses at the first forward, in DDPOptimizer.__init__
+    assert torch_compile.small_cap_error(world_size=1, bucket_cap_mb=0.5).startswith(
+        "First bucket should be smaller/equal to other buckets")
+    with pytest.raises(ValueError, match="bucket_cap_mb"):
+        torch_compile.small_cap_error(bucket_cap_mb=1.0)
     # torch.compile(DDP(model)): graph breaks in DDP's forward, then dynamo starts no frame in
     # nn.Sequential.forward (torch's own file), so a bare Sequential gets no graph at all...
     bare = torch_compile.run(world_size=2, outside=True)
