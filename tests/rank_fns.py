@@ -121,3 +121,19 @@ def ddp_gradient_on_device(ctx, seed=0, batch_size=4):
     rows = slice(ctx.rank * batch_size, (ctx.rank + 1) * batch_size)
     ddp(X[rows].to(ctx.device)).square().mean().backward()
     return {"device": str(model.weight.device), "grad": model.weight.grad.cpu(), "X": X}
+
+
+def fsdp_gathered_after_forward(ctx, **options):
+    """Whether each Linear layer of a small MLP holds its whole (gathered) weight after a
+    forward under ``strategies.shard_with_fsdp(**options)``: FSDP2 registers the sharded
+    ``DTensor`` again once a unit reshards (``fully_shard``'s docstring)."""
+    from torch.distributed.tensor import DTensor
+
+    from ddplab.chapters.memory.strategies import shard_with_fsdp
+    from ddplab.common.mlp import make_model
+
+    model = make_model((8, 16, 16, 1), 0).to(ctx.device)
+    shard_with_fsdp(model, ctx.device.type, ctx.world_size, **options)
+    model(torch.zeros(2, 8, device=ctx.device))
+    return [not isinstance(layer.weight, DTensor) for layer in model
+            if isinstance(layer, torch.nn.Linear)]

@@ -36,23 +36,25 @@ def shard_with_fsdp(model, device_type: str, world_size: int, reshard_after_forw
     """FSDP2 (ZeRO stage 3) in place of DDP: every Linear layer, then the whole model, becomes
     a unit whose parameters are sharded over the ranks (``device_type``: ``"cuda"`` on GPUs).
     Build the optimizer after this, on ``model.parameters()``, the shards.
-    ``reshard_after_forward``: None, torch's default, frees each layer's gathered parameters
-    after its forward (the root's are kept); False keeps every unit's from forward to backward:
-    ZeRO stage 2's memory during the step, one all-gather fewer. ``fsdp_options`` go to every
-    ``fully_shard`` call (e.g. ``mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16)``)."""
+    ``reshard_after_forward``: left unset, torch's default frees each layer's gathered
+    parameters after its forward and keeps the root's; False keeps every unit's from forward to
+    backward: ZeRO stage 2's memory during the step, one all-gather fewer. It is passed on only
+    when set: torch takes ``None`` only from 2.8 (pytorch#155319), and raises a ValueError for
+    it before. ``fsdp_options`` go to every ``fully_shard`` call (e.g.
+    ``mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16)``)."""
     from torch.distributed.device_mesh import init_device_mesh
 
     try:
         from torch.distributed.fsdp import fully_shard  # public from torch 2.6 (pytorch#141868)
     except ImportError:  # torch 2.4 and 2.5 keep it here
         from torch.distributed._composable.fsdp import fully_shard
+    if reshard_after_forward is not None:
+        fsdp_options["reshard_after_forward"] = reshard_after_forward
     mesh = init_device_mesh(device_type, (world_size,))
     for layer in model:
         if isinstance(layer, torch.nn.Linear):
-            fully_shard(layer, mesh=mesh, reshard_after_forward=reshard_after_forward,
-                        **fsdp_options)
-    return fully_shard(model, mesh=mesh, reshard_after_forward=reshard_after_forward,
-                       **fsdp_options)
+            fully_shard(layer, mesh=mesh, **fsdp_options)
+    return fully_shard(model, mesh=mesh, **fsdp_options)
 
 
 def optimizer_class(name: str):
