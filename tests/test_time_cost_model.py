@@ -254,14 +254,20 @@ def test_the_calibrated_prediction_is_the_model_with_the_measured_inputs():
 GPT2_SMALL, GPT2_MEDIUM = 124_439_808, 354_823_168  # the record's 124 M and 355 M
 
 
-def test_utilisation_is_the_records_at_its_sizes_and_clamped_outside():
+def test_utilisation_is_the_records_at_its_sizes_clamped_above_extrapolated_below():
     """The H100 record (issue 27): compiled 22.1% at 124 M, 28.9% at 355 M, 37.9% at 1.3 B;
-    eager 9.8%, 13.0%, 21.0%."""
-    assert utilisation.from_record(GPT2_MEDIUM).value == pytest.approx(0.289)
-    assert utilisation.from_record(GPT2_MEDIUM, compiled=False).value == pytest.approx(0.13)
-    small = utilisation.from_record(10e6)
-    assert small.value == pytest.approx(0.221) and "clamped" in small.source
-    big = utilisation.from_record(70e9, compiled=False)
+    eager 9.8%, 13.0%, 21.0%. Below 124 M the rise from 124 M to 355 M goes on down as a power
+    of the size: k = ln(28.9 / 22.1) / ln(354,823,168 / 124,439,808) = 0.26826 / 1.04780 =
+    0.25603, and 10 M gets 22.1% x (10e6 / 124,439,808) ^ 0.25603 = 22.1% x e^(-2.52124 x
+    0.25603) = 22.1% x 0.52440 = 11.59%, where clamping gave 22.1%."""
+    record = "h100-2026-11-25"
+    assert utilisation.from_record(GPT2_MEDIUM, record=record).value == pytest.approx(0.289)
+    assert utilisation.from_record(GPT2_MEDIUM, compiled=False,
+                                   record=record).value == pytest.approx(0.13)
+    small = utilisation.from_record(10e6, record=record)
+    assert small.value == pytest.approx(0.1159, abs=5e-5)
+    assert "extrapolated" in small.source and "a model" in small.source
+    big = utilisation.from_record(70e9, compiled=False, record=record)
     assert big.value == pytest.approx(0.21) and "clamped" in big.source
     assert "measured on one NVIDIA H100 80GB HBM3, 2026-11-25" in big.source
 

@@ -9,10 +9,15 @@ the record of issue 27's run). A flat 40% made small models' computation look 1.
 faster than it is, and so their communication look larger.
 
 ``from_record`` interpolates the record's MFU linearly in ``log(params)`` between the two
-recorded sizes around ``params`` (MFU rose roughly evenly per doubling of size in the record),
-and clamps outside them: below the smallest, the smallest's; above the largest, the
-largest's, which stays below what much larger models reach, so the model errs on the slow
-side there. Every value carries its source.
+recorded sizes around ``params`` (MFU rose roughly evenly per doubling of size in the record).
+Above the largest size it keeps the largest's, which stays below what much larger models
+reach, so there the model errs on the slow side. Below the smallest, keeping the smallest's
+would err the other way: a smaller model keeps a GPU less busy still, so its computation would
+look too fast. There it extrapolates, a model and labelled as one: the rise between the two
+smallest sizes carried down as a power of the size, ``MFU = u0 (params / n0) ** k`` with
+``k = log(u1 / u0) / log(n1 / n0)``, which falls towards zero and never below it. Where the
+record does not rise there (``k <= 0``), or holds one size only, it keeps the smallest's.
+Every value carries its source.
 """
 
 from __future__ import annotations
@@ -42,6 +47,12 @@ def from_record(params: float, compiled: bool = True, record: str | None = None)
     def size(n):
         return f"{n / 1e9:.2g} B" if n >= 1e9 else f"{n / 1e6:.0f} M"
 
+    if params < points[0][0] and len(points) > 1 and points[1][1] > points[0][1]:
+        (n0, u0), (n1, u1) = points[:2]
+        value = u0 * (params / n0) ** (math.log(u1 / u0) / math.log(n1 / n0))
+        return Utilisation(value, f"MFU {value:.1%}, extrapolated below the record's smallest "
+                                  f"size along its rise from {size(n0)} ({u0:.1%}) to "
+                                  f"{size(n1)} ({u1:.1%}): a model ({how})")
     if params <= points[0][0] or params >= points[-1][0]:
         n, value = points[0] if params <= points[0][0] else points[-1]
         edge = "at" if params == n else "clamped to"
