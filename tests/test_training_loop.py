@@ -69,10 +69,10 @@ def test_plain_all_gather_of_unequal_shards_raises_on_gloo():
     assert message.startswith("ProcessGroupGloo::allgather: invalid tensor size")
 
 
-def test_reentrant_checkpointing_raises_and_both_fixes_match_one_process():
+def test_reentrant_checkpointing_raises_and_each_fix_matches_one_process():
     broken = checkpointing.run(setup="reentrant")
     assert broken.error.startswith("Expected to mark a variable ready only once")
-    for setup in ("non-reentrant", "reentrant-static-graph"):
+    for setup in ("non-reentrant", "reentrant-static-graph", "reentrant-no-search"):
         fixed = checkpointing.run(setup=setup)
         assert fixed.error is None and fixed.max_diff_vs_one_process < 1e-6
 
