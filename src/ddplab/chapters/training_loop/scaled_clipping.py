@@ -111,13 +111,12 @@ class ScaledClipping(Result):
 
     def describe(self) -> str:
         lines = [f"one fp16 {self.optimizer} step on {self.world_size} ranks, max_norm "
-                 f"{self.max_norm:g}, starting scale {self.scale:g}:"]
-        for way in WAYS[1:]:
-            lines.append(f"  {way:<18} clip saw norm {self.norm_seen[way]:12.4f}; "
-                         f"step {self.step_size[way]:.2e}; |parameters - reference| "
-                         f"{self.max_param_diff_vs_reference[way]:.1e}")
-        lines.append(f"  (no scaler: norm {self.norm_seen['reference']:.4f}, step "
-                     f"{self.step_size['reference']:.2e})")
+                 f"{self.max_norm:g}, starting scale {self.scale:g}:",
+                 f"{'':20}{'clip saw norm':>13}{'step':>9}  |parameters - reference|"]
+        for way in WAYS:
+            lines.append(f"  {way:<18}{self.norm_seen[way]:13.4f}{self.step_size[way]:9.1e}  "
+                         f"{self.max_param_diff_vs_reference[way]:.1e}"
+                         + ("  (no scaler)" if way == "reference" else ""))
         return "\n".join(lines)
 
 
