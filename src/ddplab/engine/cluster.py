@@ -39,7 +39,7 @@ import types
 
 import cloudpickle
 
-from ddplab.engine import messages, pool, torchrun
+from ddplab.engine import messages, pool, torchrun, turns
 from ddplab.engine.backend import BACKENDS, DEVICES, Placement, Ranks, check_names
 from ddplab.engine.errors import GUARD_HINT, RankError
 from ddplab.engine.forkserver import prestart
@@ -69,7 +69,8 @@ def run(fn, world_size: int, *, backend: str = "auto", device: str = "auto",
         check_call(fn, world_size, backend, timeout, params, device)
         return torchrun.run(fn, world_size, backend, device, timeout, params)
     check_call(fn, world_size, backend, timeout, params, device)
-    return pool.shared().run(ship(fn, params), world_size, backend, device, timeout, {})
+    with turns.call():  # work computed ahead gives way to any other call (engine.turns)
+        return pool.shared().run(ship(fn, params), world_size, backend, device, timeout, {})
 
 
 def placement(world_size: int = 1, backend: str = "auto", device: str = "auto") -> Placement:
