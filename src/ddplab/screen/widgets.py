@@ -21,6 +21,8 @@ import time
 import ipywidgets
 from ipywidgets import fixed
 
+from ddplab.engine import turns
+from ddplab.screen import ahead
 from ddplab.screen.live_figure import LiveFigure
 from ddplab.screen.while_running import WhileRunning
 
@@ -36,9 +38,22 @@ def explore(run, plot, **controls) -> ipywidgets.Widget:
     image = ipywidgets.Image(format="png", layout=ipywidgets.Layout(max_width="100%"))
     figure = LiveFigure(plot)
     status = ipywidgets.HTML()
+    # In a kernel, the values next to each slider are run while the reader reads (a panel
+    # whose run may hang on purpose excepted: its point is the wait); see screen.ahead.
+    computed = ahead.Panel(ahead.worker(), run, plot, widgets, ahead="timeout" not in widgets)
 
-    def update(_change=None):
+    def update(change=None):
         values = {name: w.value for name, w in widgets.items()}
+        with computed.turn(values, change) as turn:
+            if turn.show_kept(image, status):  # run ahead, or shown before: at once
+                getattr(run, "shown_kept", lambda: None)()  # explore_sweep: its bar
+                return
+            turn.alone()  # nothing runs beside the reader's run
+            ran = run_and_draw(values)
+            if ran is not None:
+                turn.keep(*ran)
+
+    def run_and_draw(values):
         status.value = "<i>running...</i>"
         start = time.perf_counter()
         try:
@@ -46,22 +61,26 @@ def explore(run, plot, **controls) -> ipywidgets.Widget:
             with WhileRunning(status, timeout=timeout_of(values)):
                 result = run(**values)
             ran = time.perf_counter()
-            image.value = figure.png(result)
+            png = figure.png(result)
+            image.value = png
         except Exception as exc:  # shown in the panel: the next move must still work
             status.value = f"<b>{type(exc).__name__}</b>: {exc}"
-            return
+            return None
         end = time.perf_counter()
         status.value = (f"real DDP run and drawn in {1e3 * (end - start):.0f} ms (run "
                         f"{1e3 * (ran - start):.0f}, draw {1e3 * (end - ran):.0f})")
+        return result, png, ran - start, end - ran
 
     for widget in widgets.values():
         widget.observe(update, names="value")
     update()
     shown = [w for w in widgets.values() if not isinstance(w, fixed)]
+    note = [ipywidgets.HTML(ahead.NOTE)] if computed.ahead else []
     panel = ipywidgets.VBox([ipywidgets.HBox(shown,
                                              layout=ipywidgets.Layout(flex_flow="row wrap")),
-                             status, image])
+                             *note, status, image])
     panel.show = lambda result: setattr(image, "value", figure.png(result))  # explore_sweep
+    panel.computed = computed  # choose: a panel shown is run ahead first
     return panel
 
 
@@ -118,14 +137,24 @@ def explore_sweep(run, plot, **controls) -> ipywidgets.Widget:
             panel.show(partial)
 
     def run_reporting(**values):
+        if turns.in_background():  # run ahead (screen.ahead): the bar is the reader's
+            return run(**values, progress=None)
         report(0, bar.max, "starting")  # at once: the page shows the move was taken
         return run(**values, progress=report)
+
+    def shown_kept():  # a sweep kept whole (screen.ahead): the bar full
+        bar.value = bar.max
+        label.value = "<small>every run done</small>"
+
+    run_reporting.shown_kept = shown_kept
 
     signature = inspect.signature(run)  # explore reads its defaults from the signature
     run_reporting.__signature__ = signature.replace(
         parameters=[p for p in signature.parameters.values() if p.name != "progress"])
     panel = explore(run_reporting, plot, **controls)
-    return ipywidgets.VBox([ipywidgets.HBox([bar, label]), panel])
+    outer = ipywidgets.VBox([ipywidgets.HBox([bar, label]), panel])
+    outer.computed = panel.computed  # choose
+    return outer
 
 
 def choose(label: str = "pitfall", **panels) -> ipywidgets.Widget:
@@ -138,6 +167,8 @@ def choose(label: str = "pitfall", **panels) -> ipywidgets.Widget:
 
     def show(_change=None):
         box.children = [panels[dropdown.value]]
+        ahead.shown(getattr(panels[dropdown.value], "computed", None))  # its values first
 
     dropdown.observe(show, names="value")
+    show()
     return ipywidgets.VBox([dropdown, box])
