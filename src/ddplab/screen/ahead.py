@@ -42,6 +42,7 @@ import time
 
 import ipywidgets
 
+from ddplab.engine import pool
 from ddplab.screen.ahead_worker import Worker
 from ddplab.screen.kept import Entry, Kept, key_of
 from ddplab.screen.live_figure import LiveFigure
@@ -177,5 +178,6 @@ def worker() -> Worker | None:
 
     events.register("pre_execute", cell_starts)
     events.register("post_execute", _worker.cell_ends)
-    atexit.register(_worker.close)  # before the pool closes (atexit runs last in, first out)
+    pool.shared()  # its close registered first, so that the thread's runs before it
+    atexit.register(_worker.close)  # (atexit runs last in, first out)
     return _worker
