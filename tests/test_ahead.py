@@ -232,3 +232,25 @@ def test_in_a_kernel_neighbours_run_between_cells_a_move_shows_them_and_nothing_
         manager.shutdown_kernel(now=False)
     gone, alive = psutil.wait_procs(family, timeout=30)
     assert not alive, alive  # no rank, forkserver or kernel left
+
+
+def test_the_panel_used_last_runs_ahead_first_the_moved_direction_first(worker):
+    log = []
+
+    def panel_run(name):
+        def run(x=5):
+            if threading.current_thread().name == "ddplab-ahead":
+                log.append((name, x))
+            return averaging.run(world_size=2, seed=x)
+        return run
+
+    first = widgets.explore(panel_run("first"), plots.gradients, x=(0, 10))
+    second = widgets.explore(panel_run("second"), plots.gradients, x=(0, 10))
+    settle(worker)
+    assert log == [("first", 6), ("first", 4), ("second", 6), ("second", 4)]  # top down
+    second.children[0].children[0].value = 3  # run by the reader: down
+    settle(worker)
+    assert log[4:] == [("second", 2)]  # 4 was kept; down first, then nothing left
+    first.children[0].children[0].value = 6  # kept: shown, and first is the panel used now
+    settle(worker)
+    assert log[5:] == [("first", 7)]

@@ -94,7 +94,7 @@ class Panel:
             old, new = change.get("old"), change.get("new")
             if isinstance(old, int) and isinstance(new, int) and new != old:
                 self.moved = (name, 1 if new > old else -1)
-        turn = Turn(self.worker, self, key_of(values))
+        turn = Turn(self.worker, self, key_of(values), by_reader=change is not None)
         if self.worker is None:
             return contextlib.nullcontext(turn)
         return self.worker.turn(self, turn)
@@ -103,8 +103,9 @@ class Panel:
 class Turn:
     """A reader's move: what is kept for its values, waiting for the thread, keeping its run."""
 
-    def __init__(self, worker, panel: Panel, key):
+    def __init__(self, worker, panel: Panel, key, by_reader: bool = True):
         self.worker, self.panel, self.key = worker, panel, key
+        self.by_reader = by_reader  # a move, not the panel's first run (made by its cell)
         self.alone_asked = False
 
     def show_kept(self, image, status) -> bool:

@@ -64,7 +64,7 @@ class Worker:
                 self._alone -= turn.alone_asked
                 self._idle_since = time.monotonic()
                 panel.context = contextvars.copy_context()
-                if panel.ahead:
+                if panel.ahead and turn.by_reader:
                     self._focus = weakref.ref(panel)
                 self._cond.notify_all()
 
