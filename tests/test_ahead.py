@@ -175,11 +175,58 @@ def test_the_key_holds_every_value_and_tells_their_types_apart():
     assert key_of({"a": [1, 2]}) == key_of({"a": [1, 2]})  # unhashable: by its repr
 
 
-def test_in_a_kernel_neighbours_run_between_cells_a_move_shows_them_and_nothing_outlives_it():
+KERNEL_CELL = """
+import threading
+import ddplab, rank_fns
+from ddplab.chapters.averaging import averaging, plots
+from ddplab.common.results import to_json
+from ddplab.screen import widgets
+from ddplab.screen.kept import key_of
+
+def note(line):
+    with open(LOG, "a") as f:
+        f.write(line + "\\n")
+
+def quick(world_size=4, batch_size=8):
+    result = averaging.run(world_size=world_size, batch_size=batch_size)
+    if threading.current_thread().name == "ddplab-ahead":
+        note(f"quick {world_size} {batch_size}")
+    return result
+
+def slow(a=5, b=5, c=5):
+    ahead = threading.current_thread().name == "ddplab-ahead"
+    note(f"slow start {ahead}")
+    ddplab.run(rank_fns.sleep, 2, seconds=3.0)
+    note(f"slow end {ahead}")
+    return averaging.run(world_size=2, seed=a + b + c)
+
+panel = widgets.explore(quick, plots.gradients, world_size=(1, 4), batch_size=(1, 8))
+other = widgets.explore(slow, plots.gradients, a=(0, 10), b=(0, 10), c=(0, 10))
+print(panel.children[0].children[0].model_id)
+"""
+
+
+def send_move(client, comm_id: str, value) -> None:
+    """Set a widget's value as the page does (a comm message, not a cell); wait until the
+    kernel is idle again."""
+    content = {"comm_id": comm_id, "data": {"method": "update", "state": {"value": value},
+                                            "buffer_paths": []}}
+    message = client.session.msg("comm_msg", content)
+    client.shell_channel.send(message)
+    while True:
+        msg = client.get_iopub_msg(timeout=120)
+        if (msg["parent_header"].get("msg_id") == message["header"]["msg_id"]
+                and msg["msg_type"] == "status"
+                and msg["content"]["execution_state"] == "idle"):
+            return
+
+
+def test_in_a_kernel_a_move_shows_what_ran_ahead_at_once_and_nothing_outlives_it(tmp_path):
     jupyter_client = pytest.importorskip("jupyter_client")
     psutil = pytest.importorskip("psutil")
     from test_kernel import HERE, execute
 
+    log = tmp_path / "ahead.log"
     manager = jupyter_client.KernelManager(kernel_name="python3")
     path = os.pathsep.join([HERE, os.environ.get("PYTHONPATH", "")])
     manager.start_kernel(cwd=HERE, env=dict(os.environ, PYTHONPATH=path))
@@ -187,43 +234,30 @@ def test_in_a_kernel_neighbours_run_between_cells_a_move_shows_them_and_nothing_
     client.start_channels()
     try:
         client.wait_for_ready(timeout=60)
-        out, error = execute(client, (
-            "from ddplab.chapters.averaging import averaging, plots\n"
-            "from ddplab.common.results import to_json\n"
-            "from ddplab.screen import ahead, widgets\n"
-            "from ddplab.screen.kept import key_of\n"
-            "panel = widgets.explore(averaging.run, plots.gradients, world_size=(1, 4),\n"
-            "                        batch_size=(1, 8))\n"
-            "slider = panel.children[0].children[0]\n"
-            "print(slider.model_id)"))
+        out, error = execute(client, f"LOG = {str(log)!r}\n" + KERNEL_CELL)
         assert error is None, out
         slider_id = out.strip().splitlines()[-1]
-        settled = "False"
-        deadline = time.monotonic() + 180
-        while settled != "True":  # each check is a cell: the thread pauses for it
-            assert time.monotonic() < deadline, "the kernel's worker never settled"
-            time.sleep(1.0)
-            settled, error = execute(client, "print(ahead._worker.settled())")
-            assert "Figure" not in settled, settled  # no figure of the thread's in a cell
-            settled = settled.strip()
+
+        def lines():
+            return log.read_text().splitlines() if log.exists() else []
+
+        # Read the log, not the kernel (a cell would pause the thread): the first panel's
+        # neighbours run first, then the second's, each a call of 3 s.
+        until(lambda: {"quick 3 8", "quick 4 7"} <= set(lines())
+              and lines()[-1] == "slow start True", timeout=180)
+        before = lines()
+        send_move(client, slider_id, 3)  # world size 4 -> 3: run ahead
+        assert lines() == before  # shown while the call of 3 s ran on: it did not wait
         out, error = execute(client, (
             "c = panel.computed\n"
-            "print(len(c.kept), all(to_json(c.kept.get(key_of(v)).result)\n"
-            "                      == to_json(averaging.run(**v)) for v in c.neighbours()))"))
-        assert error is None and out.split() == ["3", "True"], out
-        # A move as the page sends it (a comm message, not a cell) to a value run ahead.
-        content = {"comm_id": slider_id, "data": {"method": "update", "state": {"value": 3},
-                                                  "buffer_paths": []}}
-        message = client.session.msg("comm_msg", content)
-        client.shell_channel.send(message)
-        while True:
-            msg = client.get_iopub_msg(timeout=60)
-            if (msg["parent_header"].get("msg_id") == message["header"]["msg_id"]
-                    and msg["msg_type"] == "status"
-                    and msg["content"]["execution_state"] == "idle"):
-                break
-        out, error = execute(client, "print(panel.children[2].value)")
-        assert "run ahead while you read" in out, out
+            "print(panel.children[2].value)\n"
+            "print(all(to_json(c.kept.get(key_of(dict(world_size=w, batch_size=b))).result)\n"
+            "          == to_json(averaging.run(world_size=w, batch_size=b))\n"
+            "          for w, b in [(3, 8), (4, 7), (4, 8)]))"))
+        assert error is None and "run ahead while you read" in out, out
+        assert out.split()[-1] == "True", out  # kept results equal fresh runs
+        assert "Figure" not in out  # no figure of the thread's in a cell
+        assert lines()[-1] == "slow end True"  # the cell waited for the call under way
         kernel = psutil.Process(manager.provisioner.process.pid)
         family = [kernel, *kernel.children(recursive=True)]
         assert len(family) > 2  # the forkserver and the ranks

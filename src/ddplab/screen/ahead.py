@@ -19,7 +19,9 @@ Whose turn it is, the reader's first:
   move in progress, no cell running (IPython's ``pre_execute`` waits for the thread's call to
   end and pauses it; ``post_execute`` lets it go on). So a run, timed or not, never has another
   run beside it, and a figure drawn in the thread never lands in a cell's output (pyplot's
-  figures are global; the inline backend shows, after a cell, every figure still open).
+  figures are global; the inline backend shows, after a cell, every figure still open). The
+  comm package fires the same two events around every widget message: there the thread is
+  paused but not waited for, so a move to a kept value does not wait for the call under way.
 * What it runs, in order: the neighbours of the panel the reader used last (the slider moved
   last first, in the direction it moved), then those of the panels below it, then above it (a
   reader reads down a lab; before any move, from the first panel on).
@@ -175,10 +177,22 @@ def worker() -> Worker | None:
         with contextlib.suppress(ValueError):
             events.unregister("post_execute", _worker.cell_ends)
         events.register("post_execute", _worker.cell_ends)
-        _worker.cell_starts()
+        # The comm package fires pre_execute and post_execute around a widget's message too
+        # (comm/base_comm.py, BaseComm.handle_msg): a slider's move is no cell. Nothing new
+        # starts meanwhile, but a move to a kept value must not wait for the call under way.
+        _worker.cell_starts(wait=not widget_message(shell))
 
     events.register("pre_execute", cell_starts)
     events.register("post_execute", _worker.cell_ends)
     pool.shared()  # its close registered first, so that the thread's runs before it
     atexit.register(_worker.close)  # (atexit runs last in, first out)
     return _worker
+
+
+def widget_message(shell) -> bool:
+    """Whether the kernel is handling a widget's message (a ``comm_msg``), not a cell."""
+    try:
+        parent = shell.kernel.get_parent("shell")  # ipykernel 6 and later
+    except (AttributeError, TypeError):
+        parent = getattr(shell, "parent_header", None)
+    return ((parent or {}).get("header") or {}).get("msg_type") == "comm_msg"

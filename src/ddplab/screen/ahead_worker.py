@@ -96,11 +96,13 @@ class Worker:
 
     # -- the kernel's cells (IPython's events)
 
-    def cell_starts(self) -> None:
-        """A cell is about to run: the thread ends its call, and waits until the cell is done."""
+    def cell_starts(self, wait: bool = True) -> None:
+        """A cell is about to run: the thread starts nothing until it is done; ``wait``: and
+        the call under way ends (and its draw) before the cell starts."""
         with self._cond:
             self._paused = True
-            self._until_idle()
+            if wait:
+                self._until_idle()
 
     def cell_ends(self) -> None:
         with self._cond:
