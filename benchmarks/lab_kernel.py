@@ -59,7 +59,7 @@ def _bench_setup():
         kept = "run ahead while you read" in status or "kept from before" in status
         return ms, [int(x) for x in split.groups()] if split else None, kept
     ids = [dict(slider=s.model_id, status=p.children[-2].model_id, value=s.value, min=s.min,
-                max=s.max, step=s.step) for _, s, p in sliders]
+                max=s.max, step=s.step, text=p.children[-2].value) for _, s, p in sliders]
     return [name for name, _, _ in sliders], move, ids
 _bench_names, _bench_move, _bench_ids = _bench_setup()
 print("BENCH" + __import__("json").dumps(_bench_names))
@@ -117,7 +117,8 @@ class Kernel:
         content = {"comm_id": ids["slider"], "data": {
             "method": "update", "state": {"value": value}, "buffer_paths": []}}
         message = self.client.session.msg("comm_msg", content)
-        status = ""
+        # A status line set to the text it had sends nothing: the panel's last text then.
+        status = ids["text"]
         start = time.perf_counter()
         self.client.shell_channel.send(message)
         while True:
@@ -128,9 +129,12 @@ class Kernel:
             if msg["msg_type"] == "comm_msg" and content.get("comm_id") == ids["status"]:
                 status = content["data"].get("state", {}).get("value", status)
             elif msg["msg_type"] == "status" and content["execution_state"] == "idle":
+                for other in self.ids:  # every slider of the panel shares its status line
+                    if other["status"] == ids["status"]:
+                        other["text"] = status
                 return 1e3 * (time.perf_counter() - start), status
 
-    def move(self, i: int, k: int) -> tuple[float, list | None]:
+    def move(self, i: int, k: int) -> tuple[float, list | None, bool]:
         return tuple(json.loads(self.run(f"print(__import__('json').dumps(_bench_move({i}, "
                                          f"{k})))")))
 
