@@ -75,7 +75,8 @@ class Panel:
         return {name: w.value for name, w in self.controls.items()}
 
     def neighbours(self) -> list[dict]:
-        """The values one step either side of each slider, the last move's first."""
+        """The values one step either side of each slider: the slider moved last first, in
+        the direction it moved."""
         values = self.values()
         sliders = [name for name, w in self.controls.items()
                    if isinstance(w, ipywidgets.IntSlider)]
@@ -84,7 +85,8 @@ class Panel:
         found = []
         for name in sliders:
             w = self.controls[name]
-            for step in (direction * w.step, -direction * w.step):
+            way = direction if name == first else 1  # the others: up first
+            for step in (way * w.step, -way * w.step):
                 if w.min <= values[name] + step <= w.max:
                     found.append({**values, name: values[name] + step})
         return found
