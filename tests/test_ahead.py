@@ -125,10 +125,13 @@ def test_a_move_to_the_value_under_way_waits_for_it_rather_than_running_it_again
     log = []
     panel = widgets.explore(logged_sweep(log, seconds=0.5), plots.gradients, x=(0, 10))
     (slider,) = panel.children[0].children
+    status = panel.children[2]
+    seen = []
+    status.observe(lambda change: seen.append(change["new"]), names="value")
     until(lambda: ("start", "ddplab-ahead", 6, 0) in log)  # up first
     slider.value = 6
     assert not any(e[1] != "ddplab-ahead" and e[2] == 6 for e in log), log
-    assert "run ahead while you read" in panel.children[2].value
+    assert "started ahead" in seen[0] and "run ahead while you read" in status.value
 
 
 def test_a_cell_pauses_the_thread_after_its_call(worker):

@@ -116,19 +116,22 @@ class Turn:
         """Show the result kept for these values (or the one under way, waited for) in
         ``image`` and ``status``; False where there is none."""
         start = time.perf_counter()
-        entry = self.kept()
+        entry = self.kept(status)
         if entry is None:
             return False
         image.value = entry.png
         status.value = shown_text(entry, time.perf_counter() - start)
         return True
 
-    def kept(self) -> Entry | None:
-        """The result kept for these values, or the one the thread is running now, waited for."""
+    def kept(self, status=None) -> Entry | None:
+        """The result kept for these values, or the one the thread is running now, waited for
+        (saying so in ``status``)."""
         if not self.panel.ahead:
             return None
         entry = self.panel.kept.get(self.key)
-        if entry is None:
+        if entry is None and self.worker.under_way(self.panel, self.key):
+            if status is not None:
+                status.value = "<i>running... (started ahead, while you read)</i>"
             self.worker.wait_for(self.panel, self.key)
             entry = self.panel.kept.get(self.key)
         return entry

@@ -75,6 +75,10 @@ class Worker:
             self._idle_since = time.monotonic()
             self._cond.notify_all()
 
+    def under_way(self, panel: Panel, key) -> bool:
+        with self._cond:
+            return self._current == (panel, key)
+
     def wait_for(self, panel: Panel, key) -> None:
         with self._cond:
             if self._current != (panel, key):
