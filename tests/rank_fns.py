@@ -121,3 +121,16 @@ def ddp_gradient_on_device(ctx, seed=0, batch_size=4):
     rows = slice(ctx.rank * batch_size, (ctx.rank + 1) * batch_size)
     ddp(X[rows].to(ctx.device)).square().mean().backward()
     return {"device": str(model.weight.device), "grad": model.weight.grad.cpu(), "X": X}
+
+
+def noting(ctx, call_id, steps):
+    """Notes ``steps`` finished steps, then (rank 1 only) where it waits, with a plain printed
+    line between them that is no note."""
+    from ddplab.engine import hang_watch
+
+    for step in range(steps):
+        hang_watch.note(call_id, ctx.rank, step=step)
+    print(f"rank {ctx.rank} prints a line of its own")
+    if ctx.rank == 1:
+        hang_watch.note(call_id, ctx.rank, waiting="the check-in")
+    return ctx.rank

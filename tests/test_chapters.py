@@ -105,8 +105,22 @@ def test_common_is_the_ground_floor_it_imports_nothing_of_ddplab_but_itself():
         "ddplab", "ddplab.engine.pool"}
 
 
-def test_no_module_of_the_library_is_over_300_lines():
+# Modules allowed past 300 lines, each with the reason it stays whole: cutting a concept in two
+# makes its halves reach into each other's private state (issue 39), which is worse than a long
+# file. An exception still ends at LONGEST lines.
+LONGER = {
+    "src/ddplab/engine/pool.py": "the pool's processes, store, groups and failures share one "
+                                 "lock and one state; what respawn and the status line need "
+                                 "they get through its public methods",
+}
+LONGEST = 400
+
+
+def test_no_module_of_the_library_is_over_300_lines_but_the_named_exceptions():
     lines = {path.relative_to(ROOT).as_posix(): len(path.read_text().splitlines())
              for path in (ROOT / "src" / "ddplab").rglob("*.py")}
-    assert {path: n for path, n in lines.items() if n > 300} == {}
+    over = {path: n for path, n in lines.items() if n > 300}
+    assert set(over) <= set(LONGER), f"over 300 lines, with no reason in LONGER: {over}"
+    assert {path: n for path, n in over.items() if n > LONGEST} == {}
+    assert set(LONGER) <= set(lines), "an exception names a module that is gone"
     assert max(lines.values()) > 100  # the files were found and read
