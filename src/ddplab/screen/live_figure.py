@@ -1,9 +1,9 @@
 """A slider panel's figure: kept between moves, its artists updated in place, encoded as PNG.
 
-Drawing a new figure on every move costs most of a move (ARCHITECTURE.md, "Slider latency"):
-building the figure, constrained layout's passes (each lays out every text), rendering, and
-``savefig``, which draws twice when a layout engine is set (once to lay out, once to render).
-A :class:`LiveFigure` draws once and encodes what the canvas already holds.
+Drawing a new figure on every move costs most of a move (benchmarks/RESULTS.md, "Slider
+latency"): building the figure, constrained layout's passes (each lays out every text),
+rendering, and ``savefig``, which draws twice when a layout engine is set (once to lay out,
+once to render). A :class:`LiveFigure` draws once and encodes what the canvas already holds.
 
 A plot function may carry an ``update(figure, result) -> bool`` attribute that puts a new
 result into the figure it drew (new data, limits, title) and says False when it cannot
