@@ -26,7 +26,7 @@ FLOORS = {
     "ddplab": ("the face: `run`, `Cluster`, `logs`, `RankError`, `placement`",
                {"ddplab.engine": ""}),
     "ddplab.screen": ("what a reader sees: sliders, live figures, static panels, style, "
-                      "quoted errors, the status line", {
+                      "quoted errors, the status line, the predict-then-run input", {
                           "ddplab.common": "", "ddplab.engine": "the ranks' notes"}),
     "ddplab.exercises": ("write-it-yourself exercises and their checker",
                          {"ddplab": "", "ddplab.common": "", "ddplab.engine": ""}),
