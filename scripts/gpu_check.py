@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import glob
+import inspect
 import os
 import re
 import subprocess
@@ -143,11 +144,11 @@ def exercise_steps(device: str) -> list[Step]:
     env = (("DDPLAB_BACKEND", "gloo"), ("DDPLAB_DEVICE", device))
     group = f"exercises, gloo on {device}"
     steps = []
-    for name, module in exercises.EXERCISES.items():
+    for name, exercise in exercises.EXERCISES.items():
         command = [PY, "-m", "ddplab", "exercise", name, "--json", "--solution"]
-        steps.append(Step(group, f"{name} reference", [*command, module.__file__], "command",
-                          300, env))
-        steps.append(Step(group, f"{name} does nothing", [*command, does_nothing(module)],
+        steps.append(Step(group, f"{name} reference", [*command, inspect.getfile(exercise.answer)],
+                          "command", 300, env))
+        steps.append(Step(group, f"{name} does nothing", [*command, does_nothing(exercise)],
                           "command", 300, env, expect=1))
     tests = sorted(glob.glob(os.path.join(ROOT, "tests", "test_exercises*.py")))
     steps.append(Step(group, "their tests", [PY, "-m", "pytest", "-q", "-p", "no:cacheprovider",
@@ -155,10 +156,10 @@ def exercise_steps(device: str) -> list[Step]:
     return steps
 
 
-def does_nothing(module) -> str:
+def does_nothing(exercise) -> str:
     """A file defining the exercise's function (or class) with no body worth the name: a
     wrong solution every exercise must reject."""
-    name = module.FUNCTION
+    name = exercise.function
     if name[0].isupper():  # a class: a module wrapper, or an optimizer, that does nothing
         base = "torch.optim.SGD" if "Optimizer" in name else "torch.nn.Module"
         body = (f"class {name}({base}):\n"
@@ -170,7 +171,7 @@ def does_nothing(module) -> str:
                    "    def finish_gradient_synchronization(self):\n        pass\n"))
     else:
         body = f"def {name}(*args, **kwargs):\n    return None\n"
-    path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"gpu-check-wrong-{module.NAME}.py")
+    path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"gpu-check-wrong-{exercise.name}.py")
     with open(path, "w") as f:
         f.write("import torch\n\n" + body)
     return path

@@ -137,3 +137,16 @@ def fsdp_gathered_after_forward(ctx, **options):
     model(torch.zeros(2, 8, device=ctx.device))
     return [not isinstance(layer.weight, DTensor) for layer in model
             if isinstance(layer, torch.nn.Linear)]
+
+
+def noting(ctx, call_id, steps):
+    """Notes ``steps`` finished steps, then (rank 1 only) where it waits, with a plain printed
+    line between them that is no note."""
+    from ddplab.engine import hang_watch
+
+    for step in range(steps):
+        hang_watch.note(call_id, ctx.rank, step=step)
+    print(f"rank {ctx.rank} prints a line of its own")
+    if ctx.rank == 1:
+        hang_watch.note(call_id, ctx.rank, waiting="the check-in")
+    return ctx.rank

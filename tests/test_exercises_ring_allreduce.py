@@ -21,7 +21,7 @@ from ddplab.__main__ import main
 from ddplab.exercises import checker, ring_allreduce
 
 NAME = "ring-allreduce"
-ANSWER = ring_allreduce.answer
+ANSWER = ring_allreduce.EXERCISE.answer
 SOURCE = inspect.getsource(ANSWER)
 IMPORTS = "import torch\nimport torch.distributed as dist\n\n\n"
 HANG_TIMEOUT = 2.0

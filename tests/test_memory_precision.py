@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from conftest import ddplab_json
-from ddplab.chapters.memory import calculator, calculator_form, precision
+from ddplab.chapters.memory import calculator, calculator_form, precision, schemes
 
 GB80 = 80e9
 
@@ -58,6 +58,20 @@ def test_largest_model_leaves_room_for_the_optimizer_step():
     # activations count while they live (backward), the step's temporaries after them
     assert calculator.largest_model(GB80, "adam", "ddp", 8, activation_bytes=40e9) == \
         pytest.approx(40e9 / 20)
+
+
+def test_the_pages_table_by_scheme_holds_the_hand_worked_bytes():
+    """Adam under autocast: DDP keeps 4 bytes of parameters, 4 of gradients, 4 of buckets and 8
+    of state per parameter on every rank (20; 16 with the bucket view); FSDP's policy shards
+    all 16 of its fp32 bytes, 16 / 64 = 0.25 at 64 ranks. The largest DDP model in 80 GB leaves
+    4 more bytes for the step's copy of exp_avg_sq: 80e9 / 24 = 3.33 B."""
+    lines = schemes.table("adam", (1, 8, 64), 80e9, 8).splitlines()
+    assert len(lines) == 2 + len(schemes.ROWS)
+    rows = {line[:42].strip(): line[42:].split() for line in lines[2:]}
+    assert rows["DDP, autocast"] == ["20.00", "20.00", "20.00", "3.33", "B"]
+    assert rows["DDP, bucket view, autocast"][:3] == ["16.00"] * 3
+    assert rows["FSDP, MixedPrecisionPolicy"][:3] == ["16.00", "2.00", "0.25"]
+    assert schemes.table("sgd", (2,), 8e9, 2) != schemes.table("adam", (2,), 8e9, 2)
 
 
 def test_foreach_adam_allocates_a_copy_of_exp_avg_sq_in_its_step():

@@ -305,3 +305,20 @@ def test_the_cluster_model_computes_at_the_records_utilisation_unless_the_reader
         cluster_prediction.run(1300, utilisation=40)
     with pytest.raises(ValueError, match="compiled must be True or False"):
         cluster_prediction.run(1300, compiled="yes")
+
+
+def test_the_models_sources_name_every_link_and_accelerator_with_its_source():
+    text = " ".join(cost_model.sources().split())  # wrapped for a page: joined again
+    for link in [*cost_model.INTRA_NODE.values(), *cost_model.INTER_NODE.values()]:
+        assert f"{link.name}: alpha {1e6 * link.alpha_s:.1f} us" in text
+        assert " ".join(link.source.split()) in text
+    for chip in cost_model.ACCELERATORS.values():
+        assert f"{chip.name}: {' '.join(chip.source.split())}" in text
+    assert all(len(line) <= 78 for line in cost_model.sources().splitlines())
+
+
+def test_utilisation_by_size_says_where_each_figure_comes_from():
+    text = utilisation.describe_sizes((50e6, 1.3e9))
+    paragraphs = [" ".join(p.split()) for p in text.split("\n") if not p.startswith("    ")]
+    assert [p.split(":")[0] for p in paragraphs] == ["50 M parameters", "1,300 M parameters"]
+    assert " ".join(utilisation.from_record(1.3e9).source.split()) in " ".join(text.split())

@@ -79,8 +79,7 @@ def add_exercise_command(commands) -> None:
                               description="Check a solution on real ranks against real DDP or "
                               "torch. Exit 0: passed; 1: wrong; 2: the file cannot be used.")
     sub.add_argument("name", choices=list(exercises.EXERCISES), metavar="NAME",
-                     help=", ".join(f"{n}: {m.SIGNATURE.split('(')[0]}"
-                                    for n, m in exercises.EXERCISES.items()))
+                     help=", ".join(f"{n}: {e.function}" for n, e in exercises.EXERCISES.items()))
     sub.add_argument("--solution", required=True, metavar="FILE.py",
                      help="a file that defines the function (or class) the exercise names")
     sub.add_argument("--world-size", type=int, default=2, help="ranks (default 2)")
@@ -93,9 +92,9 @@ def add_exercise_command(commands) -> None:
 def exercise_main(cli, args) -> int:
     from ddplab import exercises
 
-    module = exercises.exercise(args.name)
     try:
-        solution = exercises.checker.load_solution(args.solution, module.FUNCTION)
+        solution = exercises.checker.load_solution(args.solution,
+                                                   exercises.exercise(args.name).function)
     except exercises.Unusable as exc:
         print(json.dumps({"passed": False, "message": str(exc)}) if args.json else exc,
               file=sys.stdout if args.json else sys.stderr)

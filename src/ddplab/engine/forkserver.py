@@ -62,7 +62,8 @@ def prestart() -> None:
     """Start the forkserver now (``import ddplab`` calls this), in the background.
 
     Its preload (torch, DDP, dynamo) takes about 2 s here and is the bulk of the first call's
-    latency; started at import, it overlaps with the caller's own imports (see ARCHITECTURE.md).
+    latency; started at import, it overlaps with the caller's own imports
+    (benchmarks/RESULTS.md, "The pool").
     Only in a top-level process: not in a rank, not in the forkserver itself, not under
     torchrun; ``DDPLAB_PRESTART=0`` turns it off.
     """

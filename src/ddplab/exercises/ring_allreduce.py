@@ -30,12 +30,8 @@ import torch.distributed as dist
 
 from ddplab.engine import hang_watch
 from ddplab.exercises import checker
+from ddplab.exercises.record import Exercise
 
-NAME, LAB = "ring-allreduce", "labs/00_running.ipynb"
-FUNCTION = "ring_all_reduce"
-SIGNATURE = "ring_all_reduce(tensor) -> None"
-AGAINST = ("the sum over the ranks, each rank sending at most 2(N-1) chunks of about 1/N of the "
-           "tensor and calling no collective")
 FIXED_CASES = [  # (world size, length, dtype)
     (2, 8, "float32"),  # chunks of 4: the length divisible by the world size
     (3, 10, "float64"),  # chunks of 4, 3, 3
@@ -79,9 +75,6 @@ def ring_all_reduce(tensor: torch.Tensor) -> None:
                 into.copy_(incoming)
             else:
                 into += incoming
-
-
-answer = ring_all_reduce
 
 
 def cases(world_size: int) -> list[tuple[int, dict]]:
@@ -263,3 +256,11 @@ def explain(world_size: int, params: dict, outcome) -> str | None:
     if not words:
         return None
     return f"{where(world_size, params)}: {outcome.problem} {' '.join(words)}"
+
+
+EXERCISE = Exercise(
+    name="ring-allreduce", lab="labs/00_running.ipynb", function="ring_all_reduce",
+    signature="ring_all_reduce(tensor) -> None",
+    against=("the sum over the ranks, each rank sending at most 2(N-1) chunks of about 1/N of the "
+             "tensor and calling no collective"),
+    answer=ring_all_reduce, cases=cases, on_rank=on_rank, judge=judge, explain=explain)

@@ -103,8 +103,8 @@ class MonospaceLines(Artist):
     picks for ``family="monospace"`` (DejaVu Sans Mono): matplotlib 3.11's Agg renderer lays
     out each line and renders each glyph by a Python call of its own
     (``RendererAgg._draw_text_glyphs_and_boxes``), which made a text panel's draw most of a
-    slider move (``benchmarks/all_sliders.py --profile``; ARCHITECTURE.md, "Text panels and
-    tiny references").
+    slider move (``benchmarks/all_sliders.py --profile``; benchmarks/RESULTS.md, "Text panels
+    and tiny references").
     Other canvases (SVG, PDF) get one matplotlib ``Text``, so the text stays text there.
     """
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import textwrap
 
 from ddplab.common import gpu_record
 from ddplab.common.checks import positive_number
@@ -88,3 +89,11 @@ def describe_record(record: str | None = None) -> str:
         lines.append(f"{params:>14,} {next(iter(by_mode.values()))['batch_size']:>6} "
                      f"{cells[0]:>7} {cells[1]:>9}")
     return "\n".join(lines)
+
+
+def describe_sizes(sizes, compiled: bool = True, record: str | None = None) -> str:
+    """For each model size (parameters), the utilisation :func:`from_record` gives and where
+    it comes from, one paragraph each, wrapped for a page's column."""
+    return "\n".join(textwrap.fill(f"{params / 1e6:,.0f} M parameters: "
+                                   f"{from_record(params, compiled, record).source}", 78,
+                                   subsequent_indent="    ") for params in sizes)
