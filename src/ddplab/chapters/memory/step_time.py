@@ -26,15 +26,16 @@ def step_times(ctx, optimizer: str, params_millions: float, steps: int, seed: in
     """Each variant's steps on this rank, ``timed_step.timed`` records (the first, warm-up step
     left out)."""
     layers = widths(params_millions)
-    trained = {label: Trained(strategy, make_model(layers, seed=seed, init="he"), optimizer,
-                              view, ctx.world_size, ctx.device)
+    trained = {label: Trained(strategy, make_model(layers, seed=seed, init="he").to(ctx.device),
+                              optimizer, view, ctx.world_size, ctx.device)
                for label, strategy, view in VARIANTS}
     times = {label: [] for label in trained}
     rows = slice(ctx.rank * BATCH_SIZE, (ctx.rank + 1) * BATCH_SIZE)
     for step in range(steps + 1):
         X, y = make_batch(layers, BATCH_SIZE, ctx.world_size, seed, step)
+        X_rank, y_rank = X[rows].to(ctx.device), y[rows].to(ctx.device)
         for label, model in trained.items():
-            record = timed_step.timed(model.step, ctx.device, X[rows], y[rows])
+            record = timed_step.timed(model.step, ctx.device, X_rank, y_rank)
             if step:
                 times[label].append(record)
     return times
