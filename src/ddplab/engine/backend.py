@@ -14,7 +14,8 @@ what is left at ``"auto"`` is the pool's. What the placement cannot serve is a V
 before any rank starts (:func:`check`), never a silent switch: CUDA without a GPU, NCCL on CPU
 tensors, NCCL with more ranks than GPUs. gloo on CUDA is allowed with any number of ranks:
 rank ``r`` uses ``cuda:(r % gpus)``, so one GPU runs the chapters' CUDA code at world size 2 and
-more (gloo takes CUDA tensors for the collectives DDP uses).
+more (gloo takes CUDA tensors for the collectives DDP uses, not for ``send``/``recv``: see
+ARCHITECTURE.md, "gloo on CUDA").
 
 Under torchrun (:mod:`.torchrun`) ``"auto"`` is NCCL on CUDA with one GPU per process on the
 node, gloo on CPU otherwise: there the launcher, not a sweep, fixes the world size.
