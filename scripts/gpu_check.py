@@ -10,7 +10,7 @@ On a machine with at least one GPU it runs, in this order:
   "needs W>=2", not as a failure;
 * every command at its default world size with gloo on CUDA tensors on the GPU(s)
   (``--backend gloo --device cuda``); what ddplab refuses there (``engine.backend.UNSUPPORTED``,
-  e.g. PowerSGD) exits 2 with that reason: counted as "refused";
+  e.g. FSDP) exits 2 with that reason: counted as "refused";
 * every exercise (``python -m ddplab exercise NAME``) with gloo on CUDA tensors: its reference
   (the exercise's own module, which defines the answer) must pass (exit 0) and a solution that
   does nothing must be rejected (exit 1); then the exercises' tests (each mistake readers make)

@@ -92,7 +92,7 @@ def test_the_table_counts_and_names_each_failure_by_its_first_error_line():
     reason = next(iter(UNSUPPORTED.values()))
     outcomes = [
         gpu_check.judge(command, 1, "", traceback, 1.0),
-        gpu_check.judge(command, 2, "", f"error: powersgd on gloo on cuda: {reason}.", 1.0),
+        gpu_check.judge(command, 2, "", f"error: fsdp on gloo on cuda: {reason}.", 1.0),
         gpu_check.judge(command, 0, "{}", "", 1.0),
         gpu_check.judge(tests, 1, "FAILED tests/test_x.py::test_y - AssertionError\n"
                                   "== 3 passed, 1 failed in 2.0s ==", "", 2.0)]
