@@ -14,7 +14,8 @@ what is left at ``"auto"`` is the pool's. What the placement cannot serve is a V
 before any rank starts (:func:`check`), never a silent switch: CUDA without a GPU, NCCL on CPU
 tensors, NCCL with more ranks than GPUs. gloo on CUDA is allowed with any number of ranks:
 rank ``r`` uses ``cuda:(r % gpus)``, so one GPU runs the chapters' CUDA code at world size 2 and
-more (gloo takes CUDA tensors for the collectives DDP uses).
+more (gloo takes CUDA tensors for the collectives DDP uses, not for ``send``/``recv``: see
+ARCHITECTURE.md, "gloo on CUDA").
 
 Under torchrun (:mod:`.torchrun`) ``"auto"`` is NCCL on CUDA with one GPU per process on the
 node, gloo on CPU otherwise: there the launcher, not a sweep, fixes the world size.
@@ -149,13 +150,19 @@ def needs_fresh_processes(workers_placement: Placement, group, world_size: int,
         and "nccl" in (placement.backend, group[1].backend)
 
 
-# (feature, placement) -> why it does not run there. Seen on one H100 (torch 2.11.0+cu130):
-# DDP over gloo on cuda:0 matched one process within 3e-8 with 2 and 4 ranks, but PowerSGD's
-# hook gave no result within 120 s (the issue "On a GPU", kind 3; why is not known).
+# (feature, placement) -> why it does not run there: what was seen, where, and what to do
+# instead. A driver asks with the name it is given (a strategy, a hook), so an entry refuses
+# exactly what was seen to fail. PowerSGD with gloo on CUDA is not here any more: its refusal
+# rested on one H100 run of a script that is not kept (issue 27, before ddplab offered gloo on
+# CUDA), and torch's hook ran there on an H200 (see compression.py).
 UNSUPPORTED = {
-    ("powersgd", Placement("gloo", "cuda")):
-        "PowerSGD's comm hook gave no result within 120 s with gloo on CUDA tensors (one H100, "
-        "torch 2.11): run it with device='cpu', or NCCL with one GPU per rank",
+    ("fsdp", Placement("gloo", "cuda")):
+        "with gloo on CUDA tensors a rank was killed by SIGSEGV under FSDP2 (ddplab memory "
+        "--strategy fsdp, 2 ranks on one H200's cuda:0, torch 2.11.0+cu130); the collectives "
+        "FSDP2 calls (all_gather_into_tensor, reduce_scatter_tensor) and all_reduce and "
+        "broadcast each ran there alone, once, on the default stream, where FSDP2 calls them "
+        "from streams of its own, so the cause is not established: run FSDP with device='cpu' "
+        "(gloo on CPU), or on NCCL with one GPU per rank",
 }
 
 

@@ -96,11 +96,24 @@ def most_sent(world_size: int, length: int) -> int:
     return 2 * (world_size - 1) * math.ceil(length / world_size)
 
 
+def ring_device(ctx) -> torch.device:
+    """Where the ring's tensors live: the rank's device on NCCL, the host on gloo. gloo's
+    collectives take CUDA tensors, but its ``send`` and ``recv`` of a CUDA tensor aborted the
+    process (one H200, torch 2.11.0+cu130, two ranks on cuda:0: ``gloo/transport/tcp/
+    pair.cc:339 writev ... Bad address``, then SIGABRT; ``isend``/``irecv`` alike).
+    ``ProcessGroupGloo::send`` and ``recv`` hand the tensor's own pointer to gloo's TCP pair
+    (``createUnboundBuffer(tensor.const_data_ptr(), size)``, torch/csrc/distributed/c10d/
+    ProcessGroupGloo.cpp), where the collectives have CUDA work that goes through host memory;
+    ``writev`` of a GPU address fails with EFAULT. So on gloo the exercise hands the ring host
+    tensors, as a script of yours that sends with gloo must."""
+    return ctx.device if ctx.backend == "nccl" else torch.device("cpu")
+
+
 def on_rank(ctx, solution, call_id: str, length: int, dtype: str, seed: int) -> dict:
     """This rank's tensor after ``solution``, what it sent and the collectives it called, as
     plain data. Nothing follows the reader's code: no collective of ours can pair with one of
     theirs."""
-    tensor = rank_tensor(ctx.rank, length, dtype, seed).to(ctx.device)
+    tensor = rank_tensor(ctx.rank, length, dtype, seed).to(ring_device(ctx))
     sent, collectives = [], []
 
     def see(method, tensors, *args, **kwargs):

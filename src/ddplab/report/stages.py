@@ -6,6 +6,7 @@ figures."""
 
 from __future__ import annotations
 
+import ddplab
 from ddplab.chapters.memory import calculator, memory
 from ddplab.chapters.time_cost import (
     accumulation_time,
@@ -16,6 +17,7 @@ from ddplab.chapters.time_cost import (
     step_time,
 )
 from ddplab.common import mlp
+from ddplab.engine.backend import unsupported
 from ddplab.report import machine
 from ddplab.report.figures import compared, measured_only, predicted_only
 from ddplab.report.model import Calibrated
@@ -195,8 +197,13 @@ def accumulation_stage(s: Settings, found: dict) -> dict:
 
 def memory_stage(s: Settings, found: dict) -> dict:
     world_size = found["model"].world_size
-    rows, results = {}, {}
+    rows, results, missing = {}, {}, []
+    where = ddplab.placement(world_size, s.backend)
     for strategy in s.strategies:
+        refused = unsupported(strategy, where)  # named as missing, with what to do instead
+        if refused:
+            missing.append(f"{strategy}: not run on {where}: {refused}")
+            continue
         result = memory.run(world_size, strategy, "adam", s.memory_params_millions, steps=1,
                             backend=s.backend, timeout=s.timeout)
         results[strategy] = result
@@ -208,7 +215,8 @@ def memory_stage(s: Settings, found: dict) -> dict:
                                           if k in result.bytes_per_rank[0]},
                           "malloc": None if malloc is None else measured_only(malloc, "bytes")}
     found["memory"] = results
-    missing = [f"{name}: left out by --quick" for name in ("fsdp",) if name not in rows]
+    missing += [f"{name}: left out by --quick" for name in ("fsdp",)
+                if name not in s.strategies]
     return {"optimizer": "adam", "params": results["ddp"].parameter_count,
             "strategies": rows, "missing": "; ".join(missing) or None}
 

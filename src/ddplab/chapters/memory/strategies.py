@@ -67,10 +67,13 @@ def optimizer_class(name: str):
 
 
 class Trained:
-    """A model wrapped by one strategy: what to call, what to step, where DDP's buckets are."""
+    """A model wrapped by one strategy: what to call, what to step, where DDP's buckets are.
+    The model is moved to ``device`` first (in place, as ``Module.to`` does), wherever it was
+    built."""
 
     def __init__(self, strategy, model, optimizer_name, bucket_view, world_size, device):
         cls, kwargs = optimizer_class(optimizer_name)
+        model = model.to(device)  # DDP refuses a CPU module on an NCCL group, FSDP moves it
         self.model, self.buckets = model, {}
         if strategy == "fsdp":
             self.module = shard_with_fsdp(model, device.type, world_size)

@@ -41,7 +41,10 @@ rank's CUDA stream before reading `time.perf_counter`; `cost_model`, `latency_fi
   above the largest (slow side) and extrapolated below the smallest as a power of the size
   fitted to the two smallest (clamping there made small models too fast; labelled a model in
   the source); or the reader's own (`cluster_prediction.run(utilisation=)`). It was a
-  flat 40% (PaLM's figure), which one H100 measured 1.4-4x above what 124 M-355 M models reach.
+  flat 40% (PaLM's figure), which one H100 measured 1.4-4.1x above what 124 M-355 M models reach
+  (issue 27's script), one H200 1.0-2.4x (`benchmarks/gpu.py`). Without a name the newest
+  record is used (the H200's); the H200 and the H100 SXM the cluster model assumes have the
+  same dense BF16 peak, which the time-cost page asserts, so the fraction carries over.
 - **The check** asserts measured/model within a factor of 2 at 1 and 2 ranks (`calibration.
   MARGIN`); the computation is measured with as many ranks busy (two ranks share the memory
   bandwidth of one machine, which two GPUs do not).
