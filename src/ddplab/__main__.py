@@ -9,9 +9,10 @@ torchrun's and need not be given. Only rank 0 prints under torchrun. ``--backend
 ``DDPLAB_DEVICE`` say, else NCCL on CUDA with two GPUs or more, gloo on CPU otherwise); the
 JSON records both. ``--backend gloo --device cuda`` runs every rank's tensors on one GPU.
 
-Two commands are not a chapter's experiment: ``report`` measures your cluster and sets the
-book's cost model beside each figure (``ddplab.report``), and ``exercise`` checks a solution of
-yours on real ranks.
+Three commands are not a chapter's experiment: ``report`` measures your cluster and sets the
+book's cost model beside each figure (``ddplab.report``), ``exercise`` checks a solution of
+yours on real ranks, and ``doctor`` runs your own training script on instrumented ranks and
+names its DDP mistakes (``ddplab.doctor``).
 
     python -m ddplab report --world-size 2 [--out DIR] [--quick] [--json]
     torchrun --nnodes N --nproc-per-node G [rendezvous args] -m ddplab report [--out DIR]
@@ -20,6 +21,12 @@ yours on real ranks.
 
 It exits 0 when the solution passes, 1 when it is wrong (or hangs), 2 when the file cannot be
 used (a syntax error, or the function it must define is missing).
+
+    python -m ddplab doctor [--world-size N] [--steps K] [--json] [--out DIR] train.py [args]
+    torchrun --nproc-per-node N -m ddplab doctor train.py [args]
+
+It exits 0 when no error is found, 1 when one is, 2 on bad input or a script that fails on
+its own.
 """
 
 from __future__ import annotations
@@ -62,11 +69,18 @@ def parser() -> argparse.ArgumentParser:
             module.add_arguments(sub)
     add_exercise_command(commands)
     report_command().add_command(commands)
+    doctor_command().add_command(commands)
     return top
 
 
 def report_command():
     from ddplab.report import command
+
+    return command
+
+
+def doctor_command():
+    from ddplab.doctor import command
 
     return command
 
@@ -122,6 +136,8 @@ def main(argv=None) -> int:
         return exercise_main(cli, args)
     if args.command == "report":
         return report_command().main(args)
+    if args.command == "doctor":
+        return doctor_command().main(args)
     if args.world_size is None:
         args.world_size = int(os.environ["WORLD_SIZE"]) if under_torchrun() else 2
     module = EXPERIMENTS[args.command]

@@ -1,0 +1,33 @@
+"""``every-rank-writes``: the same file written by several ranks."""
+
+from __future__ import annotations
+
+from ddplab.doctor.findings import place
+from ddplab.doctor.judgement import Draft, found, not_applicable, passed, ranks_text, spot
+
+
+def every_rank_writes(evidence, so_far):
+    writes = evidence.all("write")
+    if not writes:
+        return not_applicable("no rank wrote a file")
+    if (evidence.world_size or 0) < 2:
+        return not_applicable("one rank")
+    by_path = {}
+    for w in writes:
+        by_path.setdefault(w["path"], []).append(w)
+    drafts = []
+    for path, ws in sorted(by_path.items()):
+        ranks = sorted({w["rank"] for w in ws})
+        if len(ranks) > 1:
+            first = ws[0]
+            drafts.append(Draft(
+                f"{ranks_text(ranks)} all write {path} ({first['how']} at "
+                f"{place(*spot(first))}, step {first['step']}): the copies race each other, a "
+                "reader may see a half-written file, and a reduction done on rank 0 only is "
+                "overwritten by another rank's",
+                {"path": path, "ranks": ranks, "how": first["how"],
+                 "steps": sorted({w["step"] for w in ws})}, *spot(first)))
+    if drafts:
+        return found(*drafts[:3])
+    return passed(f"{len(by_path)} file{'s' if len(by_path) > 1 else ''} written, each by one "
+                  "rank")

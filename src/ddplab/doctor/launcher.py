@@ -1,0 +1,199 @@
+"""The doctor's side of a local run: start the ranks, watch them, name a hang, clean up.
+
+Each rank is ``python -m ddplab.doctor.rank`` in a session of its own (so that a kill reaches
+the processes it starts: spawned ranks, DataLoader workers), with torchrun's environment, its
+output in a log file. The doctor watches its store: every rank done (then ``release``), a
+crash (a short grace for the others' reports, then a roll call), or an alarm from a rank's
+watchdog (a collective, a backward or DDP's construction that has not returned within the
+timeout: a roll call names where every rank is). Whatever happens, every process is gone when
+``run`` returns.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+from ddplab.doctor.children import SITE
+from ddplab.doctor.rank import ARGS, SCRIPT
+from ddplab.doctor.store import ADDRESS, Store
+from ddplab.doctor.watch_group import LOCAL
+
+POLL = 0.05  # seconds between looks at the store
+GRACE = 1.0  # after a crash, how long the other ranks may take to report theirs
+ROLL_CALL = 2.0  # how long ranks may take to answer a roll call
+LOG_TAIL = 4000  # characters of each process's output kept
+
+
+@dataclasses.dataclass
+class Settings:
+    world_size: int = 2
+    steps: int = 8
+    batches: int = 4
+    timeout: float = 60.0
+    role: str = "rank"  # "probe": one rank, stopped before its first optimizer step
+
+
+@dataclasses.dataclass
+class Run:
+    """What the ranks reported: the raw material of every check."""
+
+    mode: str | None = None  # "ranks", "spawn" or "none"
+    world_size: int | None = None
+    evidence: dict = dataclasses.field(default_factory=dict)  # rank -> evidence
+    outcomes: dict = dataclasses.field(default_factory=dict)  # rank -> done record
+    launcher: dict | None = None  # the outcome of a process that was no rank
+    hang: dict | None = None  # {"alarm": {...}, "positions": {rank: {...}}}
+    output: dict = dataclasses.field(default_factory=dict)  # process name -> output tail
+    died: dict = dataclasses.field(default_factory=dict)  # process name -> exit status
+    seconds: float = 0.0
+
+
+def environment(rank: int, script: str, args: list[str], settings: Settings,
+                store: Store) -> dict:
+    """torchrun's variables for ``rank`` (one node), and the doctor's."""
+    import ddplab
+
+    size = 1 if settings.role == "probe" else settings.world_size
+    env = dict(os.environ)
+    port = store.address.rsplit(":", 1)[1]
+    env.update({"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(size),
+                "LOCAL_WORLD_SIZE": str(size), "GROUP_RANK": "0", "ROLE_RANK": str(rank),
+                "ROLE_WORLD_SIZE": str(size), "GROUP_WORLD_SIZE": "1", "ROLE_NAME": "default",
+                "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port,
+                "TORCHELASTIC_RUN_ID": "ddplab-doctor", "TORCHELASTIC_RESTART_COUNT": "0",
+                "TORCHELASTIC_MAX_RESTARTS": "0",
+                "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),  # torchrun's default
+                "PYTHONUNBUFFERED": "1", "DDPLAB_PRESTART": "0",
+                ADDRESS: store.address, LOCAL: "1", SCRIPT: os.path.abspath(script),
+                ARGS: json.dumps(args), "DDPLAB_DOCTOR_STEPS": str(settings.steps),
+                "DDPLAB_DOCTOR_BATCHES": str(settings.batches),
+                "DDPLAB_DOCTOR_TIMEOUT": str(settings.timeout),
+                "DDPLAB_DOCTOR_ROLE": settings.role})
+    if sys.platform.startswith("linux"):
+        env.setdefault("GLOO_SOCKET_IFNAME", "lo")  # gloo's sockets on loopback only
+    package_root = os.path.dirname(os.path.dirname(os.path.abspath(ddplab.__file__)))
+    paths = [SITE, package_root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env["PYTHONPATH"] = os.pathsep.join(paths)
+    return env
+
+
+def end(processes: dict) -> dict:
+    """Kill every process's session (its children too); the exit statuses seen before."""
+    statuses = {name: p.poll() for name, p in processes.items()}
+    for p in processes.values():
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    for p in processes.values():
+        p.wait()
+    return statuses
+
+
+def run(script: str, args: list[str], settings: Settings) -> Run:
+    """Run ``script`` on ``settings.world_size`` ranks and collect what they saw."""
+    started = time.perf_counter()
+    store = Store.host()
+    count = 1 if settings.role == "probe" else settings.world_size
+    with tempfile.TemporaryDirectory(prefix="ddplab-doctor-") as logs:
+        processes, files = {}, {}
+        try:
+            for rank in range(count):
+                files[rank] = open(os.path.join(logs, f"rank{rank}.log"), "w+b")
+                processes[rank] = subprocess.Popen(
+                    [sys.executable, "-m", "ddplab.doctor.rank"],
+                    env=environment(rank, script, args, settings, store),
+                    stdin=subprocess.DEVNULL, stdout=files[rank], stderr=subprocess.STDOUT,
+                    start_new_session=True)
+            result = watch(store, processes, settings)
+            store.put("release", 1)
+            _wait_for_exit(processes, seconds=3.0)
+        finally:
+            statuses = end(processes)
+            for rank, f in files.items():
+                f.seek(0)
+                result_text = f.read().decode(errors="replace")
+                f.close()
+                if "result" in locals():
+                    result.output[f"rank{rank}"] = result_text[-LOG_TAIL:]
+    result.died = {name: code for name, code in statuses.items() if code not in (None, 0)}
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def _wait_for_exit(processes: dict, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and any(p.poll() is None for p in processes.values()):
+        time.sleep(POLL)
+
+
+def watch(store: Store, processes: dict, settings: Settings) -> Run:
+    """Until every rank is done, one crashed, one hangs, or rank 0's process ends."""
+    result = Run()
+    crash_seen = None
+    while True:
+        time.sleep(POLL)
+        result.mode = store.get("mode")
+        result.launcher = store.get("launcher")
+        hello = store.get("hello/0")
+        if result.mode == "ranks" or settings.role == "probe":
+            result.world_size = 1 if settings.role == "probe" else settings.world_size
+        elif hello is not None:
+            result.world_size = hello["world_size"]
+        expected = range(result.world_size or 0)
+        for rank in expected:
+            if rank not in result.outcomes and store.has(f"done/{rank}"):
+                result.outcomes[rank] = store.get(f"done/{rank}")
+        alarm = store.get("alarm")
+        if alarm is not None:
+            result.hang = {"alarm": alarm, "positions": roll_call(store, result, expected)}
+            break
+        if any(o["outcome"] == "crashed" for o in result.outcomes.values()):
+            crash_seen = crash_seen or time.monotonic()
+            if time.monotonic() - crash_seen > GRACE or len(result.outcomes) == len(expected):
+                result.hang = {"alarm": None, "positions": roll_call(store, result, expected)}
+                break
+        if expected and len(result.outcomes) == len(expected):
+            break
+        if result.launcher is not None and (result.mode != "spawn" or not expected
+                                             or result.launcher["outcome"] == "crashed"):
+            break  # no ranks at all, or a launcher whose ranks failed before reporting
+        first = processes[0].poll()
+        if first is not None and result.launcher is None and 0 not in result.outcomes:
+            break  # rank 0's process died without a word (its output says why)
+    _collect(store, result, expected)
+    return result
+
+
+def roll_call(store: Store, result: Run, expected) -> dict:
+    """Ask every rank not yet done where it is; their watchdog threads answer."""
+    store.put("rollcall", 1)
+    missing = [r for r in expected if r not in result.outcomes]
+    deadline = time.monotonic() + ROLL_CALL
+    positions = {}
+    while missing and time.monotonic() < deadline:
+        for rank in list(missing):
+            if store.has(f"where/{rank}"):
+                positions[rank] = store.get(f"where/{rank}")
+                missing.remove(rank)
+        time.sleep(POLL)
+    for rank in missing:
+        positions[rank] = {"rank": rank, "silent": True}
+    return positions
+
+
+def _collect(store: Store, result: Run, expected) -> None:
+    positions = (result.hang or {}).get("positions", {})
+    for rank in expected:
+        found = store.get(f"evidence/{rank}")
+        if found is None and rank in positions and "evidence" in positions[rank]:
+            found = positions[rank].pop("evidence")
+        if found is not None:
+            result.evidence[rank] = found
