@@ -42,14 +42,13 @@ from ddplab.engine.backend import BACKENDS, DEVICES
 from ddplab.engine.cluster import DEFAULT_TIMEOUT, defaults
 from ddplab.engine.torchrun import is_reporting_process, under_torchrun
 
-EXPERIMENTS = chapters.commands()  # every chapter module with a COMMAND, found, not listed
 
 
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="python -m ddplab", description=__doc__,
                                   formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = top.add_subparsers(dest="command", required=True, metavar="EXPERIMENT")
-    for name, module in EXPERIMENTS.items():
+    for name, module in chapters.commands().items():
         sub = commands.add_parser(name, help=module.__doc__.splitlines()[0],
                                   description=module.__doc__,
                                   formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -130,6 +129,9 @@ def bad_input(args, exc: Exception) -> int:
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["doctor"]:  # loads no chapter: its ranks run the reader's script
+        return doctor_command().run(argv[1:])
     cli = parser()
     args = cli.parse_args(argv)
     if args.command == "exercise":
@@ -140,7 +142,7 @@ def main(argv=None) -> int:
         return doctor_command().main(args)
     if args.world_size is None:
         args.world_size = int(os.environ["WORLD_SIZE"]) if under_torchrun() else 2
-    module = EXPERIMENTS[args.command]
+    module = chapters.commands()[args.command]
     params = {k: v for k, v in vars(args).items() if k not in ("command", "json", "device")}
     try:
         with defaults(args.backend, args.device):  # also for drivers that pass no backend

@@ -69,6 +69,17 @@ def patch_process() -> None:
     patching.wrap(mp_process.BaseProcess, "run", make_run)
 
 
+def start_spawned() -> None:
+    """At the start of a spawned interpreter (``sitecustomize``): watch it before it imports
+    the script again as ``__mp_main__`` (a name imported there, ``from torch.distributed import
+    init_process_group``, is bound at that moment)."""
+    from ddplab.doctor.instrument import READER_DIR, install
+
+    patch_process()
+    _recorder.reset().counters["fresh"] = 1
+    install(os.environ[READER_DIR])
+
+
 def _run_child(process, real):
     import sys
 
@@ -76,8 +87,10 @@ def _run_child(process, real):
     from ddplab.doctor.rank import exit_with_parent
 
     exit_with_parent()
-    rec = _recorder.reset()
-    install(os.environ[READER_DIR])
+    rec = _recorder.RECORDER
+    if not rec.counters.get("fresh"):  # a forked child: its parent's recorder, reset
+        rec = _recorder.reset()
+        install(os.environ[READER_DIR])
     recorded = None
     target_module = getattr(process._target, "__module__", "")
     if target_module == "torch.multiprocessing.spawn" and process._args:

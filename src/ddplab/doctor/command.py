@@ -16,13 +16,35 @@ import argparse
 import json
 import sys
 
+HELP = "run your training script on instrumented ranks and name its DDP mistakes"
+
 
 def add_command(commands) -> None:
+    """``doctor`` in ``python -m ddplab``'s list of commands."""
+    add_arguments(commands.add_parser("doctor", help=HELP, description=__doc__,
+                                      formatter_class=argparse.RawDescriptionHelpFormatter))
+
+
+def parser() -> argparse.ArgumentParser:
+    """The doctor's own parser: ``python -m ddplab doctor`` builds no other (it loads no
+    chapter: its ranks run the reader's script, not the book's)."""
+    top = argparse.ArgumentParser(prog="python -m ddplab doctor", description=__doc__,
+                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(top)
+    return top
+
+
+def run(argv) -> int:
+    """``python -m ddplab doctor ARGV``; the exit status."""
+    from ddplab.engine import forkserver
+
+    forkserver._end_forkserver()  # `import ddplab` started the book's pool: the doctor needs none
+    return main(parser().parse_args(argv))
+
+
+def add_arguments(sub) -> None:
     from ddplab.doctor.diagnose import DEFAULT_BATCHES, DEFAULT_STEPS, DEFAULT_TIMEOUT
 
-    sub = commands.add_parser(
-        "doctor", help="run your training script on instrumented ranks and name its DDP "
-        "mistakes", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub.add_argument("--world-size", type=int, default=None,
                      help="ranks to start (default 2; under torchrun: torchrun's)")
     sub.add_argument("--steps", type=int, default=DEFAULT_STEPS,

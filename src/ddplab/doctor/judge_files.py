@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ddplab.doctor.findings import place
+from ddplab.doctor.findings import place, shown_path
 from ddplab.doctor.judgement import Draft, found, not_applicable, passed, ranks_text, spot
 
 
@@ -21,10 +21,10 @@ def every_rank_writes(evidence, so_far):
         if len(ranks) > 1:
             first = ws[0]
             drafts.append(Draft(
-                f"{ranks_text(ranks)} all write {path} ({first['how']} at "
-                f"{place(*spot(first))}, step {first['step']}): the copies race each other, a "
-                "reader may see a half-written file, and a reduction done on rank 0 only is "
-                "overwritten by another rank's",
+                f"{ranks_text(ranks)} all write {shown_path(path)} ({first['how']} at "
+                f"{place(*spot(first))}, step {first['step']}): the {len(ranks)} copies race "
+                "each other on a shared disk, and a rank that reads the file may find it "
+                "half-written",
                 {"path": path, "ranks": ranks, "how": first["how"],
                  "steps": sorted({w["step"] for w in ws})}, *spot(first)))
     if drafts:

@@ -42,6 +42,9 @@ def lr_not_scaled(evidence, so_far):
     size = evidence.world_size or 0
     if size < 2:
         return not_applicable("one rank")
+    if evidence.run.mode == "spawn":
+        return not_applicable("the script starts its own ranks (mp.spawn) and chooses its world "
+                              "size itself: there is no one-rank run to compare")
     step = _first_step(evidence.records("step"))
     if step is None or _global_batch(step) is None:
         return not_applicable("no optimizer step after DDP forwards")

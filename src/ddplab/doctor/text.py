@@ -37,7 +37,7 @@ def summary(diagnosis) -> str:
     backend = diagnosis.backend_used or "no group"
     if diagnosis.backend_requested and diagnosis.backend_requested != diagnosis.backend_used:
         backend += f"; the script asked for {diagnosis.backend_requested}"
-    said = ", ".join(f"{n} {kind}{'s' if n != 1 and kind != 'waste' else ''}"
+    said = ", ".join(f"{n} {kind}{'s' if n != 1 and kind == 'error' else ''}"
                      for kind, n in counts.items())
     return (f"ddplab doctor: {diagnosis.script} on {diagnosis.world_size or '?'} ranks "
             f"({backend}), {diagnosis.steps_run} optimizer steps, {diagnosis.outcome}: {said}")

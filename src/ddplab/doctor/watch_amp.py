@@ -57,7 +57,7 @@ def install() -> None:
                         norm=float(result) if isinstance(result, torch.Tensor) else None,
                         limit=float(limit) if limit is not None else None)
                 return result
-            return make
+            return clip
         return make
 
     patching.wrap(GradScaler, "scale", make_scale)
