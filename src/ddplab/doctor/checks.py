@@ -188,9 +188,15 @@ def judge(evidence) -> list[Verdict]:
                             or (crash and any(text in (crash.get("error") or "")
                                               or text in (crash.get("traceback") or "")
                                               for text in check.explains_crash)))
+            message, about = draft.message, draft.evidence
+            if explains and evidence.hung():  # say where every rank is
+                hang = evidence.run.hang
+                message += ". The run hung: " + judge_collectives.describe_hang(
+                    evidence, hang["alarm"], hang["positions"])
+                about = dict(about, hang=hang)
             findings.append(Finding(
-                id=check.id, kind=draft.kind or check.kind, message=draft.message,
-                evidence=draft.evidence, file=draft.file, line=draft.line,
+                id=check.id, kind=draft.kind or check.kind, message=message,
+                evidence=about, file=draft.file, line=draft.line,
                 section=check.section, url=check.url, fix=draft.fix or check.fix,
                 explains=explains))
         so_far.extend(findings)

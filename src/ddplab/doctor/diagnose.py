@@ -9,10 +9,14 @@ Bad input raises ``BadInput`` (a ``ValueError``) before any process starts.
 
 from __future__ import annotations
 
+import os
+import tempfile
+
 from ddplab.doctor import checks, launcher
 from ddplab.doctor.evidence import Evidence
 from ddplab.doctor.findings import Diagnosis
 from ddplab.doctor.inputs import check_numbers, check_script
+from ddplab.doctor.processes import Zygote
 
 DEFAULT_STEPS = 8
 DEFAULT_BATCHES = 4  # training batches per epoch the run goes through
@@ -20,17 +24,29 @@ DEFAULT_TIMEOUT = 60.0
 
 
 def diagnose(script: str, args=(), world_size: int = 2, steps: int = DEFAULT_STEPS,
-             timeout: float = DEFAULT_TIMEOUT, batches: int = DEFAULT_BATCHES) -> Diagnosis:
+             timeout: float = DEFAULT_TIMEOUT, batches: int = DEFAULT_BATCHES,
+             cwd: str | None = None, zygote: Zygote | None = None) -> Diagnosis:
+    """Run ``script args`` on ``world_size`` ranks in ``cwd`` and judge it. ``zygote`` lets
+    several diagnoses share one (the corpus tests); one is made and closed otherwise."""
     check_script(script)
     check_numbers(world_size, steps, timeout)
     settings = launcher.Settings(world_size=world_size, steps=steps, batches=batches,
                                  timeout=timeout)
-    run = launcher.run(script, list(args), settings)
-    evidence = Evidence(run)
-    if _needs_probe(evidence):
-        probe = launcher.run(script, list(args), launcher.Settings(
-            world_size=1, steps=1, batches=batches, timeout=timeout, role="probe"))
-        evidence.probe = Evidence(probe) if probe.evidence else None
+    with tempfile.TemporaryDirectory(prefix="ddplab-doctor-") as logs:
+        own = zygote is None
+        if own:
+            zygote = Zygote(launcher.base_environment(), os.path.join(logs, "zygote.log"))
+        try:
+            run = launcher.run(script, list(args), settings, zygote, cwd)
+            evidence = Evidence(run)
+            if _needs_probe(evidence):
+                probe = launcher.run(script, list(args), launcher.Settings(
+                    world_size=1, steps=1, batches=batches, timeout=timeout, role="probe"),
+                    zygote, cwd)
+                evidence.probe = Evidence(probe) if probe.evidence else None
+        finally:
+            if own:
+                zygote.close()
     verdicts = checks.judge(evidence)
     crash = evidence.crashed()
     if crash is None and not run.outcomes and run.launcher is None and run.mode != "none":

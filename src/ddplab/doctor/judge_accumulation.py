@@ -31,8 +31,8 @@ def accumulation_no_sync(evidence, so_far):
     first = s["backwards"][0]
     return found(Draft(
         f"{k} micro-steps per optimizer step (step {s['number']} at {place(*spot(s))}), and "
-        f"DDP all-reduced the gradients ({size:.3g} MiB) after each of them: {k - 1} of the {k} "
-        "all-reduces are wasted, only the last one's sum is used",
+        f"DDP all-reduced the gradients ({size:.3g} MiB) after each of them: only the last of "
+        f"the {k} all-reduces is needed, the {k - 1} before it move data for nothing",
         {"micro_steps": k, "allreduces_per_step": k, "gradient_mib": size},
         *spot(first)))
 

@@ -3,8 +3,6 @@ no other check explains, with where every rank is)."""
 
 from __future__ import annotations
 
-import time
-
 from ddplab.doctor.findings import place
 from ddplab.doctor.judgement import Draft, found, not_applicable, passed, ranks_text, spot
 
@@ -48,9 +46,9 @@ def collective_on_some_ranks(evidence, so_far):
                 text = (f"{first['op']} at {place(*spot(first))} runs on "
                         f"{ranks_text(issued)} only (collective #{i + 1} of "
                         f"{'the default group' if group == 'world' else 'group ' + group}; "
-                        f"collectives called: {counts}): the others never join it, so "
-                        f"{ranks_text(issued)} wait{'s' if len(issued) == 1 else ''} forever, "
-                        "or pair it with the next collective of another line")
+                        f"collectives called: {counts}): the other ranks never join it, so "
+                        f"{ranks_text(issued)} either wait{'s' * (len(issued) == 1)} forever "
+                        f"or pair{'s' * (len(issued) == 1)} it with a different collective")
             else:
                 text = (f"collective #{i + 1} of the group is "
                         + "; ".join(f"{c['op']} at {place(*spot(c))} on rank {r}"
@@ -116,16 +114,18 @@ def hang(evidence, so_far):
 
 def describe_hang(evidence, alarm: dict, positions: dict) -> str:
     """Where each rank is: waiting in which call at which line, or done."""
-    waited = time.time() - alarm["since"] if alarm.get("since") else None
+    waited = alarm.get("waited")
     parts = [f"rank {alarm['rank']} waits in {alarm['what']}"
              + (f" #{alarm['seq'] + 1}" if alarm.get("seq") is not None else "")
              + (f" at {place(alarm.get('file'), alarm.get('line'))}" if alarm.get("line")
                 else "") + (f" (for {waited:.0f} s)" if waited else "")]
-    for rank in evidence.run.outcomes:
+    ended = {"finished": "has finished the script", "crashed": "has crashed",
+             "stopped": "was stopped by the doctor"}
+    for rank in sorted(evidence.run.outcomes):
         if rank != alarm["rank"]:
             done = evidence.run.outcomes[rank]
-            parts.append(f"rank {rank} has {done['outcome']} the script "
-                         f"(after {done['steps']} steps)")
+            parts.append(f"rank {rank} {ended.get(done['outcome'], done['outcome'])} "
+                         f"(after {done['steps']} optimizer steps)")
     for rank, p in sorted(positions.items(), key=lambda kv: int(kv[0])):
         if int(rank) == alarm["rank"]:
             continue

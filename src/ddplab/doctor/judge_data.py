@@ -112,9 +112,10 @@ def uneven_inputs(evidence, so_far):
             drafts.append(Draft(
                 f"the DataLoader made at {place(*spot(loader))} gives "
                 + ", ".join(f"rank {r} {n} batches" for r, n in sorted(per_rank.items()))
-                + f" per epoch: at batch {short + 1}, {ranks_text(longer)} run a backward "
-                  "whose gradient all-reduce the others never join, and the job hangs "
-                  "(or pairs it with the wrong collective)",
+                + f" per epoch: at batch {short + 1}, {ranks_text(longer)} "
+                  f"run{'s' if len(longer) == 1 else ''} a backward whose gradient all-reduce "
+                  "the other ranks never join, so the job hangs there or pairs it with a "
+                  "different collective",
                 {"batches_per_rank": per_rank}, *spot(loader)))
     if drafts:
         return found(*drafts)

@@ -35,7 +35,7 @@ def _padded(evidence) -> list:
             f"{place(*spot(loader))} splits {size} samples over {replicas} ranks and pads "
             f"them to {order['total_size']}: {extra} sample{'s are' if extra > 1 else ' is'} "
             f"evaluated twice, and the {reduced['op']} at {place(*spot(reduced))} counts "
-            "them in the metric",
+            f"{'them' if extra > 1 else 'it'} twice in the metric",
             {"dataset_len": size, "num_replicas": replicas, "padded_to": order["total_size"],
              "repeated": extra}, *spot(evaluation[key])))
         break

@@ -39,7 +39,8 @@ def replicas_diverge(evidence, so_far):
     if not evidence.records("replica"):
         return not_applicable("no optimizer step was taken")
     if any(f.id == "accumulation-unsynced-step" for f in so_far):
-        return passed("the replicas differ because of the unsynchronised step found above")
+        return not_applicable("explained by accumulation-unsynced-step: the replicas step "
+                              "with different gradients")
     first = _first_difference(evidence)
     if first is None:
         steps = max(r["step"] for r in evidence.records("replica"))
@@ -105,7 +106,8 @@ def find_unused_parameters(evidence, so_far):
         elif ddp["find_unused"] and not unused:
             drafts.append(Draft(
                 f"DDP at {place(*spot(ddp))} has find_unused_parameters=True, but every "
-                f"parameter got a gradient in the {len(checked)} backwards checked: after each "
+                f"parameter got a gradient in each of the {len(checked)} backwards checked "
+                f"(on {len({u['rank'] for u in checked})} ranks): after each "
                 "forward DDP walks the autograd graph and all-reduces a map of unused "
                 "parameters for nothing",
                 {"backwards_checked": len(checked)}, *spot(ddp), kind="waste",

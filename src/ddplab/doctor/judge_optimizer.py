@@ -18,15 +18,21 @@ def clip_before_unscale(evidence, so_far):
                       "enabled GradScaler")
     c = scaled[0]
     true = c["norm"] / c["scale"] if c["norm"] is not None and c["scale"] else None
+    needed = (f"{number(true / c['limit'])}x" if true > c["limit"] else
+              "not at all (the true norm is under the limit)") if true else ""
     numbers = (f": it measured a norm of {number(c['norm'])}, the true norm "
                f"{number(true)} times the scale {number(c['scale'])}, so clipping to "
-               f"{number(c['limit'])} shrinks the step {number(c['norm'] / c['limit'])}x "
-               f"instead of {number(max(1.0, true / c['limit']))}x" if true else "")
+               f"{number(c['limit'])} shrinks the gradients {number(c['norm'] / c['limit'])}x "
+               f"where they needed {needed}" if true else "")
     return found(Draft(
         f"{c['how']} at {place(*spot(c))} clips gradients that the GradScaler has scaled and "
         f"not yet unscaled (no scaler.unscale_(optimizer) before it){numbers}",
         {"measured_norm": c["norm"], "scale": c["scale"], "true_norm": true,
          "max_norm": c["limit"]}, *spot(c)))
+
+
+def _lrs(values) -> str:
+    return ", ".join(number(v) for v in values)
 
 
 def _first_step(records) -> dict | None:
@@ -64,8 +70,8 @@ def lr_not_scaled(evidence, so_far):
     if grown <= alone:
         return passed(f"the global batch is {grown} samples on {size} ranks, as on one")
     if lr_alone != step["lr"]:
-        return passed(f"the LR follows the world size: {lr_alone} on one rank, {step['lr']} "
-                      f"on {size}")
+        return passed(f"the LR follows the world size: {_lrs(lr_alone)} on one rank, "
+                      f"{_lrs(step['lr'])} on {size}")
     lr = step["lr"][0]
     ratio = grown / alone
     optimizer = next((o for o in evidence.records("optimizer")

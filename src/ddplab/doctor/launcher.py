@@ -1,8 +1,8 @@
 """The doctor's side of a local run: start the ranks, watch them, name a hang, clean up.
 
-Each rank is ``python -m ddplab.doctor.rank`` in a session of its own (so that a kill reaches
-the processes it starts: spawned ranks, DataLoader workers), with torchrun's environment, its
-output in a log file. The doctor watches its store: every rank done (then ``release``), a
+Each rank is forked from the doctor's zygote (``processes``, ``zygote``: torch imported
+once) into a session of its own (so that a kill reaches the processes it starts: spawned
+ranks, DataLoader workers), with torchrun's environment, its output in a log file. The doctor watches its store: every rank done (then ``release``), a
 crash (a short grace for the others' reports, then a roll call), or an alarm from a rank's
 watchdog (a collective, a backward or DDP's construction that has not returned within the
 timeout: a roll call names where every rank is). Whatever happens, every process is gone when
@@ -14,13 +14,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import signal
-import subprocess
 import sys
 import tempfile
 import time
 
 from ddplab.doctor.children import SITE
+from ddplab.doctor.processes import Zygote
 from ddplab.doctor.rank import ARGS, SCRIPT
 from ddplab.doctor.store import ADDRESS, Store
 from ddplab.doctor.watch_group import LOCAL
@@ -55,86 +54,75 @@ class Run:
     seconds: float = 0.0
 
 
-def environment(rank: int, script: str, args: list[str], settings: Settings,
-                store: Store) -> dict:
-    """torchrun's variables for ``rank`` (one node), and the doctor's."""
+def base_environment() -> dict:
+    """What every process of a run shares, set before torch is imported (the zygote's)."""
     import ddplab
 
-    size = 1 if settings.role == "probe" else settings.world_size
     env = dict(os.environ)
-    port = store.address.rsplit(":", 1)[1]
-    env.update({"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(size),
-                "LOCAL_WORLD_SIZE": str(size), "GROUP_RANK": "0", "ROLE_RANK": str(rank),
-                "ROLE_WORLD_SIZE": str(size), "GROUP_WORLD_SIZE": "1", "ROLE_NAME": "default",
-                "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port,
-                "TORCHELASTIC_RUN_ID": "ddplab-doctor", "TORCHELASTIC_RESTART_COUNT": "0",
-                "TORCHELASTIC_MAX_RESTARTS": "0",
-                "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),  # torchrun's default
-                "PYTHONUNBUFFERED": "1", "DDPLAB_PRESTART": "0",
-                ADDRESS: store.address, LOCAL: "1", SCRIPT: os.path.abspath(script),
-                ARGS: json.dumps(args), "DDPLAB_DOCTOR_STEPS": str(settings.steps),
-                "DDPLAB_DOCTOR_BATCHES": str(settings.batches),
-                "DDPLAB_DOCTOR_TIMEOUT": str(settings.timeout),
-                "DDPLAB_DOCTOR_ROLE": settings.role})
+    env.update({"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),  # torchrun's default
+                "PYTHONUNBUFFERED": "1", "DDPLAB_PRESTART": "0", LOCAL: "1"})
     if sys.platform.startswith("linux"):
         env.setdefault("GLOO_SOCKET_IFNAME", "lo")  # gloo's sockets on loopback only
     package_root = os.path.dirname(os.path.dirname(os.path.abspath(ddplab.__file__)))
     paths = [SITE, package_root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    env["PYTHONPATH"] = os.pathsep.join(paths)
+    env["PYTHONPATH"] = os.pathsep.join(paths)  # SITE: the spawned ranks' sitecustomize
     return env
 
 
-def end(processes: dict) -> dict:
-    """Kill every process's session (its children too); the exit statuses seen before."""
-    statuses = {name: p.poll() for name, p in processes.items()}
-    for p in processes.values():
-        try:
-            os.killpg(p.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-    for p in processes.values():
-        p.wait()
-    return statuses
+def environment(rank: int, script: str, args: list[str], settings: Settings,
+                store: Store) -> dict:
+    """torchrun's variables for ``rank`` (one node), and the doctor's."""
+    size = 1 if settings.role == "probe" else settings.world_size
+    env = base_environment()
+    env.update({"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(size),
+                "LOCAL_WORLD_SIZE": str(size), "GROUP_RANK": "0", "ROLE_RANK": str(rank),
+                "ROLE_WORLD_SIZE": str(size), "GROUP_WORLD_SIZE": "1", "ROLE_NAME": "default",
+                "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": store.address.rsplit(":", 1)[1],
+                "TORCHELASTIC_RUN_ID": "ddplab-doctor", "TORCHELASTIC_RESTART_COUNT": "0",
+                "TORCHELASTIC_MAX_RESTARTS": "0", ADDRESS: store.address,
+                SCRIPT: os.path.abspath(script), ARGS: json.dumps(args),
+                "DDPLAB_DOCTOR_STEPS": str(settings.steps),
+                "DDPLAB_DOCTOR_BATCHES": str(settings.batches),
+                "DDPLAB_DOCTOR_TIMEOUT": str(settings.timeout),
+                "DDPLAB_DOCTOR_ROLE": settings.role})
+    return env
 
 
-def run(script: str, args: list[str], settings: Settings) -> Run:
-    """Run ``script`` on ``settings.world_size`` ranks and collect what they saw."""
+def run(script: str, args: list[str], settings: Settings, zygote: Zygote,
+        cwd: str | None = None) -> Run:
+    """Run ``script`` on ``settings.world_size`` ranks forked from ``zygote``, in ``cwd``
+    (the current folder by default), and collect what they saw."""
     started = time.perf_counter()
     store = Store.host()
     count = 1 if settings.role == "probe" else settings.world_size
     with tempfile.TemporaryDirectory(prefix="ddplab-doctor-") as logs:
-        processes, files = {}, {}
+        result, pids = Run(), {}
         try:
             for rank in range(count):
-                files[rank] = open(os.path.join(logs, f"rank{rank}.log"), "w+b")
-                processes[rank] = subprocess.Popen(
-                    [sys.executable, "-m", "ddplab.doctor.rank"],
-                    env=environment(rank, script, args, settings, store),
-                    stdin=subprocess.DEVNULL, stdout=files[rank], stderr=subprocess.STDOUT,
-                    start_new_session=True)
-            result = watch(store, processes, settings)
+                pids[rank] = zygote.start(environment(rank, script, args, settings, store),
+                                          os.path.join(logs, f"rank{rank}.log"),
+                                          cwd or os.getcwd())
+            result = watch(store, zygote, pids, settings)
             store.put("release", 1)
-            _wait_for_exit(processes, seconds=3.0)
+            deadline = time.monotonic() + 3.0
+            while (any(zygote.status(p) is None for p in pids.values())
+                   and time.monotonic() < deadline):
+                time.sleep(POLL)
         finally:
-            statuses = end(processes)
-            for rank, f in files.items():
-                f.seek(0)
-                result_text = f.read().decode(errors="replace")
-                f.close()
-                if "result" in locals():
-                    result.output[f"rank{rank}"] = result_text[-LOG_TAIL:]
-    result.died = {name: code for name, code in statuses.items() if code not in (None, 0)}
+            statuses = {rank: zygote.status(pid) for rank, pid in pids.items()}
+            zygote.kill(pids.values())
+            for rank in range(count):
+                path = os.path.join(logs, f"rank{rank}.log")
+                if os.path.exists(path):
+                    with open(path, "rb") as f:
+                        result.output[f"rank{rank}"] = f.read().decode(errors="replace")[
+                            -LOG_TAIL:]
+    result.died = {rank: code for rank, code in statuses.items() if code not in (None, 0)}
     result.seconds = time.perf_counter() - started
     return result
 
 
-def _wait_for_exit(processes: dict, seconds: float) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline and any(p.poll() is None for p in processes.values()):
-        time.sleep(POLL)
-
-
-def watch(store: Store, processes: dict, settings: Settings) -> Run:
+def watch(store: Store, zygote: Zygote, pids: dict, settings: Settings) -> Run:
     """Until every rank is done, one crashed, one hangs, or rank 0's process ends."""
     result = Run()
     crash_seen = None
@@ -165,7 +153,7 @@ def watch(store: Store, processes: dict, settings: Settings) -> Run:
         if result.launcher is not None and (result.mode != "spawn" or not expected
                                              or result.launcher["outcome"] == "crashed"):
             break  # no ranks at all, or a launcher whose ranks failed before reporting
-        first = processes[0].poll()
+        first = zygote.status(pids[0])
         if first is not None and result.launcher is None and 0 not in result.outcomes:
             break  # rank 0's process died without a word (its output says why)
     _collect(store, result, expected)

@@ -113,7 +113,8 @@ class Recorder:
                 if (not alarmed and waiting is not None
                         and time.time() - waiting["since"] > self.timeout):
                     alarmed = True
-                    store.put("alarm", {"rank": self.rank, **_plain(waiting)})
+                    store.put("alarm", {"rank": self.rank, **_plain(waiting),
+                                        "waited": round(time.time() - waiting["since"], 1)})
                 if not answered and store.has("rollcall"):
                     answered = True
                     store.raw.set(f"where/{self.rank}", _dumps(self.position()))

@@ -80,6 +80,7 @@ class Pass:
             entry["first"] = tensor_hash(tensor)
         entry["batches"] += 1
         entry["samples"] += size
+        rec.counters["last_batch"] = size
         if not entry["training"]:
             rec.counters["eval_samples"] = rec.counters.get("eval_samples", 0) + size
         return batch

@@ -105,9 +105,10 @@ def install() -> None:
         if index is not None:
             first = next((a for a in args if isinstance(a, torch.Tensor)), None)
             if torch.is_grad_enabled():
+                size = (int(first.shape[0]) if first is not None and first.dim()
+                        else rec.counters.get("last_batch"))  # model(**batch): the loader's
                 rec.micro.append({"ddp": index, "sync": bool(module.require_backward_grad_sync),
-                                  "batch": int(first.shape[0]) if first is not None
-                                  and first.dim() else None})
+                                  "batch": size})
                 rec.forwarded.add(index)
             if rec.waiting is None:
                 rec.waiting = {"what": "DDP forward", "since": _now()}
