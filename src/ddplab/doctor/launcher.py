@@ -2,8 +2,9 @@
 
 Each rank is forked from the doctor's zygote (``processes``, ``zygote``: torch imported
 once) into a session of its own (so that a kill reaches the processes it starts: spawned
-ranks, DataLoader workers), with torchrun's environment, its output in a log file. The doctor watches its store: every rank done (then ``release``), a
-crash (a short grace for the others' reports, then a roll call), or an alarm from a rank's
+ranks, DataLoader workers), with torchrun's environment, its output in a log file. The
+doctor watches its store: every rank done (then ``release``), a crash (a short grace for the
+others' reports, then a roll call), or an alarm from a rank's
 watchdog (a collective, a backward or DDP's construction that has not returned within the
 timeout: a roll call names where every rank is). Whatever happens, every process is gone when
 ``run`` returns.
