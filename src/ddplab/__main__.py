@@ -43,7 +43,6 @@ from ddplab.engine.cluster import DEFAULT_TIMEOUT, defaults
 from ddplab.engine.torchrun import is_reporting_process, under_torchrun
 
 
-
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="python -m ddplab", description=__doc__,
                                   formatter_class=argparse.RawDescriptionHelpFormatter)
