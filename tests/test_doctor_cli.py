@@ -94,3 +94,16 @@ def test_a_script_without_a_process_group(tmp_path):
     done = doctor("single.py", cwd=tmp_path)
     assert done.returncode == 2
     assert "never joined a process group" in done.stdout
+
+
+def test_under_torchrun(tmp_path):
+    """Every process torchrun starts runs the script; rank 0 judges and writes the page."""
+    torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
+    out = tmp_path / "report"
+    done = subprocess.run([torchrun, "--standalone", "--nproc-per-node", "2", "-m", "ddplab",
+                           "doctor", "--out", str(out), str(CORPUS / "tutorial_torchrun.py"),
+                           "3", "1"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    data = json.loads((out / "doctor.json").read_text())
+    assert {f["id"] for f in data["findings"] if f["kind"] == "error"} == {"sampler-set-epoch"}
+    assert data["world_size"] == 2 and data["steps_run"] == 8
+    assert done.returncode != 0  # rank 0's exit status 1, passed on by torchrun

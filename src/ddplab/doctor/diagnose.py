@@ -47,6 +47,11 @@ def diagnose(script: str, args=(), world_size: int = 2, steps: int = DEFAULT_STE
         finally:
             if own:
                 zygote.close()
+    return diagnosis_of(script, run, evidence)
+
+
+def diagnosis_of(script: str, run, evidence) -> Diagnosis:
+    """The checks' verdicts on a finished run (local, or under torchrun)."""
     verdicts = checks.judge(evidence)
     crash = evidence.crashed()
     if crash is None and not run.outcomes and run.launcher is None and run.mode != "none":

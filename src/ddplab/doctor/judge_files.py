@@ -13,10 +13,11 @@ def every_rank_writes(evidence, so_far):
     if (evidence.world_size or 0) < 2:
         return not_applicable("one rank")
     by_path = {}
-    for w in writes:
-        by_path.setdefault(w["path"], []).append(w)
+    for w in writes:  # a path on one host: node-local disks may each hold one copy
+        host = evidence.by_rank[w["rank"]].get("host")
+        by_path.setdefault((host, w["path"]), []).append(w)
     drafts = []
-    for path, ws in sorted(by_path.items()):
+    for (_, path), ws in sorted(by_path.items()):
         ranks = sorted({w["rank"] for w in ws})
         if len(ranks) > 1:
             first = ws[0]

@@ -103,7 +103,7 @@ def run(script: str, args: list[str], settings: Settings, zygote: Zygote,
                 pids[rank] = zygote.start(environment(rank, script, args, settings, store),
                                           os.path.join(logs, f"rank{rank}.log"),
                                           cwd or os.getcwd())
-            result = watch(store, zygote, pids, settings)
+            result = watch(store, settings, lambda: zygote.status(pids[0]) is not None)
             store.put("release", 1)
             deadline = time.monotonic() + 3.0
             while (any(zygote.status(p) is None for p in pids.values())
@@ -123,8 +123,9 @@ def run(script: str, args: list[str], settings: Settings, zygote: Zygote,
     return result
 
 
-def watch(store: Store, zygote: Zygote, pids: dict, settings: Settings) -> Run:
-    """Until every rank is done, one crashed, one hangs, or rank 0's process ends."""
+def watch(store: Store, settings: Settings, first_gone=lambda: False) -> Run:
+    """Until every rank is done, one crashed, one hangs, or rank 0's process is gone
+    (``first_gone()``)."""
     result = Run()
     crash_seen = None
     while True:
@@ -154,10 +155,9 @@ def watch(store: Store, zygote: Zygote, pids: dict, settings: Settings) -> Run:
         if result.launcher is not None and (result.mode != "spawn" or not expected
                                              or result.launcher["outcome"] == "crashed"):
             break  # no ranks at all, or a launcher whose ranks failed before reporting
-        first = zygote.status(pids[0])
-        if first is not None and result.launcher is None and 0 not in result.outcomes:
+        if result.launcher is None and 0 not in result.outcomes and first_gone():
             break  # rank 0's process died without a word (its output says why)
-    _collect(store, result, expected)
+    collect(store, result, expected)
     return result
 
 
@@ -178,7 +178,7 @@ def roll_call(store: Store, result: Run, expected) -> dict:
     return positions
 
 
-def _collect(store: Store, result: Run, expected) -> None:
+def collect(store: Store, result: Run, expected) -> None:
     positions = (result.hang or {}).get("positions", {})
     for rank in expected:
         found = store.get(f"evidence/{rank}")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import socket
 import sys
 import threading
 import time
@@ -39,6 +40,8 @@ class Recorder:
         self.published = False
         self._watchdog = None
         self.counters: dict[str, int] = {}
+        self.on_alarm = None  # rank 0 under torchrun: who judges a hang
+        self.abort_on_signal = False  # under torchrun: end when rank 0 says so
 
     # -- recording
 
@@ -80,7 +83,7 @@ class Recorder:
 
     def evidence(self) -> dict:
         return {"rank": self.rank, "world_size": self.world_size, "steps": self.steps,
-                "records": self.records}
+                "host": socket.gethostname(), "records": self.records}
 
     def publish(self, outcome: str, **about) -> None:
         """Evidence and outcome to the store, once (``finished``, ``stopped``, ``crashed``)."""
@@ -118,6 +121,11 @@ class Recorder:
                 if not answered and store.has("rollcall"):
                     answered = True
                     store.raw.set(f"where/{self.rank}", _dumps(self.position()))
+                if self.on_alarm is not None and store.has("alarm"):
+                    self.on_alarm(store)  # under torchrun, rank 0 judges the hang itself
+                    return
+                if self.on_alarm is None and self.abort_on_signal and store.has("abort"):
+                    _flush_and_exit(1)
             except Exception:  # the store is gone: the coordinator has ended the run
                 return
 
@@ -130,6 +138,12 @@ class Recorder:
                 "in": where.inner_call(frame) if frame is not None else "",
                 "waiting": _plain(self.waiting) if self.waiting else None,
                 "evidence": self.evidence(), "now": time.time()}
+
+
+def _flush_and_exit(code: int) -> None:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _own_connection(store):
