@@ -80,13 +80,14 @@ def accumulation_loss_not_divided(evidence, so_far):
         factor = factors[0]
         if abs(factor * k - 1) > 1e-6:
             b = s["backwards"][0]
-            shown = ("not divided" if factor == 1 else f"multiplied by {number(factor)}")
+            shown = ("the loss function's output itself" if factor == 1 else
+                     f"the loss function's output {' '.join(b['ops'])}")
             return found(Draft(
-                f"{k} backwards per optimizer step (step {s['number']}), and the loss given "
-                f"to backward at {place(*spot(b))} is {shown} (ops above "
-                f"{b['under']}: {' '.join(b['ops']) or 'none'}): the step's gradient is "
-                f"{number(factor * k)}x the mean of the micro-batches' gradients, as if the "
-                f"learning rate were {number(factor * k)}x larger",
+                f"{k} micro-steps per optimizer step (step {s['number']}), and the loss given "
+                f"to backward at {place(*spot(b))} is {shown}, not divided by {k}: the step's "
+                f"gradient is {number(factor * k)}x the mean of the micro-batches' gradients "
+                f"(with SGD, a {number(factor * k)}x larger learning rate; Adam scales most of "
+                "it away, but gradient clipping sees it whole)",
                 {"micro_steps": k, "loss_factor": factor, "gradient_scale": factor * k},
                 *spot(b)))
     return passed("the loss of each micro-step is divided by the number of micro-steps")

@@ -18,7 +18,7 @@ REDUCTIONS = ("all_reduce", "reduce")
 
 def _padded(evidence) -> list:
     evaluation = {(p["loader"], p["number"]): p for p in evidence.records("pass")
-                  if not p["training"] and p["batches"]}
+                  if not p["training"] and p["exhausted"]}  # not a peek at one batch
     later = [c for c in evidence.records("collective") if not c["p2p"]]
     drafts = []
     for order in evidence.records("sampler_order"):
@@ -78,9 +78,10 @@ def _mean_of_means(evidence) -> list:
 
 
 def metric_mean_of_means(evidence, so_far):
-    evaluated = [p for p in evidence.records("pass") if not p["training"] and p["batches"]]
+    evaluated = [p for p in evidence.records("pass") if not p["training"] and p["exhausted"]]
     if not evaluated:
-        return not_applicable("no evaluation pass over a DataLoader (a pass without backward)")
+        return not_applicable("no evaluation pass over a DataLoader (a whole pass without "
+                              "backward)")
     drafts = _padded(evidence) + _mean_of_means(evidence)
     if drafts:
         return found(*drafts)

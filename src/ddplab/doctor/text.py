@@ -55,7 +55,7 @@ def report(diagnosis) -> str:
     if diagnosis.outcome == "no group":
         lines.append(f"{diagnosis.script}: the script never joined a process group "
                      "(init_process_group was not called): nothing distributed to check")
-    if not diagnosis.findings:
+    if not diagnosis.findings and diagnosis.exit_code() != 2:
         lines.append("no findings. What was checked:")
         lines += table(diagnosis)
     lines.append(summary(diagnosis))
