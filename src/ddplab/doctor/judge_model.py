@@ -23,13 +23,15 @@ def _first_difference(evidence):
     """(step, root, name, per-rank summary) of the first tensor that differs, or None."""
     per_rank = {r: evidence.records("replica", r) for r in evidence.ranks}
     count = min(len(v) for v in per_rank.values())
+    equal_after = {}  # root -> the last step it was compared equal
     for i in range(count):
         at = {r: v[i] for r, v in per_rank.items()}
         base = at[evidence.ranks[0]]
         for name, (digest, *_rest) in base["tensors"].items():
             values = {r: a["tensors"].get(name) for r, a in at.items()}
             if any(v is None or v[0] != digest for v in values.values()):
-                return base["step"], base["root"], name, values
+                return base["step"], base["root"], name, values, equal_after.get(base["root"])
+        equal_after[base["root"]] = base["step"]
     return None
 
 
@@ -46,7 +48,7 @@ def replicas_diverge(evidence, so_far):
         steps = max(r["step"] for r in evidence.records("replica"))
         return passed(f"every parameter (and unshared buffer) is equal on every rank after "
                       f"each of {steps} steps")
-    step, root_index, name, values = first
+    step, root_index, name, values, equal_after = first
     root = next(r for r in evidence.records("root") if r["index"] == root_index)
     what = values[evidence.ranks[0]][3]
     numbers = ", ".join(f"rank {r}: sum {number(v[1])}" for r, v in sorted(values.items())
@@ -76,7 +78,7 @@ def replicas_diverge(evidence, so_far):
             where_ = spot(step_record)
     return found(Draft(
         f"the {what} {name} of the {root['module']} differs between ranks after step {step} "
-        f"({numbers}): {cause}",
+        f"({numbers}{f'; equal after step {equal_after}' if equal_after else ''}): {cause}",
         {"step": step, "tensor": name, "what": what, "module": root["module"],
          "per_rank": {r: {"sum": v[1], "norm": v[2]} for r, v in values.items() if v}},
         *where_, fix=fix))

@@ -37,6 +37,20 @@ def grads_of(index: int) -> dict:
             if p.grad is not None}
 
 
+def _digest_replicas(rec) -> None:
+    """Every replica's state after this step. Hashing every tensor costs about a millisecond
+    per 100k parameters on a CPU, so it runs after steps 1, 2, 4, 8, ... and the last one:
+    the first divergence is placed within a factor of two of its step."""
+    import torch
+
+    with torch.no_grad():
+        for root in list(ROOTS.values()):
+            found = tensors_of(root)
+            if found:
+                rec.add("replica", root=root["index"],
+                        tensors={name: [*summary(t), what] for name, (t, what) in found.items()})
+
+
 def install() -> None:
     import torch
     from torch.optim import optimizer as optim_hooks
@@ -66,13 +80,8 @@ def install() -> None:
         rec = _recorder.RECORDER
         rec.steps += 1
         rec.counters["backwards_at_step"] = rec.backwards
-        with torch.no_grad():
-            for root in list(ROOTS.values()):
-                found = tensors_of(root)
-                if found:
-                    rec.add("replica", root=root["index"],
-                            tensors={name: [*summary(t), what]
-                                     for name, (t, what) in found.items()})
+        if rec.steps & (rec.steps - 1) == 0 or rec.steps >= last:  # 1, 2, 4, 8, ... and K
+            _digest_replicas(rec)
         if rec.steps >= last:
             raise _recorder.DoctorStop(f"step {last}")
 
