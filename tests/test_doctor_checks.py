@@ -55,3 +55,24 @@ def test_each_check_links_a_section_of_the_book():
 def test_each_fix_is_python():
     for check in CHECKS:
         compile(check.fix, check.id, "exec", dont_inherit=True)
+
+
+def test_the_doctor_is_self_contained():
+    """It runs the reader's script on processes of its own: no chapter, no report, and of the
+    engine only what under-torchrun means and the book's pool to end (``command.run``)."""
+    import ast
+
+    allowed = {"ddplab.common.checks", "ddplab.common.html_page", "ddplab.engine.torchrun",
+               "ddplab.engine", "ddplab.engine.forkserver"}
+    doctor = pathlib.Path(__file__).parent.parent / "src" / "ddplab" / "doctor"
+    found = set()
+    for path in doctor.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                found |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+            elif isinstance(node, ast.Import):
+                found |= {a.name for a in node.names}
+    outside = {m for m in found if m.startswith("ddplab.") and not m.startswith("ddplab.doctor")}
+    assert outside and outside <= allowed | {f"{m}.{n}" for m in allowed for n in (
+        "int_in_range", "positive_int", "positive_number", "head", "table", "under_torchrun",
+        "forkserver")}

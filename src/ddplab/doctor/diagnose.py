@@ -14,7 +14,7 @@ import tempfile
 
 from ddplab.doctor import checks, launcher
 from ddplab.doctor.evidence import Evidence
-from ddplab.doctor.findings import Diagnosis
+from ddplab.doctor.findings import Diagnosis, shown_from
 from ddplab.doctor.inputs import check_numbers, check_script
 from ddplab.doctor.processes import Zygote
 
@@ -47,24 +47,26 @@ def diagnose(script: str, args=(), world_size: int = 2, steps: int = DEFAULT_STE
         finally:
             if own:
                 zygote.close()
-    return diagnosis_of(script, run, evidence)
+    return diagnosis_of(script, run, evidence, cwd or os.getcwd())
 
 
-def diagnosis_of(script: str, run, evidence) -> Diagnosis:
-    """The checks' verdicts on a finished run (local, or under torchrun)."""
-    verdicts = checks.judge(evidence)
+def diagnosis_of(script: str, run, evidence, root: str | None = None) -> Diagnosis:
+    """The checks' verdicts on a finished run (local, or under torchrun); paths in messages
+    are shown from ``root``, the folder the script ran in."""
+    with shown_from(root):
+        verdicts = checks.judge(evidence)
     crash = evidence.crashed()
     if crash is None and not run.outcomes and run.launcher is None and run.mode != "none":
         crash = {"rank": 0, "error": "the process ended without a report",
                  "traceback": run.output.get("rank0", "")}
     if crash is not None:
         crash["explained"] = any(f.explains for v in verdicts for f in v.findings)
-    return Diagnosis(script=script, world_size=run.world_size,
+    return Diagnosis(script=os.path.abspath(script), world_size=run.world_size,
                      backend_requested=evidence.requested_backend(),
                      backend_used=evidence.used_backend(), steps_run=evidence.steps_run(),
                      outcome=_outcome(run, evidence, crash), checks=verdicts, crash=crash,
                      hang=run.hang if evidence.hung() else None, seconds=run.seconds,
-                     output=run.output)
+                     output=run.output, root=root)
 
 
 def _needs_probe(evidence) -> bool:

@@ -3,12 +3,48 @@ check's verdict, and the whole diagnosis (text, JSON, exit status)."""
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
+import functools
 import os
 
 SCHEMA_VERSION = 1
 KINDS = ("error", "waste", "advisory")  # a wrong result or a hang; slower or more memory; a note
 BOOK = "https://github.com/ddplab/ddplab/blob/main/book/"
+ROOT = contextvars.ContextVar("root", default=None)  # the folder paths are shown from
+
+
+def shown_path(path: str | None) -> str | None:
+    """A path as a linter shows it: relative to the folder the script ran in (the current
+    folder, for the command line) when inside it."""
+    if not path:
+        return path
+    relative = os.path.relpath(path, ROOT.get() or os.getcwd())
+    return path if relative.startswith("..") else relative
+
+
+def paths_from_root(render):
+    """``render(diagnosis)`` with paths shown from the folder the script ran in."""
+    @functools.wraps(render)
+    def rendered(diagnosis, *args, **kwargs):
+        with shown_from(diagnosis.root):
+            return render(diagnosis, *args, **kwargs)
+    return rendered
+
+
+@contextlib.contextmanager
+def shown_from(folder: str | None):
+    """Paths inside the block are shown relative to ``folder``."""
+    token = ROOT.set(folder)
+    try:
+        yield
+    finally:
+        ROOT.reset(token)
+
+
+def place(file: str | None, line: int | None) -> str:
+    return f"{shown_path(file)}:{line}" if file else "?"
 
 
 @dataclasses.dataclass
@@ -57,6 +93,7 @@ class Diagnosis:
     hang: dict | None = None
     seconds: float = 0.0
     output: dict = dataclasses.field(default_factory=dict)
+    root: str | None = None  # the folder the script ran in: paths are shown from there
 
     @property
     def findings(self) -> list:
@@ -73,23 +110,12 @@ class Diagnosis:
             return 2
         return 1 if self.errors() else 0
 
+    @paths_from_root
     def to_json(self) -> dict:
-        return {"schema_version": SCHEMA_VERSION, "script": self.script,
+        return {"schema_version": SCHEMA_VERSION, "script": shown_path(self.script),
                 "world_size": self.world_size, "backend_requested": self.backend_requested,
                 "backend_used": self.backend_used, "steps_run": self.steps_run,
                 "outcome": self.outcome, "exit_code": self.exit_code(),
                 "checks": [v.to_json() for v in self.checks],
                 "findings": [f.to_json() for f in self.findings],
                 "crash": self.crash, "hang": self.hang, "seconds": round(self.seconds, 2)}
-
-
-def shown_path(path: str | None) -> str | None:
-    """A path as a linter shows it: relative to the current folder when inside it."""
-    if not path:
-        return path
-    relative = os.path.relpath(path)
-    return path if relative.startswith("..") else relative
-
-
-def place(file: str | None, line: int | None) -> str:
-    return f"{shown_path(file)}:{line}" if file else "?"

@@ -8,7 +8,7 @@ import json
 import os
 
 from ddplab.common.html_page import head, table
-from ddplab.doctor.findings import place
+from ddplab.doctor.findings import paths_from_root, place, shown_path
 from ddplab.doctor.text import summary
 
 CSS = ".error{border-left:4px solid #c0392b}.waste{border-left:4px solid #e67e22}" \
@@ -24,9 +24,11 @@ def finding_html(f) -> str:
             f"{html.escape(json.dumps(f.evidence, indent=1, default=str))}</pre></details></div>")
 
 
+@paths_from_root
 def render(diagnosis) -> str:
-    parts = [head(f"ddplab doctor: {diagnosis.script}", CSS),
-             f"<h1>ddplab doctor: {html.escape(diagnosis.script)}</h1>",
+    script = shown_path(diagnosis.script)
+    parts = [head(f"ddplab doctor: {script}", CSS),
+             f"<h1>ddplab doctor: {html.escape(script)}</h1>",
              f"<p>{html.escape(summary(diagnosis))}</p>"]
     crash = diagnosis.crash
     if crash is not None and not crash.get("explained"):

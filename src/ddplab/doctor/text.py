@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import textwrap
 
-from ddplab.doctor.findings import place
+from ddplab.doctor.findings import paths_from_root, place, shown_path
 
 WIDTH = 100
 
@@ -39,10 +39,12 @@ def summary(diagnosis) -> str:
         backend += f"; the script asked for {diagnosis.backend_requested}"
     said = ", ".join(f"{n} {kind}{'s' if n != 1 and kind == 'error' else ''}"
                      for kind, n in counts.items())
-    return (f"ddplab doctor: {diagnosis.script} on {diagnosis.world_size or '?'} ranks "
-            f"({backend}), {diagnosis.steps_run} optimizer steps, {diagnosis.outcome}: {said}")
+    return (f"ddplab doctor: {shown_path(diagnosis.script)} on {diagnosis.world_size or '?'} "
+            f"ranks ({backend}), {diagnosis.steps_run} optimizer steps, {diagnosis.outcome}: "
+            f"{said}")
 
 
+@paths_from_root
 def report(diagnosis) -> str:
     lines = []
     for f in diagnosis.findings:
@@ -50,10 +52,11 @@ def report(diagnosis) -> str:
     crash = diagnosis.crash
     if crash is not None and not crash.get("explained"):
         who = f"rank {crash['rank']}" if crash.get("rank") is not None else "the script"
-        lines.append(f"{diagnosis.script}: {who} failed on its own (no DDP check explains it):")
+        lines.append(f"{shown_path(diagnosis.script)}: {who} failed on its own (no DDP check "
+                     "explains it):")
         lines += ["    " + line for line in (crash.get("traceback") or "").rstrip().splitlines()]
     if diagnosis.outcome == "no group":
-        lines.append(f"{diagnosis.script}: the script never joined a process group "
+        lines.append(f"{shown_path(diagnosis.script)}: the script never joined a process group "
                      "(init_process_group was not called): nothing distributed to check")
     if not diagnosis.findings and diagnosis.exit_code() != 2:
         lines.append("no findings. What was checked:")
