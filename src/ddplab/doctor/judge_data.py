@@ -86,8 +86,8 @@ def no_distributed_sampler(evidence, so_far):
              "same_first_batch": same_first}, *spot(first)))
     if drafts:
         return found(*drafts)
-    return passed(f"the training data is sharded across ranks (loader"
-                  f"{'s' if len(sharded) > 1 else ''} {', '.join(map(str, sharded))})")
+    made = ", ".join(place(*spot(evidence.loader(i) or {})) for i in sharded)
+    return passed(f"each rank trains on its own shard (the DataLoader made at {made})")
 
 
 def uneven_inputs(evidence, so_far):

@@ -104,8 +104,8 @@ def run(script: str, args: list[str], settings: Settings, zygote: Zygote,
                                           os.path.join(logs, f"rank{rank}.log"),
                                           cwd or os.getcwd())
             result = watch(store, settings, lambda: zygote.status(pids[0]) is not None)
-            store.put("release", 1)
-            deadline = time.monotonic() + 3.0
+            store.put("release", 1)  # a hung or failed run ends at once: its ranks are stuck
+            deadline = time.monotonic() + (0.0 if result.hang else 3.0)
             while (any(zygote.status(p) is None for p in pids.values())
                    and time.monotonic() < deadline):
                 time.sleep(POLL)
