@@ -1,6 +1,7 @@
 """Files written: every ``open`` for writing (``sys.addaudithook``) and every ``torch.save`` to
 a path (torch writes those from C++, past the audit hook), with the rank, the step and the
-line. Python's own byte-code caches and anything outside the reader's code are left out."""
+line. Only writes the reader's code asks for count: an ``open`` in the script itself or one
+or two library calls below it (``np.save``), not a cache a library keeps for itself."""
 
 from __future__ import annotations
 
@@ -16,14 +17,17 @@ _INSIDE = threading.local()
 
 
 LIBRARY_WRITERS = ("tempfile.py", "<frozen importlib._bootstrap_external>")
+DEPTH = 2  # library frames between the reader's line and the open: np.save(path) is one
 
 
 def _from_library(frame) -> bool:
-    """A write a library makes for itself (a temporary file, a byte-code cache) on the way
-    from the reader's line: not the reader's file."""
+    """A write a library makes for itself on the way from the reader's line (a temporary
+    file, a byte-code cache, a compiler's cache deep inside torch): not the reader's file."""
+    depth = 0
     while frame is not None and not where.is_reader_file(frame.f_code.co_filename):
         name = frame.f_code.co_filename
-        if name.endswith(LIBRARY_WRITERS) or "importlib" in name:
+        depth += 1
+        if name.endswith(LIBRARY_WRITERS) or "importlib" in name or depth > DEPTH:
             return True
         frame = frame.f_back
     return False
