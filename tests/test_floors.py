@@ -33,12 +33,18 @@ FLOORS = {
     CHAPTER: ("one chapter: its experiments (rank functions, drivers, results) and plots", {
         "ddplab": "", "ddplab.common": "", "ddplab.engine": "",
         "ddplab.screen": "the plots"}),
+    "ddplab.doctor": ("`ddplab doctor`: the reader's own script on instrumented ranks of its own "
+                      "(not the pool), its DDP mistakes named", {
+                          "ddplab": "where the package lies, for the ranks' path",
+                          "ddplab.common": "", "ddplab.engine": "torchrun's environment; the "
+                                                                 "prestarted forkserver ended"}),
     "ddplab.report": ("`ddplab report`: the chapters' drivers run on the reader's machine", {
         "ddplab": "", "ddplab.common": "", "ddplab.engine": "", "ddplab.screen": "",
         CHAPTER: "the drivers, the plots"}),
     "ddplab.__main__": ("`python -m ddplab <command>`", {
         "ddplab": "", "ddplab.common": "", "ddplab.engine": "",
-        "ddplab.chapters": "the commands", "ddplab.exercises": "", "ddplab.report": ""}),
+        "ddplab.chapters": "the commands", "ddplab.doctor": "", "ddplab.exercises": "",
+        "ddplab.report": ""}),
 }
 
 

@@ -9,9 +9,10 @@ torchrun's and need not be given. Only rank 0 prints under torchrun. ``--backend
 ``DDPLAB_DEVICE`` say, else NCCL on CUDA with two GPUs or more, gloo on CPU otherwise); the
 JSON records both. ``--backend gloo --device cuda`` runs every rank's tensors on one GPU.
 
-Two commands are not a chapter's experiment: ``report`` measures your cluster and sets the
-book's cost model beside each figure (``ddplab.report``), and ``exercise`` checks a solution of
-yours on real ranks.
+Three commands are not a chapter's experiment: ``report`` measures your cluster and sets the
+book's cost model beside each figure (``ddplab.report``), ``exercise`` checks a solution of
+yours on real ranks, and ``doctor`` runs your own training script on instrumented ranks and
+names its DDP mistakes (``ddplab.doctor``).
 
     python -m ddplab report --world-size 2 [--out DIR] [--quick] [--json]
     torchrun --nnodes N --nproc-per-node G [rendezvous args] -m ddplab report [--out DIR]
@@ -20,6 +21,12 @@ yours on real ranks.
 
 It exits 0 when the solution passes, 1 when it is wrong (or hangs), 2 when the file cannot be
 used (a syntax error, or the function it must define is missing).
+
+    python -m ddplab doctor [--world-size N] [--steps K] [--json] [--out DIR] train.py [args]
+    torchrun --nproc-per-node N -m ddplab doctor train.py [args]
+
+It exits 0 when no error is found, 1 when one is, 2 on bad input or a script that fails on
+its own.
 """
 
 from __future__ import annotations
@@ -35,14 +42,12 @@ from ddplab.engine.backend import BACKENDS, DEVICES
 from ddplab.engine.cluster import DEFAULT_TIMEOUT, defaults
 from ddplab.engine.torchrun import is_reporting_process, under_torchrun
 
-EXPERIMENTS = chapters.commands()  # every chapter module with a COMMAND, found, not listed
-
 
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="python -m ddplab", description=__doc__,
                                   formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = top.add_subparsers(dest="command", required=True, metavar="EXPERIMENT")
-    for name, module in EXPERIMENTS.items():
+    for name, module in chapters.commands().items():
         sub = commands.add_parser(name, help=module.__doc__.splitlines()[0],
                                   description=module.__doc__,
                                   formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -62,11 +67,18 @@ def parser() -> argparse.ArgumentParser:
             module.add_arguments(sub)
     add_exercise_command(commands)
     report_command().add_command(commands)
+    doctor_command().add_command(commands)
     return top
 
 
 def report_command():
     from ddplab.report import command
+
+    return command
+
+
+def doctor_command():
+    from ddplab.doctor import command
 
     return command
 
@@ -115,15 +127,20 @@ def bad_input(args, exc: Exception) -> int:
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["doctor"]:  # loads no chapter: its ranks run the reader's script
+        return doctor_command().run(argv[1:])
     cli = parser()
     args = cli.parse_args(argv)
     if args.command == "exercise":
         return exercise_main(cli, args)
     if args.command == "report":
         return report_command().main(args)
+    if args.command == "doctor":
+        return doctor_command().main(args)
     if args.world_size is None:
         args.world_size = int(os.environ["WORLD_SIZE"]) if under_torchrun() else 2
-    module = EXPERIMENTS[args.command]
+    module = chapters.commands()[args.command]
     params = {k: v for k, v in vars(args).items() if k not in ("command", "json", "device")}
     try:
         with defaults(args.backend, args.device):  # also for drivers that pass no backend

@@ -54,7 +54,7 @@ def process_context():
                     del os.environ[POOL_PROCESS_ENV]
         if not _started:
             _started = True
-            atexit.register(_end_forkserver)
+            atexit.register(end_forkserver)
     return ctx
 
 
@@ -77,7 +77,7 @@ def prestart() -> None:
         process_context()
 
 
-def _end_forkserver() -> None:
+def end_forkserver() -> None:
     """At exit, end the forkserver we started, even mid-preload, so nothing outlives us.
 
     (Left alone it would exit by itself, but only once its preload is over.)
