@@ -231,3 +231,15 @@ def test_the_preset_answers_the_3b_case_for_every_strategy_as_python_does():
         step = held + 3e9 * calculator.step_temporary_per_parameter("adam", strategy, 4)
         verdict = "fits" if max(held, step) <= 80e9 else "does not fit"
         assert f"  {strategy:<6}{held / 1e9:.1f} GB, {step / 1e9:.1f} GB: {verdict}" in out
+
+
+def test_the_3b_case_each_way_is_the_byte_count_by_hand():
+    """3 B parameters, Adam, 4 ranks, autocast: DDP 4 + 4 + 4 + 8 bytes, ZeRO-1 with the bucket
+    view 4 + 4 + 8 / 4, FSDP (4 + 4 + 8) / 4; the step adds foreach Adam's 4 bytes per
+    parameter it steps (a quarter of them where the state is sharded)."""
+    case = calculator.compare(3e9, "adam", world_size=4, memory_bytes=80e9)
+    assert case.held == pytest.approx({"DDP": 60e9, "ZeRO-1, bucket view": 30e9, "FSDP": 12e9})
+    assert case.in_the_step == pytest.approx({"DDP": 72e9, "ZeRO-1, bucket view": 33e9,
+                                              "FSDP": 15e9})
+    assert all(case.fits.values())
+    assert not calculator.compare(4e9, "adam", 4, 80e9).fits["DDP"]  # 96 GB in the step

@@ -182,9 +182,9 @@ class RoundTrip(Result):
 
     def describe(self) -> str:
         return (f"{self.strategy} on {self.world_size} ranks: {self.steps} steps, saved as "
-                f"{', '.join(self.files)}; one more step of the model loaded from it against "
-                f"the model that went on: largest difference "
-                f"{max(self.max_diff_per_rank):.1e} (before loading: {self.fresh_diff:.1e})")
+                f"{', '.join(self.files)}\n  one more step, loaded against went on: largest "
+                f"difference {max(self.max_diff_per_rank):.1e} (before loading: "
+                f"{self.fresh_diff:.1e})")
 
 
 def run(world_size: int = 2, strategy: str = "fsdp", steps: int = 2,
