@@ -129,11 +129,11 @@ def fsdp_gathered_after_forward(ctx, **options):
     ``DTensor`` again once a unit reshards (``fully_shard``'s docstring)."""
     from torch.distributed.tensor import DTensor
 
-    from ddplab.chapters.memory.strategies import shard_with_fsdp
+    from ddplab.chapters.memory.strategies import linear_layers, shard_with_fsdp
     from ddplab.common.mlp import make_model
 
     model = make_model((8, 16, 16, 1), 0).to(ctx.device)
-    shard_with_fsdp(model, ctx.device.type, ctx.world_size, **options)
+    shard_with_fsdp(model, linear_layers(model), ctx.device.type, **options)
     model(torch.zeros(2, 8, device=ctx.device))
     return [not isinstance(layer.weight, DTensor) for layer in model
             if isinstance(layer, torch.nn.Linear)]

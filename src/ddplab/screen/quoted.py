@@ -1,7 +1,7 @@
 """An error message quoted on a page: the whole sentences that hold the text a page claims,
 wrapped to the page's column, never cut mid-sentence or mid-number.
 
-A page's output column holds about 77 characters at 1280 px; lines of 70 leave room, so the
+A page's output column holds about 100 characters at 1280 px; lines of 70 leave room, so the
 browser never wraps a line a second time. ``textwrap`` breaks at hyphens by default, which
 splits ``1e-12`` into ``1e-`` and ``12``: off here.
 
@@ -15,7 +15,7 @@ import dataclasses
 import re
 import textwrap
 
-COLUMNS = 70  # characters a line: under the page's ~77, so the browser never wraps again
+COLUMNS = 70  # characters a line: under the page's ~100 at 1280 px, and a phone's box scrolls
 SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z\[(`'\"])")
 
 

@@ -31,7 +31,7 @@ import torch.nn.functional as F
 import ddplab
 from ddplab.chapters.memory import accounting, calculator, malloc_count, memory
 from ddplab.chapters.memory.memory import widths
-from ddplab.chapters.memory.strategies import STRATEGIES, Trained, shard_with_fsdp
+from ddplab.chapters.memory.strategies import STRATEGIES, Trained, linear_layers, shard_with_fsdp
 from ddplab.common.checks import one_of
 from ddplab.common.ledger import local
 from ddplab.common.mlp import make_batch, make_model
@@ -52,7 +52,8 @@ class PolicySharded:
 
         policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16)
         self.model = model
-        self.module = shard_with_fsdp(model, device.type, world_size, mp_policy=policy)
+        self.module = shard_with_fsdp(model, linear_layers(model), device.type,
+                                      mp_policy=policy)
         self.optimizer = self.local_optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
 
     def bucket_buffers(self) -> list:

@@ -40,6 +40,7 @@ OPTIMIZERS = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam}
 
 
 def fp16_loss(ddp, X, y):
+    """The loss under fp16 autocast, as ``scaled_clipped_step`` computes it."""
     with torch.autocast(X.device.type, dtype=torch.float16):
         return F.mse_loss(ddp(X).float(), y)
 
@@ -47,7 +48,9 @@ def fp16_loss(ddp, X, y):
 def scaled_clipped_step(ddp, optimizer, scaler, X, y, max_norm: float) -> float:
     """The step to copy under fp16: scaled backward, unscale, clip, the scaler's step."""
     optimizer.zero_grad()
-    scaler.scale(fp16_loss(ddp, X, y)).backward()  # DDP all-reduces the scaled gradients
+    with torch.autocast(X.device.type, dtype=torch.float16):  # "cuda" on a GPU rank
+        loss = F.mse_loss(ddp(X).float(), y)  # your loss here
+    scaler.scale(loss).backward()  # DDP all-reduces the scaled gradients
     scaler.unscale_(optimizer)  # divide them by the scale, in place, before measuring them
     norm = torch.nn.utils.clip_grad_norm_(ddp.parameters(), max_norm)
     scaler.step(optimizer)  # skips the step if a gradient is inf or NaN; does not unscale again

@@ -62,7 +62,7 @@ def cluster(prediction, axes=None):
     parts = [(1e3 * getattr(step, k), *MODEL_STYLE[k]) for k in MODEL_STYLE]
     end = _stacked(bar_ax, 0, parts, True)
     bar_ax.text(end, 0, "", va="center", fontsize=8)
-    bar_ax.legend(fontsize=LEGEND_SIZE, ncol=4, loc="lower center", bbox_to_anchor=(0.5, 1.0),
+    bar_ax.legend(fontsize=LEGEND_SIZE, ncol=2, loc="lower center", bbox_to_anchor=(0.5, 1.0),
                   frameon=False)
     for i, (name, curve) in enumerate(prediction.curves.items()):
         chosen = name == prediction.inter
@@ -70,7 +70,9 @@ def cluster(prediction, axes=None):
                     lw=2.2 if chosen else 1, color=rank_color(i), label=name)
     eff_ax.set_ylim(0, 1.05)
     eff_ax.set_ylabel("model: weak scaling efficiency", fontsize=8.5)
-    eff_ax.legend(fontsize=LEGEND_SIZE, loc="lower left")
+    # beside the axes, not on them: the curves fill the lower left (Fig 5.9, issue 40)
+    eff_ax.legend(fontsize=LEGEND_SIZE, loc="upper left", bbox_to_anchor=(1.01, 1.0),
+                  title="between nodes", title_fontsize=LEGEND_SIZE, frameon=False)
     _cluster_labels(bar_ax, eff_ax, prediction, end)
     return bar_ax.figure
 
