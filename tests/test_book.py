@@ -60,7 +60,8 @@ def question_rows(intro: str) -> list[tuple[str, list[str]]]:
     """The intro's table of questions: (the question, the labels it links to) per row."""
     table = intro.split("## The questions, and where they are settled", 1)[1]
     rows = [line for line in table.split("\n\n")[1].splitlines() if line.startswith("|")][2:]
-    return [(cells[0].strip(), re.findall(r"\{ref\}`([^`]+)`", cells[1]))
+    return [(cells[0].strip(), [m.group(2) or m.group(1) for m in  # `text <label>` too
+                                re.finditer(r"\{ref\}`([^`<]+?)(?: <([^`>]+)>)?`", cells[1])])
             for cells in (row.strip("|").rsplit("|", 1) for row in rows)]
 
 
