@@ -64,7 +64,8 @@ def run(world_size: int = 2, optimizer: str = "adam", params_millions: float = 8
     positive_int("steps", steps)
     results = ddplab.run(step_times, world_size, timeout=timeout, optimizer=optimizer,
                          params_millions=params_millions, steps=steps, seed=seed)
-    return StepTimes(world_size=world_size, optimizer=optimizer,
-                     params_millions=params_millions,
-                     step_s={label: timed_step.median_step([r[label] for r in results])["step"]
-                             for label in results[0]}).on(results)
+    return StepTimes.from_ranks(results, world_size=world_size, optimizer=optimizer,
+                                params_millions=params_millions,
+                                step_s={label: timed_step.median_step(
+                                            [r[label] for r in results])["step"]
+                                        for label in results[0]})

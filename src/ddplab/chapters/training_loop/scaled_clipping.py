@@ -112,5 +112,6 @@ def run(world_size: int = 2, max_norm: float = 0.5, seed: int = 0) -> ScaledClip
     world_size = int_in_range("world_size", world_size, 1, 64)
     max_norm = positive_number("max_norm", max_norm)
     per_rank = ddplab.run(steps, world_size, max_norm=max_norm, seed=seed)
-    return ScaledClipping(world_size, max_norm, per_rank[0]["scale"], per_rank[0]["norm"],
-                          {way: max(r["diff"][way] for r in per_rank) for way in WAYS}).on(per_rank)
+    return ScaledClipping.from_ranks(per_rank, world_size, max_norm, per_rank[0]["scale"],
+                                     per_rank[0]["norm"],
+                                     {way: max(r["diff"][way] for r in per_rank) for way in WAYS})
