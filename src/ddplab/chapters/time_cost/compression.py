@@ -223,8 +223,9 @@ def compare(hooks=HOOKS, world_size: int = 2, powersgd_rank: int = 1, seed: int 
     on screen before it starts."""
     global _LAST
     out, kept = {}, {}
+    where = ddplab.placement()  # a run on another placement is another run
     for i, hook in enumerate(hooks):
-        key = (hook, world_size, seed, powersgd_rank if hook == "powersgd" else None)
+        key = (where, hook, world_size, seed, powersgd_rank if hook == "powersgd" else None)
         again = reuse and key in _LAST
         partial = {h: out.get(h) for h in hooks} if out and not again else None
         progress_report(progress, i, len(hooks), hook, partial=partial)
