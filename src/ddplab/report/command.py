@@ -73,7 +73,9 @@ def main(args, progress=None) -> int:
     try:
         # every stage's runs on one placement, set once before the first; the report's world
         # size is the largest any stage asks for
-        world_size = args.world_size or (launched_world_size() if under_torchrun() else 2)
+        world_size = args.world_size
+        if world_size is None:
+            world_size = launched_world_size() if under_torchrun() else 2
         check_world_size("world_size", world_size)
         with placed(args.backend, args.device, largest_world_size=world_size):
             made = report.run(world_size, args.params_millions, args.quick, args.timeout,
