@@ -206,19 +206,20 @@ def placement() -> Placement:
             backend, device, largest = _asked
             if torchrun.under_torchrun():
                 largest = torchrun.ranks_per_host()
-            _resolved = resolve(backend, device, ranks=largest)
+            chosen = resolve(backend, device, ranks=largest)
             if torchrun.under_torchrun():
-                check(_resolved, largest)
+                check(chosen, largest)
+            _resolved = chosen
         return _resolved
 
 
 def serving(world_size: int) -> Placement:
     """:func:`placement`, checked for a run of ``world_size`` ranks on this machine (a
     ValueError before any rank starts where it cannot serve them)."""
-    chosen = placement()
+    with _lock:
+        chosen, largest = placement(), _asked[2]
     if torchrun.under_torchrun():
         return chosen  # checked once, against the launcher's ranks per host
-    largest = _asked[2]
     if largest is not None and world_size > largest:
         raise ValueError(
             f"world_size={world_size} is above the largest this process said it would run "
