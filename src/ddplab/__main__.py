@@ -34,7 +34,7 @@ import sys
 from ddplab import chapters
 from ddplab.common.results import to_json
 from ddplab.engine.cluster import DEFAULT_TIMEOUT
-from ddplab.engine.placement import BACKENDS, DEVICES, check_world_size, placed
+from ddplab.engine.placement import BACKENDS, DEVICES, placed, range_of
 from ddplab.engine.torchrun import is_reporting_process, under_torchrun
 
 EXPERIMENTS = chapters.commands()  # every chapter module with a COMMAND, found, not listed
@@ -132,8 +132,7 @@ def main(argv=None) -> int:
     try:
         # Where every rank of the command runs, set once, before anything else: each driver
         # runs where the process is placed. The command's world size is the largest it asks.
-        check_world_size("world_size", args.world_size)
-        with placed(args.backend, args.device, largest_world_size=args.world_size):
+        with placed(args.backend, args.device, largest_world_size=range_of(args.world_size)):
             result = module.run(**params)
     except ValueError as exc:  # bad input, caught before any rank started
         return bad_input(args, exc)

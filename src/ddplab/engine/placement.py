@@ -105,6 +105,16 @@ def check_world_size(name: str, value) -> None:
         raise ValueError(f"{name} must be an int from 1 to {MAX_WORLD_SIZE}, got {value!r}")
 
 
+def range_of(world_size) -> int | None:
+    """A command's ``world_size`` as the largest it will ask for, where it is one
+    ``ddplab.run`` takes; else None, and the command's own check says what is wrong with it."""
+    try:
+        check_world_size("world_size", world_size)
+    except ValueError:
+        return None
+    return world_size
+
+
 def resolve(backend: str = "auto", device: str = "auto", *, gpus: int | None = None,
             ranks: int | None = None, environ=None) -> Placement:
     """What ``backend``/``device`` mean on a machine with ``gpus`` GPUs (this one's where None)

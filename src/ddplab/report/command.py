@@ -65,7 +65,7 @@ class Progress:
 def main(args, progress=None) -> int:
     """Run the report for parsed ``args``; ``progress`` replaces the stderr lines (tests)."""
     from ddplab import report
-    from ddplab.engine.placement import check_world_size, placed
+    from ddplab.engine.placement import placed, range_of
     from ddplab.engine.torchrun import launched_world_size, under_torchrun
     from ddplab.report.stages import NotEnoughMemory
 
@@ -76,8 +76,7 @@ def main(args, progress=None) -> int:
         world_size = args.world_size
         if world_size is None:
             world_size = launched_world_size() if under_torchrun() else 2
-        check_world_size("world_size", world_size)
-        with placed(args.backend, args.device, largest_world_size=world_size):
+        with placed(args.backend, args.device, largest_world_size=range_of(world_size)):
             made = report.run(world_size, args.params_millions, args.quick, args.timeout,
                               progress=(progress or Progress()) if reporting else None)
     except (ValueError, TypeError) as exc:  # bad input or too little memory: nothing measured
