@@ -86,13 +86,13 @@ def test_after_a_failure_fresh_ranks_are_started_before_the_next_call():
     from ddplab.engine import pool
 
     shared = pool.shared()
-    size = max(3, len(shared._workers))  # as many as the pool had (it grows, never shrinks)
+    size = max(3, len(shared.pids()))  # as many as the pool had (it grows, never shrinks)
     with pytest.raises(ddplab.RankError):
         ddplab.run(rank_fns.raise_on, 3, rank=0)
     deadline = time.monotonic() + 60
-    while len(shared._workers) < size and time.monotonic() < deadline:  # started in a thread
+    while len(shared.pids()) < size and time.monotonic() < deadline:  # started in a thread
         time.sleep(0.05)
-    started = [w.process.pid for w in shared._workers]
+    started = shared.pids()
     assert len(started) == size and all(alive(pid) for pid in started)
     assert [r["pid"] for r in ddplab.run(rank_fns.identify, 3)] == started[:3]
 

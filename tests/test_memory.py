@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 
 import ddplab
+import rank_fns
 from conftest import ddplab_cli, ddplab_json
 from ddplab.chapters.memory import memory
 from ddplab.common.mlp import make_batch, make_model
@@ -90,6 +91,17 @@ def test_zero1_and_fsdp_train_as_ddp(strategy, optimizer):
     result = memory.run(world_size=2, strategy=strategy, optimizer=optimizer,
                         params_millions=SMALL, steps=3)
     assert result.max_param_diff_vs_ddp < 1e-6
+
+
+def test_shard_with_fsdp_passes_reshard_after_forward_only_when_set():
+    """Left unset, torch's default (2.8 on: None, True for every unit but the root; before:
+    True, the root kept whole all the same) reshards each layer after forward; False keeps
+    every layer gathered. The listing passes the argument only when set, since torch before
+    2.8 raises a ValueError for None (pytorch#155319)."""
+    default = ddplab.run(rank_fns.fsdp_gathered_after_forward, 2)
+    kept = ddplab.run(rank_fns.fsdp_gathered_after_forward, 2, reshard_after_forward=False)
+    assert all(layers == [False, False, False] for layers in default)
+    assert all(layers == [True, True, True] for layers in kept)
 
 
 def test_the_allocator_agrees_with_the_tensor_count_for_8_million_parameters():

@@ -69,10 +69,10 @@ def test_plain_all_gather_of_unequal_shards_raises_on_gloo():
     assert message.startswith("ProcessGroupGloo::allgather: invalid tensor size")
 
 
-def test_reentrant_checkpointing_raises_and_both_fixes_match_one_process():
+def test_reentrant_checkpointing_raises_and_each_fix_matches_one_process():
     broken = checkpointing.run(setup="reentrant")
     assert broken.error.startswith("Expected to mark a variable ready only once")
-    for setup in ("non-reentrant", "reentrant-static-graph"):
+    for setup in ("non-reentrant", "reentrant-static-graph", "reentrant-no-search"):
         fixed = checkpointing.run(setup=setup)
         assert fixed.error is None and fixed.max_diff_vs_one_process < 1e-6
 
@@ -132,6 +132,11 @@ def test_ddp_optimizer_splits_the_compiled_graph_at_bucket_boundaries():
     assert whole.graphs == 1 and whole.buckets == 3
     with pytest.raises(ValueError, match="bucket_cap_mb"):
         torch_compile.run(bucket_cap_mb=0.5)
+    # ...which torch itself refuses at the first forward, in DDPOptimizer.__init__
+    assert torch_compile.small_cap_error(world_size=1, bucket_cap_mb=0.5).startswith(
+        "First bucket should be smaller/equal to other buckets")
+    with pytest.raises(ValueError, match="bucket_cap_mb"):
+        torch_compile.small_cap_error(bucket_cap_mb=1.0)
     # torch.compile(DDP(model)): graph breaks in DDP's forward, then dynamo starts no frame in
     # nn.Sequential.forward (torch's own file), so a bare Sequential gets no graph at all...
     bare = torch_compile.run(world_size=2, outside=True)

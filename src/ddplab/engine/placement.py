@@ -23,7 +23,8 @@ curve over world sizes never divides a CPU run by a GPU run:
 What the placement cannot serve is a ValueError before any rank starts (:func:`check`), never a
 silent switch: CUDA without a GPU, NCCL on CPU tensors, NCCL with more ranks than GPUs, a world
 size beyond the largest said. gloo on CUDA serves any number of ranks: rank ``r`` uses
-``cuda:(r % gpus)`` (gloo takes CUDA tensors for the collectives DDP uses).
+``cuda:(r % gpus)`` (gloo takes CUDA tensors for the collectives DDP uses, not for
+``send``/``recv``: see ARCHITECTURE.md, "gloo on CUDA").
 
 What does not run on some placement is named in :data:`UNSUPPORTED`; a driver asks
 :func:`unsupported` (or :func:`require`) before it starts ranks.
@@ -251,13 +252,19 @@ def needs_fresh_processes(workers: Placement, group_size: int | None, world_size
     return placement.backend == "nccl" and group_size is not None and group_size != world_size
 
 
-# (feature, placement) -> why it does not run there. Seen on one H100 (torch 2.11.0+cu130):
-# DDP over gloo on cuda:0 matched one process within 3e-8 with 2 and 4 ranks, but PowerSGD's
-# hook gave no result within 120 s (the issue "On a GPU", kind 3; why is not known).
+# (feature, placement) -> why it does not run there: what was seen, where, and what to do
+# instead. A driver asks with the name it is given (a strategy, a hook), so an entry refuses
+# exactly what was seen to fail. PowerSGD with gloo on CUDA is not here any more: its refusal
+# rested on one H100 run of a script that is not kept (issue 27, before ddplab offered gloo on
+# CUDA), and torch's hook ran there on an H200 (see compression.py).
 UNSUPPORTED = {
-    ("powersgd", Placement("gloo", "cuda")):
-        "PowerSGD's comm hook gave no result within 120 s with gloo on CUDA tensors (one H100, "
-        "torch 2.11): run it with device='cpu', or NCCL with one GPU per rank",
+    ("fsdp", Placement("gloo", "cuda")):
+        "with gloo on CUDA tensors a rank was killed by SIGSEGV under FSDP2 (ddplab memory "
+        "--strategy fsdp, 2 ranks on one H200's cuda:0, torch 2.11.0+cu130); the collectives "
+        "FSDP2 calls (all_gather_into_tensor, reduce_scatter_tensor) and all_reduce and "
+        "broadcast each ran there alone, once, on the default stream, where FSDP2 calls them "
+        "from streams of its own, so the cause is not established: run FSDP with device='cpu' "
+        "(gloo on CPU), or on NCCL with one GPU per rank",
 }
 
 

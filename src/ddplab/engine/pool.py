@@ -90,6 +90,12 @@ class Pool:
         """Every rank's log, by rank; a log outlives its process (read it after a failure).
         Without the pool's lock, which a call holds: a thread may read the logs of ranks that
         hang in a call (``hang_watch``)."""
+        return [rank_logs.read(path) for path in self.log_paths()]
+
+    def log_paths(self) -> list[str]:
+        """Every rank's log file, by rank, as :meth:`logs` reads them (without the lock: a
+        panel's ticking thread reads where the ranks of a running call are,
+        ``screen.while_running``); none before the pool starts or after it closes."""
         logdir = self._logdir
         try:
             names = [] if logdir is None else os.listdir(logdir)
@@ -97,8 +103,25 @@ class Pool:
             return []
         ranks = [int(name[4:-4]) for name in names
                  if name.startswith("rank") and name.endswith(".log")]
-        return [rank_logs.read(os.path.join(logdir, f"rank{rank}.log"))
+        return [os.path.join(logdir, f"rank{rank}.log")
                 for rank in range(max(ranks, default=-1) + 1)]
+
+    def pids(self) -> list[int]:
+        """The process id of each rank process the pool holds, by rank."""
+        with self._lock:
+            return [w.process.pid for w in self._workers]
+
+    def refill(self, world_size: int, placement: placements.Placement, timeout: float,
+               wanted=lambda: True) -> bool:
+        """Start ``world_size`` ranks on ``placement`` if the pool holds none, is open, and
+        ``wanted()`` still holds once it has the lock; whether it started them. For
+        :mod:`.respawn`: a call that came first started its own, ``close`` closed the pool,
+        or a later failure asked for other ranks."""
+        with self._lock:
+            if self._workers or self._store is None or not wanted():
+                return False
+            self._grow(world_size, placement, timeout)
+            return True
 
     def close(self) -> None:
         with self._lock:
@@ -272,3 +295,7 @@ def shared() -> Pool:
 
 def shared_logs() -> list[str]:
     return _shared.logs() if _shared is not None else []
+
+
+def shared_log_paths() -> list[str]:
+    return _shared.log_paths() if _shared is not None else []

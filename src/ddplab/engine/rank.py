@@ -10,7 +10,7 @@ travels as a shared-memory file descriptor that is gone once the sender moves on
 The worker loop (:func:`worker_main`) is what the local pool runs in each of its processes. It
 keeps every process group it joins alive across calls (:mod:`.groups`: one per world size the
 pool has served), because forming a group costs more than a small DDP step (see
-``ARCHITECTURE.md``).
+``benchmarks/RESULTS.md``, "Kept groups").
 """
 
 from __future__ import annotations

@@ -45,7 +45,7 @@ def explore(run, plot, **controls) -> ipywidgets.Widget:
     # One image whose PNG is replaced, rather than an output area cleared and refilled: the
     # page swaps one picture in place, and the figure behind it is kept and updated in place
     # where the plot can (live_figure). The status line splits the time between the run and
-    # the draw, which is what a slider move costs (ARCHITECTURE.md, "Slider latency").
+    # the draw, which is what a slider move costs (benchmarks/RESULTS.md, "Slider latency").
     image = ipywidgets.Image(format="png", layout=ipywidgets.Layout(max_width="100%"))
     figure = LiveFigure(plot)
     status = ipywidgets.HTML()

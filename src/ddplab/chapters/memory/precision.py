@@ -31,11 +31,12 @@ import torch.nn.functional as F
 import ddplab
 from ddplab.chapters.memory import accounting, calculator, malloc_count, memory
 from ddplab.chapters.memory.memory import widths
-from ddplab.chapters.memory.strategies import STRATEGIES, Trained, shard_with_fsdp
+from ddplab.chapters.memory.strategies import STRATEGIES, Trained, linear_layers, shard_with_fsdp
 from ddplab.common.checks import one_of
 from ddplab.common.ledger import local
 from ddplab.common.mlp import make_batch, make_model
 from ddplab.common.results import Result
+from ddplab.engine.backend import require
 
 COMMAND = "precision"  # python -m ddplab precision
 SCHEMES = ("autocast", "fsdp_policy")  # the calculator's schemes that are run here
@@ -51,7 +52,8 @@ class PolicySharded:
 
         policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16)
         self.model = model
-        self.module = shard_with_fsdp(model, device.type, world_size, mp_policy=policy)
+        self.module = shard_with_fsdp(model, linear_layers(model), device.type,
+                                      mp_policy=policy)
         self.optimizer = self.local_optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
 
     def bucket_buffers(self) -> list:
@@ -176,6 +178,7 @@ def run(world_size: int = 2, strategy: str = "ddp", scheme: str = "autocast",
         raise ValueError(f"scheme {scheme!r} is FSDP2's MixedPrecisionPolicy: strategy "
                          f"{calculator.ONLY_WITH[scheme]!r} only, got {strategy!r}")
     memory._check(world_size, strategy, "adam", params_millions, bucket_view, steps)  # its checks
+    require(strategy, ddplab.placement(world_size, backend))  # what does not run there, refused
     results = ddplab.run(train, world_size, strategy=strategy, scheme=scheme,
                          params_millions=params_millions, bucket_view=bucket_view, steps=steps,
                          seed=seed, timeout=timeout)

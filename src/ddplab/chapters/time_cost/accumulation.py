@@ -117,10 +117,11 @@ def gradients(ctx, layers, batch_size: int, count: int, seed: int, mistake,
     return runs
 
 
-def reference_gradient(layers, batch_size: int, k: int, world_size: int, seed: int):
-    """One process, no DDP: the mean loss over all ``world_size x k x batch_size`` samples."""
+def reference_gradient(layers, batch_size: int, count: int, world_size: int, seed: int):
+    """One process, no DDP: the mean loss over all ``world_size x count x batch_size`` samples
+    (``count`` micro-batches of every rank)."""
     model = mlp.make_model(layers, seed)
-    batches = [mlp.make_batch(layers, batch_size, world_size, seed, m) for m in range(k)]
+    batches = [mlp.make_batch(layers, batch_size, world_size, seed, m) for m in range(count)]
     X = torch.cat([b[0] for b in batches])
     y = torch.cat([b[1] for b in batches])
     F.mse_loss(model(X), y).backward()

@@ -3,22 +3,32 @@ assumption.
 
 The cost model turns FLOPs into seconds at a model FLOPs utilisation (MFU). Large runs report
 40-50% (PaLM: 46.2%, Chowdhery et al. 2022, table 3), but a model of a few hundred million
-parameters keeps a GPU far less busy: on one H100, GPT-2 shapes measured 10-21% eager and
-22-38% under ``torch.compile`` from 124 M to 1.3 B parameters (``ddplab.common.gpu_record``,
-the record of issue 27's run). A flat 40% made small models' computation look 1.4 to 4 times
-faster than it is, and so their communication look larger.
+parameters keeps a GPU far less busy: GPT-2 shapes from 124 M to 1.3 B parameters measured
+10-21% eager and 22-38% under ``torch.compile`` on one H100 (issue 27's run), and 17-36% and
+34-47% on one H200 (``benchmarks/gpu.py``; ``ddplab.common.gpu_record``: the two records were
+not made by the same script). A flat 40% made the computation of 124 M-355 M models look
+1.4-4.1 times faster than the H100 measured, 1.0-2.4 times than the H200 did, and so their
+communication look larger. Without a name, the newest record
+is used; every value's source names its card. The H200 and the H100 SXM have the same dense
+BF16 peak (989 TFLOP/s), so a fraction measured on one is a rate on the other's peak too.
 
 ``from_record`` interpolates the record's MFU linearly in ``log(params)`` between the two
-recorded sizes around ``params`` (MFU rose roughly evenly per doubling of size in the record),
-and clamps outside them: below the smallest, the smallest's; above the largest, the
-largest's, which stays below what much larger models reach, so the model errs on the slow
-side there. Every value carries its source.
+recorded sizes around ``params`` (MFU rose roughly evenly per doubling of size in the record).
+Above the largest size it keeps the largest's, which stays below what much larger models
+reach, so there the model errs on the slow side. Below the smallest, keeping the smallest's
+would err the other way: a smaller model keeps a GPU less busy still, so its computation would
+look too fast. There it extrapolates, a model and labelled as one: the rise between the two
+smallest sizes carried down as a power of the size, ``MFU = u0 (params / n0) ** k`` with
+``k = log(u1 / u0) / log(n1 / n0)``, which falls towards zero and never below it. Where the
+record does not rise there (``k <= 0``), or holds one size only, it keeps the smallest's.
+Every value carries its source.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import textwrap
 
 from ddplab.common import gpu_record
 from ddplab.common.checks import positive_number
@@ -42,6 +52,12 @@ def from_record(params: float, compiled: bool = True, record: str | None = None)
     def size(n):
         return f"{n / 1e9:.2g} B" if n >= 1e9 else f"{n / 1e6:.0f} M"
 
+    if params < points[0][0] and len(points) > 1 and points[1][1] > points[0][1]:
+        (n0, u0), (n1, u1) = points[:2]
+        value = u0 * (params / n0) ** (math.log(u1 / u0) / math.log(n1 / n0))
+        return Utilisation(value, f"MFU {value:.1%}, extrapolated below the record's smallest "
+                                  f"size along its rise from {size(n0)} ({u0:.1%}) to "
+                                  f"{size(n1)} ({u1:.1%}): a model ({how})")
     if params <= points[0][0] or params >= points[-1][0]:
         n, value = points[0] if params <= points[0][0] else points[-1]
         edge = "at" if params == n else "clamped to"
@@ -77,3 +93,11 @@ def describe_record(record: str | None = None) -> str:
         lines.append(f"{params:>14,} {next(iter(by_mode.values()))['batch_size']:>6} "
                      f"{cells[0]:>7} {cells[1]:>9}")
     return "\n".join(lines)
+
+
+def describe_sizes(sizes, compiled: bool = True, record: str | None = None) -> str:
+    """For each model size (parameters), the utilisation :func:`from_record` gives and where
+    it comes from, one paragraph each, wrapped for a page's column."""
+    return "\n".join(textwrap.fill(f"{params / 1e6:,.0f} M parameters: "
+                                   f"{from_record(params, compiled, record).source}", 78,
+                                   subsequent_indent="    ") for params in sizes)

@@ -15,7 +15,11 @@ The fixes, each run here and compared with one process on the whole batch:
 
 - ``use_reentrant=False``: the checkpoint is recorded in the autograd graph, which DDP sees;
 - ``static_graph=True``: DDP learns in the first iteration which parameters are used and when,
-  and stops searching the graph.
+  and stops searching the graph;
+- ``reentrant-no-search``: the reentrant checkpoint under a plain DDP, without
+  ``find_unused_parameters=True``: DDP then marks nothing ready after forward, and works when
+  every parameter is used and each layer is checkpointed at most once (DDP's docstring,
+  ``torch/nn/parallel/distributed.py``).
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from ddplab.common.checks import int_in_range, one_of
 from ddplab.common.mlp import flat_grad, make_batch, make_model
 from ddplab.common.results import Result
 
-SETUPS = ("reentrant", "non-reentrant", "reentrant-static-graph")
+SETUPS = ("reentrant", "non-reentrant", "reentrant-static-graph", "reentrant-no-search")
 LAYERS = (8, 16, 16, 1)
 BATCH = 4
 
@@ -56,7 +60,8 @@ class Checkpointed(torch.nn.Module):
 def wrap(model, setup: str) -> DDP:
     """DDP around the checkpointed model, as ``setup`` says."""
     reentrant = setup != "non-reentrant"
-    return DDP(Checkpointed(model, reentrant), find_unused_parameters=True,
+    return DDP(Checkpointed(model, reentrant),
+               find_unused_parameters=setup != "reentrant-no-search",
                static_graph=setup == "reentrant-static-graph")
 
 

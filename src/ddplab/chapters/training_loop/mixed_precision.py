@@ -1,9 +1,13 @@
 """Mixed precision under DDP: autocast per rank, and ``GradScaler``'s skipped step, which
 every rank takes together.
 
-Autocast and the scaler take the device type of the rank's tensors: ``torch.autocast("cuda",
-dtype=torch.bfloat16)`` and ``torch.amp.GradScaler("cuda")`` on a GPU rank, ``"cpu"`` on a CPU
-rank (the CPU scaler exists in torch 2.13, ``torch/amp/grad_scaler.py``). ``GradScaler.step``
+The step is fp16's, the precision that needs a scaler (bf16 keeps float32's exponent range
+and needs none). Autocast and the scaler take the device type of the rank's tensors:
+``torch.autocast("cuda", dtype=torch.float16)`` and ``torch.amp.GradScaler("cuda")`` on a GPU
+rank, ``"cpu"`` on a CPU rank: in torch 2.13 CPU autocast takes float16 as well as bfloat16
+(``autocast.__init__``, ``torch/amp/autocast_mode.py``) and ``GradScaler("cpu")`` exists
+(``torch/amp/grad_scaler.py``), so the lines a GPU script copies are the ones run here.
+``GradScaler.step``
 skips the optimizer step when the unscaled gradients hold an inf or NaN (``_unscale_grads_`` ->
 ``torch._amp_foreach_non_finite_check_and_unscale_``) and ``update`` halves the scale. The
 check reads this rank's gradients only; under DDP they are the all-reduced average, so an
@@ -32,7 +36,7 @@ BATCH = 4
 
 def scaled_step(model, optimizer, scaler, X, y) -> None:
     """The step to copy: forward under autocast, scaled backward, scaler's step and update."""
-    with torch.autocast(X.device.type, dtype=torch.bfloat16):  # "cuda" on a GPU rank
+    with torch.autocast(X.device.type, dtype=torch.float16):  # "cuda" on a GPU rank
         loss = F.mse_loss(model(X).float(), y)
     optimizer.zero_grad()
     scaler.scale(loss).backward()
@@ -49,17 +53,21 @@ def overflow_step(ctx, overflow_rank: int, seed: int) -> dict:
     rows = slice(ctx.rank * BATCH, (ctx.rank + 1) * BATCH)
     X, y = X[rows].to(ctx.device), y[rows].to(ctx.device)
     if ctx.rank == overflow_rank:
-        X[0, 0] = 3e38  # float32's largest is 3.4e38: the scaled loss overflows
+        X[0, 0] = 1e5  # float16's largest is 65504: autocast's cast to float16 overflows
     out = {}
     for name in ("ddp", "local"):
         model = make_model(LAYERS, seed).to(ctx.device)
         before = torch.cat([p.detach().flatten().clone() for p in model.parameters()])
         scaler = torch.amp.GradScaler(ctx.device.type, init_scale=2.0 ** 16)
         wrapped = DDP(model) if name == "ddp" else model
+        computed_in = []  # the dtype the first layer's output had: what autocast ran
+        model[0].register_forward_hook(
+            lambda m, i, o, seen=computed_in: seen.append(str(o.dtype)))
         scaled_step(wrapped, torch.optim.SGD(model.parameters(), lr=0.1), scaler, X, y)
         after = torch.cat([p.detach().flatten() for p in model.parameters()])
         out[name] = {"skipped": bool(torch.equal(before, after)),
-                     "scale": float(scaler.get_scale()), "params": after.cpu().numpy()}
+                     "scale": float(scaler.get_scale()), "params": after.cpu().numpy(),
+                     "computed_in": computed_in[0].removeprefix("torch.")}
     return out
 
 
@@ -75,10 +83,13 @@ class MixedPrecision(Result):
     skipped_without_ddp_per_rank: list[bool]  # each rank on its own gradient
     replicas_equal: bool  # under DDP, after the step
     replicas_equal_without_ddp: bool
+    computed_in: str  # the dtype autocast computed the first layer in, e.g. "float16"
 
     def describe(self) -> str:
         return "\n".join([
-            f"rank {self.overflow_rank}'s batch overflows, world size {self.world_size}",
+            f"{self.computed_in} autocast and GradScaler on {self.device}, world size "
+            f"{self.world_size}: " + (f"rank {self.overflow_rank}'s batch overflows"
+                                      if self.overflow_rank >= 0 else "no batch overflows"),
             f"DDP:     step skipped per rank {self.skipped_per_rank}, scale after "
             f"{self.scale_per_rank}",
             f"         replicas equal after the step: {self.replicas_equal}",
@@ -103,4 +114,5 @@ def run(world_size: int = 2, overflow_rank: int = 1, seed: int = 0,
         skipped_per_rank=[r["ddp"]["skipped"] for r in results],
         scale_per_rank=[r["ddp"]["scale"] for r in results],
         skipped_without_ddp_per_rank=[r["local"]["skipped"] for r in results],
-        replicas_equal=equal("ddp"), replicas_equal_without_ddp=equal("local"))
+        replicas_equal=equal("ddp"), replicas_equal_without_ddp=equal("local"),
+        computed_in=results[0]["ddp"]["computed_in"])

@@ -37,7 +37,7 @@ from ddplab.common.checks import an_int, int_in_range, positive_int
 from ddplab.common.mlp import make_batch, make_model
 from ddplab.common.results import Result
 from ddplab.common.threads import one_thread
-from ddplab.engine import hang_watch
+from ddplab.engine import hang_watch, notes
 
 LAYERS = (8, 16, 1)
 LR = 0.1
@@ -100,7 +100,7 @@ def printed_lines(call_id: str, world_size: int) -> dict[str, list[list[str]]]:
     for rank, text in enumerate(ddplab.logs()[:world_size]):
         way = None
         for line in text.splitlines():
-            entry = hang_watch.parsed_note(line)
+            entry = notes.parse(line)
             if entry:
                 way = entry.get("printing") if entry["call"] == call_id else None
             elif way is not None and LINE.match(line):

@@ -43,6 +43,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import ddplab
+from ddplab.chapters.training_loop.checkpointing import first_line
 from ddplab.common.checks import a_bool, int_in_range, one_of, positive_number
 from ddplab.common.mlp import make_batch, make_model
 from ddplab.common.results import Result
@@ -171,3 +172,23 @@ def run(world_size: int = 2, bucket_cap_mb: float = 1.0, optimize_ddp: bool = Tr
         bucket_bytes=results[0]["bucket_bytes"],
         max_diff_vs_one_process=float(max(abs(r["grad"] - reference).max() for r in results)),
     )
+
+
+def small_cap_error(world_size: int = 2, bucket_cap_mb: float = 0.5, seed: int = 0,
+                    timeout: float = 120.0) -> str:
+    """What torch says to a cap below DDPOptimizer's 1 MiB first piece (``run`` refuses such a
+    cap with a ValueError first): the rank's own AssertionError, raised at the first forward,
+    when dynamo builds ``DDPOptimizer(bucket_bytes_cap=ddp.bucket_bytes_cap)``
+    (``convert_frame.py``) and ``DDPOptimizer.__init__`` finds its first piece larger than the
+    cap (``torch/_dynamo/backends/distributed.py``, torch 2.13)."""
+    int_in_range("world_size", world_size, 1, 64)
+    positive_number("bucket_cap_mb", bucket_cap_mb)
+    if bucket_cap_mb >= 1.0:
+        raise ValueError(f"bucket_cap_mb must be below 1 (DDPOptimizer's first piece) to "
+                         f"raise, got {bucket_cap_mb!r}")
+    try:
+        ddplab.run(compiled_step, world_size, timeout=timeout, bucket_cap_mb=float(bucket_cap_mb),
+                   optimize_ddp=True, outside=False, seed=seed)
+    except ddplab.RankError as exc:
+        return first_line(exc)
+    raise AssertionError(f"a {bucket_cap_mb} MiB cap compiled without an error")
