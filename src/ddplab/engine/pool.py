@@ -111,7 +111,7 @@ class Pool:
         with self._lock:
             return [w.process.pid for w in self._workers]
 
-    def refill(self, world_size: int, placement: placements.Placement, timeout: float,
+    def refill(self, world_size: int, placement: Placement, timeout: float,
                wanted=lambda: True) -> bool:
         """Start ``world_size`` ranks on ``placement`` if the pool holds none, is open, and
         ``wanted()`` still holds once it has the lock; whether it started them. For

@@ -19,7 +19,7 @@ from ddplab.chapters.time_cost import (
     step_time,
 )
 from ddplab.common import mlp
-from ddplab.engine.backend import unsupported
+from ddplab.engine.placement import unsupported
 from ddplab.report import machine
 from ddplab.report.figures import compared, measured_only, predicted_only
 from ddplab.report.model import Calibrated
@@ -210,7 +210,7 @@ def accumulation_stage(s: Settings, found: dict) -> dict:
 def memory_stage(s: Settings, found: dict) -> dict:
     world_size = found["model"].world_size
     rows, results, missing = {}, {}, []
-    where = ddplab.placement(world_size, s.backend)
+    where = ddplab.placement()
     for strategy in s.strategies:
         refused = unsupported(strategy, where)  # named as missing, with what to do instead
         if refused:

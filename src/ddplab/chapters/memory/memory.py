@@ -28,7 +28,7 @@ from ddplab.chapters.memory.strategies import OPTIMIZERS, STRATEGIES, Trained
 from ddplab.common.checks import a_bool, one_of, positive_int, positive_number
 from ddplab.common.mlp import make_batch, make_model
 from ddplab.common.results import Result
-from ddplab.engine.backend import require
+from ddplab.engine.placement import require
 
 COMMAND = "memory"  # python -m ddplab memory
 
@@ -148,7 +148,7 @@ def run(world_size: int = 2, strategy: str = "ddp", optimizer: str = "adam",
     the parameters with DDP's on the same data."""
     _check(world_size, strategy, optimizer, params_millions, bucket_view, steps)
     positive_int("batch_size", batch_size)
-    require(strategy, ddplab.placement(world_size, backend))  # what does not run there, refused
+    require(strategy, ddplab.placement())  # what does not run there, refused
     common = dict(optimizer=optimizer, params_millions=params_millions, steps=steps,
                   batch_size=batch_size, seed=seed, timeout=timeout)
     results = ddplab.run(train, world_size, strategy=strategy, bucket_view=bucket_view,

@@ -36,7 +36,7 @@ from ddplab.common.checks import one_of
 from ddplab.common.ledger import local
 from ddplab.common.mlp import make_batch, make_model
 from ddplab.common.results import Result
-from ddplab.engine.backend import require
+from ddplab.engine.placement import require
 
 COMMAND = "precision"  # python -m ddplab precision
 SCHEMES = ("autocast", "fsdp_policy")  # the calculator's schemes that are run here
@@ -178,7 +178,7 @@ def run(world_size: int = 2, strategy: str = "ddp", scheme: str = "autocast",
         raise ValueError(f"scheme {scheme!r} is FSDP2's MixedPrecisionPolicy: strategy "
                          f"{calculator.ONLY_WITH[scheme]!r} only, got {strategy!r}")
     memory._check(world_size, strategy, "adam", params_millions, bucket_view, steps)  # its checks
-    require(strategy, ddplab.placement(world_size, backend))  # what does not run there, refused
+    require(strategy, ddplab.placement())  # what does not run there, refused
     results = ddplab.run(train, world_size, strategy=strategy, scheme=scheme,
                          params_millions=params_millions, bucket_view=bucket_view, steps=steps,
                          seed=seed, timeout=timeout)
