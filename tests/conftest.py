@@ -8,7 +8,8 @@ import sys
 import psutil
 import pytest
 
-from ddplab.__main__ import EXPERIMENTS, main
+from ddplab import chapters
+from ddplab.__main__ import main
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # torch installs torchrun beside the python that has it; its absence is a broken install.
@@ -97,7 +98,7 @@ def ddplab_json(experiment: str, *args: str, torchrun: int = 0) -> dict:
 
 def placed(experiment: str, data: dict) -> dict:
     """``data``, checked: a chapter's command names where its ranks ran, first."""
-    if experiment in EXPERIMENTS:
+    if experiment in chapters.commands():
         assert list(data)[:2] == ["backend", "device"], f"{experiment}: {list(data)[:4]}"
         assert data["backend"] in ("gloo", "nccl") and data["device"] in ("cpu", "cuda")
     return data
