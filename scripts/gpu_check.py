@@ -9,7 +9,7 @@ On a machine with at least one GPU it runs, in this order:
   a command that needs two ranks or more exits 2 with "world_size must be ...": counted as
   "needs W>=2", not as a failure;
 * every command at its default world size with gloo on CUDA tensors on the GPU(s)
-  (``--backend gloo --device cuda``); what ddplab refuses there (``engine.backend.UNSUPPORTED``,
+  (``--backend gloo --device cuda``); what ddplab refuses there (``engine.placement.UNSUPPORTED``,
   e.g. FSDP) exits 2 with that reason: counted as "refused";
 * every exercise (``python -m ddplab exercise NAME``) with gloo on CUDA tensors: its reference
   (the exercise's own module, which defines the answer) must pass (exit 0) and a solution that
@@ -252,7 +252,7 @@ def judge(step: Step, code: int | None, out: str, err: str, seconds: float) -> O
 
 def refused(err: str) -> bool:
     sys.path.insert(0, os.path.join(ROOT, "src"))
-    from ddplab.engine.backend import UNSUPPORTED
+    from ddplab.engine.placement import UNSUPPORTED
 
     return any(reason in err for reason in UNSUPPORTED.values())
 

@@ -48,7 +48,7 @@ def test_results_are_plain_data_with_tensors_turned_into_numpy():
 
 
 def test_cluster_has_its_own_processes_and_leaves_none_behind():
-    with ddplab.Cluster(world_size=3, backend="gloo") as cluster:
+    with ddplab.placed(backend="gloo"), ddplab.Cluster(world_size=3) as cluster:
         assert cluster.backend == "gloo"
         first = cluster.run(rank_fns.identify)
         assert [r["rank"] for r in first] == [0, 1, 2]
@@ -231,15 +231,17 @@ def test_bad_fn_or_params_fail_before_any_process_starts(fn, params, error, matc
 def test_unknown_backend_and_nccl_without_gpus_are_clear_errors():
     before = descendants()
     with pytest.raises(ValueError, match="backend must be one of auto, gloo, nccl"):
-        ddplab.run(check.report, 2, backend="mpi")
-    with pytest.raises(ValueError, match="backend must be one of"):
-        ddplab.Cluster(2, backend="NCCL")
+        ddplab.placed(backend="mpi")
+    with pytest.raises(ValueError, match="device must be one of"):
+        ddplab.placed(device="CUDA")
     assert descendants() == before
     if torch.cuda.device_count() < 2:
-        with pytest.raises(ValueError, match="'nccl' needs one GPU per rank"):
-            ddplab.run(check.report, 2, backend="nccl")
-        with pytest.raises(ValueError, match="'nccl' needs one GPU per rank"):
-            ddplab.Cluster(2, backend="nccl")
+        with ddplab.placed(backend="nccl"):
+            with pytest.raises(ValueError, match="'nccl' needs one GPU per rank"):
+                ddplab.run(check.report, 2)
+            with pytest.raises(ValueError, match="'nccl' needs one GPU per rank"):
+                ddplab.Cluster(2)
+    assert descendants() == before
 
 
 def test_ranks_never_print_and_their_output_is_readable_from_the_caller(capfd):

@@ -23,7 +23,7 @@ FLOORS = {
                           "ddplab.chapters": "`preload.py` only: the forkserver loads every "
                                              "chapter's rank functions through the finder",
                       }),
-    "ddplab": ("the face: `run`, `Cluster`, `logs`, `RankError`, `placement`",
+    "ddplab": ("the face: `run`, `Cluster`, `logs`, `RankError`, `placed`, `placement`",
                {"ddplab.engine": ""}),
     "ddplab.screen": ("what a reader sees: sliders, live figures, static panels, style, "
                       "quoted errors, the status line, the predict-then-run input", {

@@ -88,7 +88,7 @@ def test_the_table_counts_and_names_each_failure_by_its_first_error_line():
     tests = gpu_check.Step("tests", "pytest", ["x"], "pytest")
     traceback = ("Traceback (most recent call last):\n  File \"a.py\", line 1\n"
                  "RuntimeError: No backend type associated with device type cpu\n")
-    from ddplab.engine.backend import UNSUPPORTED
+    from ddplab.engine.placement import UNSUPPORTED
 
     reason = next(iter(UNSUPPORTED.values()))
     outcomes = [

@@ -171,10 +171,13 @@ def test_progress_is_one_line_per_stage_when_not_a_terminal(two_ranks):
 
 
 def test_one_rank_gives_a_partial_report_that_names_what_needs_more(tmp_path):
-    code, stdout, stderr = cli("--world-size", "1", "--quick", "--out", str(tmp_path), "--json")
+    code, stdout, stderr = cli("--world-size", "1", "--quick", "--out", str(tmp_path), "--json",
+                               "--device", "cpu")
     assert code == 0, stderr
     data = json.loads(stdout)
     assert schema.problems(data) == []
+    # --device reaches every stage through the one door (ddplab.placed), the report records it
+    assert (data["machine"]["backend"], data["machine"]["device"]) == ("gloo", "cpu")
     missing = {m["part"] for m in data["missing"]}
     assert {"allreduce", "buckets", "buckets.accumulation", "prediction"} <= missing
     assert all("2 ranks" in m["why"] for m in data["missing"] if m["part"] != "memory")

@@ -8,6 +8,7 @@ matplotlib.use("Agg")
 
 import pytest  # noqa: E402
 
+import ddplab  # noqa: E402
 from ddplab.chapters.averaging import (
     averaging,  # noqa: E402
     plots,  # noqa: E402
@@ -32,6 +33,7 @@ def test_a_panel_runs_real_ddp_at_the_defaults_and_again_on_every_change():
     dropdown.value = "sum"
     assert [(r.world_size, r.reduction) for r in runs] == [(3, "mean"), (5, "mean"), (5, "sum")]
     assert "real DDP run and drawn in" in status.value
+    assert status.value.endswith(f"), {ddplab.placement()}")  # where the panel's runs go
 
 
 def test_the_figure_is_one_image_whose_png_is_replaced_on_a_change():

@@ -5,9 +5,11 @@
 
 Locally, ``--world-size`` sets the number of rank processes (default 2); under torchrun it is
 torchrun's and need not be given. Only rank 0 prints under torchrun. ``--backend`` and
-``--device`` say where every rank of the command runs (default: auto, as ``DDPLAB_BACKEND`` /
-``DDPLAB_DEVICE`` say, else NCCL on CUDA with two GPUs or more, gloo on CPU otherwise); the
-JSON records both. ``--backend gloo --device cuda`` runs every rank's tensors on one GPU.
+``--device`` say where every rank of the command runs, set once for the process before the
+command starts (``ddplab.placed``; default: auto, as ``DDPLAB_BACKEND`` / ``DDPLAB_DEVICE``
+say, else NCCL on CUDA where there is a GPU for each of the ``--world-size`` ranks, gloo on CPU
+otherwise); the JSON records both. ``--backend gloo --device cuda`` runs every rank's tensors
+on one GPU.
 
 Three commands are not a chapter's experiment: ``report`` measures your cluster and sets the
 book's cost model beside each figure (``ddplab.report``), ``exercise`` checks a solution of
@@ -38,8 +40,8 @@ import sys
 
 from ddplab import chapters
 from ddplab.common.results import to_json
-from ddplab.engine.backend import BACKENDS, DEVICES
-from ddplab.engine.cluster import DEFAULT_TIMEOUT, defaults
+from ddplab.engine.cluster import DEFAULT_TIMEOUT
+from ddplab.engine.placement import BACKENDS, DEVICES, placed, range_of
 from ddplab.engine.torchrun import is_reporting_process, under_torchrun
 
 
@@ -54,8 +56,8 @@ def parser() -> argparse.ArgumentParser:
         sub.add_argument("--world-size", type=int, default=None,
                          help="number of ranks (default 2; under torchrun: torchrun's)")
         sub.add_argument("--backend", choices=BACKENDS, default="auto",
-                         help="auto: DDPLAB_BACKEND, else nccl with two GPUs or more, else gloo "
-                              "(default auto)")
+                         help="auto: DDPLAB_BACKEND, else nccl with a GPU for each rank, else "
+                              "gloo (default auto)")
         sub.add_argument("--device", choices=DEVICES, default="auto",
                          help="auto: DDPLAB_DEVICE, else cuda under nccl, else cpu; cuda with "
                               "gloo puts every rank on the GPUs, rank r on cuda:(r %% GPUs)")
@@ -141,9 +143,12 @@ def main(argv=None) -> int:
     if args.world_size is None:
         args.world_size = int(os.environ["WORLD_SIZE"]) if under_torchrun() else 2
     module = chapters.commands()[args.command]
-    params = {k: v for k, v in vars(args).items() if k not in ("command", "json", "device")}
+    params = {k: v for k, v in vars(args).items()
+              if k not in ("command", "json", "backend", "device")}
     try:
-        with defaults(args.backend, args.device):  # also for drivers that pass no backend
+        # Where every rank of the command runs, set once, before anything else: each driver
+        # runs where the process is placed. The command's world size is the largest it asks.
+        with placed(args.backend, args.device, largest_world_size=range_of(args.world_size)):
             result = module.run(**params)
     except ValueError as exc:  # bad input, caught before any rank started
         return bad_input(args, exc)

@@ -42,7 +42,8 @@ import torch.distributed as dist
 from torch.distributed.constants import default_pg_timeout
 
 from ddplab.common.checks import positive_number
-from ddplab.engine import cluster, notes
+from ddplab.engine import notes
+from ddplab.engine import placement as placements  # (``placement`` is a field name here)
 from ddplab.engine.cluster import logs, run
 from ddplab.engine.errors import RankError
 
@@ -127,7 +128,7 @@ class Watched:
     notes: list[list[dict]]  # per rank, the lines it noted during this call
     error: str | None  # the TimeoutError's (or RankError's) message
     during: object = None  # what ``run_watched``'s ``during`` returned
-    placement: object = None  # where the ranks ran (engine.backend.Placement), hung or not
+    placement: object = None  # where the ranks ran (engine.placement.Placement), hung or not
 
     @property
     def steps_completed_per_rank(self) -> list[int]:
@@ -142,8 +143,8 @@ class Watched:
                 for noted in self.notes]
 
 
-def run_watched(fn, world_size: int, timeout: float, backend: str = "auto",
-                catch_rank_errors: bool = False, during=None, **params) -> Watched:
+def run_watched(fn, world_size: int, timeout: float, catch_rank_errors: bool = False,
+                during=None, **params) -> Watched:
     """``ddplab.run(fn, world_size, ...)``; a hang is the outcome "hung", not an exception
     (and with ``catch_rank_errors`` a rank that raised or died is the outcome "died").
     ``during(call_id)``, if given, runs in a thread beside the call (it may read the ranks'
@@ -151,11 +152,10 @@ def run_watched(fn, world_size: int, timeout: float, backend: str = "auto",
     positive_number("timeout", timeout)
     call_id = uuid.uuid4().hex
     beside = None if during is None else Beside(during, call_id)
-    placement = cluster.placement(world_size, backend)  # known even if it hangs
+    placement = placements.serving(world_size)  # known even if it hangs
     start = time.perf_counter()
     try:
-        results = run(fn, world_size, backend=backend, timeout=timeout, call_id=call_id,
-                      **params)
+        results = run(fn, world_size, timeout=timeout, call_id=call_id, **params)
         outcome, error = "finished", None
     except TimeoutError as exc:
         results, outcome, error = None, "hung", str(exc)

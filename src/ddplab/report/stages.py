@@ -19,7 +19,7 @@ from ddplab.chapters.time_cost import (
     step_time,
 )
 from ddplab.common import mlp
-from ddplab.engine.backend import unsupported
+from ddplab.engine.placement import unsupported
 from ddplab.report import machine
 from ddplab.report.figures import compared, measured_only, predicted_only
 from ddplab.report.model import Calibrated
@@ -38,7 +38,7 @@ def value(x, unit: str) -> dict:
 
 
 def machine_stage(s: Settings, found: dict) -> dict:
-    section = machine.describe(s.world_size, s.backend, s.timeout)
+    section = machine.describe(s.world_size, s.timeout)
     found["model"] = Calibrated(mlp.param_count(s.layers), section["world_size"], BATCH_SIZE)
     check_memory(s, section)
     return section
@@ -84,14 +84,13 @@ def sizes_that_fit(sizes, machine_section: dict) -> list[int]:
 def allreduce_stage(s: Settings, found: dict) -> dict:
     model = found["model"]
     if model.world_size < 2:  # one rank still measures the copy bandwidth DDP's copies use
-        result = allreduce.run(1, sizes=(4 * 1024,), repeats=1, backend=s.backend,
-                               timeout=s.timeout)
+        result = allreduce.run(1, sizes=(4 * 1024,), repeats=1, timeout=s.timeout)
         model.copy_bandwidth = result.copy_bandwidth_bytes_per_s
         return {"missing": f"the all-reduce {NEEDS_RANKS}",
                 "copy_bandwidth": measured_only(model.copy_bandwidth, "bytes/s")}
     sizes = sizes_that_fit(s.sizes, found["sections"]["machine"])
     result = allreduce.run(model.world_size, sizes=sizes, repeats=s.repeats,
-                           backend=s.backend, timeout=s.timeout)
+                           timeout=s.timeout)
     found["allreduce"] = result
     model.fit = result.fit  # non-negative, flagged where the times cannot support it
     model.copy_bandwidth = result.copy_bandwidth_bytes_per_s
@@ -211,14 +210,14 @@ def accumulation_stage(s: Settings, found: dict) -> dict:
 def memory_stage(s: Settings, found: dict) -> dict:
     world_size = found["model"].world_size
     rows, results, missing = {}, {}, []
-    where = ddplab.placement(world_size, s.backend)
+    where = ddplab.placement()
     for strategy in s.strategies:
         refused = unsupported(strategy, where)  # named as missing, with what to do instead
         if refused:
             missing.append(f"{strategy}: not run on {where}: {refused}")
             continue
         result = memory.run(world_size, strategy, "adam", s.memory_params_millions, steps=1,
-                            backend=s.backend, timeout=s.timeout)
+                            timeout=s.timeout)
         results[strategy] = result
         predicted = sum(result.predicted_per_rank.values())
         malloc = result.measured_bytes_per_rank[0]

@@ -145,22 +145,23 @@ class UnusedParameters(Result):
 
 
 def run(world_size: int = 2, layers=(32,) * 13, steps: int = 30, batch_size: int = 8,
-        seed: int = 0, backend: str = "auto", timeout: float = 60.0) -> UnusedParameters:
+        seed: int = 0, timeout: float = 60.0) -> UnusedParameters:
     int_in_range("world_size", world_size, 1, ddplab.MAX_WORLD_SIZE)
     positive_int("steps", steps)
     positive_int("batch_size", batch_size)
     an_int("seed", seed)
     layers = tuple(layers)
-    ranks = ddplab.run(error_and_step_times, world_size, backend=backend, timeout=timeout,
+    ranks = ddplab.run(error_and_step_times, world_size, timeout=timeout,
                        layers=layers, steps=steps, batch_size=batch_size, seed=seed)
     without, flagged = ranks[0]["unflagged"], ranks[0]["flagged"]  # as rank 0 saw them
     ms = {key: [1e3 * s for s in timed_step.slowest_steps([r[key] for r in ranks])]
           for key in ("without", "with")}
-    return UnusedParameters(
+    return UnusedParameters.from_ranks(
+        ranks,
         world_size=world_size, error=without["error"], steps_done=without["steps_done"],
         steps_done_with_flag=flagged["steps_done"],
         aux_grad_is_none=flagged["aux_grad_is_none"], layers=layers,
-        ms_without=ms["without"], ms_with=ms["with"]).on(ranks)
+        ms_without=ms["without"], ms_with=ms["with"])
 
 
 def named(world_size: int = 2, seed: int = 0) -> str:

@@ -38,6 +38,7 @@ import ddplab
 from ddplab.chapters.memory.strategies import shard_with_fsdp, zero1_optimizer
 from ddplab.common.checks import int_in_range, one_of, positive_int
 from ddplab.common.results import Result
+from ddplab.engine.placement import require
 
 STRATEGIES = ("fsdp", "zero1")
 WIDTH, DEPTH, BATCH_SIZE, LR = 16, 3, 4, 1e-2
@@ -192,7 +193,8 @@ def run(world_size: int = 2, strategy: str = "fsdp", steps: int = 2,
     world_size = int_in_range("world_size", world_size, 1, 64)
     strategy = one_of("strategy", strategy, STRATEGIES)
     steps = positive_int("steps", steps)
+    require(strategy, ddplab.placement())  # what does not run there, refused
     per_rank = ddplab.run(round_trip, world_size, strategy=strategy, steps=steps, seed=seed)
-    return RoundTrip(strategy, world_size, steps, per_rank[0]["files"],
-                     [r["max_diff"] for r in per_rank],
-                     max(r["fresh_diff"] for r in per_rank)).on(per_rank)
+    return RoundTrip.from_ranks(per_rank, strategy, world_size, steps, per_rank[0]["files"],
+                                [r["max_diff"] for r in per_rank],
+                                max(r["fresh_diff"] for r in per_rank))

@@ -16,7 +16,7 @@ from ddplab.common import timed_step
 from ddplab.common.checks import positive_int
 from ddplab.common.mlp import make_batch, make_model
 from ddplab.common.results import Result
-from ddplab.engine.backend import require
+from ddplab.engine.placement import require
 
 # (label, strategy, gradient_as_bucket_view); DDP first: the others are ratios to it
 VARIANTS = (("ddp", "ddp", False), ("ddp, bucket view", "ddp", True),
@@ -65,10 +65,11 @@ def run(world_size: int = 2, optimizer: str = "adam", params_millions: float = 8
     positive_int("world_size", world_size)
     positive_int("steps", steps)
     for _, strategy, _ in VARIANTS:  # what does not run there, refused before any rank starts
-        require(strategy, ddplab.placement(world_size))
+        require(strategy, ddplab.placement())
     results = ddplab.run(step_times, world_size, timeout=timeout, optimizer=optimizer,
                          params_millions=params_millions, steps=steps, seed=seed)
-    return StepTimes(world_size=world_size, optimizer=optimizer,
-                     params_millions=params_millions,
-                     step_s={label: timed_step.median_step([r[label] for r in results])["step"]
-                             for label in results[0]}).on(results)
+    return StepTimes.from_ranks(results, world_size=world_size, optimizer=optimizer,
+                                params_millions=params_millions,
+                                step_s={label: timed_step.median_step(
+                                            [r[label] for r in results])["step"]
+                                        for label in results[0]})

@@ -73,7 +73,7 @@ from ddplab.common import clock, mlp
 from ddplab.common.checks import int_at_least, one_of, positive_int
 from ddplab.common.progress import report as progress_report
 from ddplab.common.results import Result
-from ddplab.engine.backend import require
+from ddplab.engine.placement import require
 
 COMMAND = "compress"  # python -m ddplab compress
 
@@ -210,7 +210,7 @@ class Compression(Result):
 
 
 def run(world_size: int = 2, hook: str = "fp16", seed: int = 0, layers=None,
-        powersgd_rank: int = 1, iterations: int = 4, batch_size: int = 32, backend: str = "auto",
+        powersgd_rank: int = 1, iterations: int = 4, batch_size: int = 32,
         timeout: float = 60.0) -> Compression:
     """Train ``iterations`` steps' gradients with ``hook`` and report its last one."""
     layers = mlp.check_layers(LAYERS if layers is None else layers)
@@ -218,15 +218,15 @@ def run(world_size: int = 2, hook: str = "fp16", seed: int = 0, layers=None,
     for name, value in (("powersgd_rank", powersgd_rank), ("batch_size", batch_size)):
         positive_int(name, value)
     int_at_least("iterations", iterations, 3, "PowerSGD compresses from its third")
-    require(hook, ddplab.placement(world_size, backend))  # what does not run there, refused
-    ranks = ddplab.run(compressed_steps, world_size, backend=backend, timeout=timeout,
+    require(hook, ddplab.placement())  # what does not run there, refused
+    ranks = ddplab.run(compressed_steps, world_size, timeout=timeout,
                        layers=layers, hook=hook, powersgd_rank=powersgd_rank, iterations=iterations,
                        batch_size=batch_size, seed=seed)
     params = mlp.param_count(layers)
-    return Compression(hook=hook, world_size=len(ranks), params=params,
-                       bytes_uncompressed=4 * params, refused=ranks[0]["refused"],
-                       iterations=ranks[0]["iterations"],
-                       grad_rel_error=max(r["rel_error"] for r in ranks)).on(ranks)
+    return Compression.from_ranks(ranks, hook=hook, world_size=len(ranks), params=params,
+                                  bytes_uncompressed=4 * params, refused=ranks[0]["refused"],
+                                  iterations=ranks[0]["iterations"],
+                                  grad_rel_error=max(r["rel_error"] for r in ranks))
 
 
 _LAST: dict = {}  # the last compare(reuse=True)'s results, by what each run depended on
@@ -243,8 +243,9 @@ def compare(hooks=HOOKS, world_size: int = 2, powersgd_rank: int = 1, seed: int 
     on screen before it starts."""
     global _LAST
     out, kept = {}, {}
+    where = ddplab.placement()  # a run on another placement is another run
     for i, hook in enumerate(hooks):
-        key = (hook, world_size, seed, powersgd_rank if hook == "powersgd" else None)
+        key = (where, hook, world_size, seed, powersgd_rank if hook == "powersgd" else None)
         again = reuse and key in _LAST
         partial = {h: out.get(h) for h in hooks} if out and not again else None
         progress_report(progress, i, len(hooks), hook, partial=partial)

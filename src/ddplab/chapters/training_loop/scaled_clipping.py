@@ -130,7 +130,7 @@ def run(world_size: int = 2, max_norm: float = 0.5, seed: int = 0,
     one_of("optimizer", optimizer, tuple(OPTIMIZERS))
     per_rank = ddplab.run(steps, world_size, max_norm=max_norm, seed=seed,
                           optimizer_name=optimizer)
-    return ScaledClipping(world_size, max_norm, optimizer, per_rank[0]["scale"],
-                          per_rank[0]["norm"],
-                          {way: max(r["diff"][way] for r in per_rank) for way in WAYS},
-                          per_rank[0]["step"]).on(per_rank)
+    return ScaledClipping.from_ranks(per_rank, world_size, max_norm, optimizer,
+                                     per_rank[0]["scale"], per_rank[0]["norm"],
+                                     {way: max(r["diff"][way] for r in per_rank) for way in WAYS},
+                                     per_rank[0]["step"])
