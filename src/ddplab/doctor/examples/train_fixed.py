@@ -41,7 +41,8 @@ for epoch in range(3):
     with torch.no_grad():
         for xb, yb in val_loader:
             xb, yb = xb.to(device), yb.to(device)
-            counts += torch.stack([(model(xb).argmax(1) == yb).sum(), torch.tensor(len(yb))])
+            correct = (model(xb).argmax(1) == yb).sum()
+            counts += torch.stack([correct, torch.tensor(len(yb), device=device)])
     dist.all_reduce(counts)  # sums and counts, then one division
     if rank == 0:
         print(f"epoch {epoch}: val accuracy {counts[0].item() / counts[1].item():.3f}")
