@@ -60,15 +60,16 @@ def main() -> None:
     args = cli.parse_args()
     world_size, module_fn, cell_fn = args.world_size, first_group.ddp_step, cell_copy()
     assert cell_fn.__module__ == "__main__"
-    backend, timeout = "gloo", cluster.DEFAULT_TIMEOUT
+    ddplab.placed(backend="gloo", device="cpu")  # every call here, for the process
+    where, timeout = ddplab.placement(), cluster.DEFAULT_TIMEOUT
 
     def before():
-        cluster.check_call(module_fn, world_size, backend, timeout, {})
+        cluster.check_call(module_fn, world_size, timeout, {})
         pickle.dumps({})  # the old check pickled the parameters once
-        return pool.shared().run(module_fn, world_size, backend, "cpu", timeout, {})
+        return pool.shared().run(module_fn, world_size, where, timeout, {})
 
-    ways = {"module": lambda: ddplab.run(module_fn, world_size, backend=backend),
-            "cell": lambda: ddplab.run(cell_fn, world_size, backend=backend),
+    ways = {"module": lambda: ddplab.run(module_fn, world_size),
+            "cell": lambda: ddplab.run(cell_fn, world_size),
             "before": before}
     results = {name: way() for name, way in ways.items()}  # warm up; the group forms once
     assert repr(results["module"]) == repr(results["cell"]) == repr(results["before"])
@@ -85,7 +86,7 @@ def main() -> None:
         print(f"  {name:<7} {med[name]:7.2f} ms")
     print(f"  cell / module   = {med['cell'] / med['module']:.3f}")
     print(f"  module / before = {med['module'] / med['before']:.3f}")
-    run = messages.Run(1, world_size, backend, "cpu", timeout, module_fn, {})
+    run = messages.Run(1, world_size, timeout, module_fn, {})
     pickling = {"before (pickle of the message, per rank)": lambda: pickle.dumps(run),
                 "module (cloudpickle, by reference)": lambda: cluster.ship(module_fn, {}),
                 "cell (cloudpickle, by value)": lambda: cluster.ship(cell_fn, {})}

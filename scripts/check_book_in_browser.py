@@ -126,14 +126,8 @@ def check_page(page, checks: Checks, html: Path, base: str, rel: str, shots: Pat
         .filter(e => e.getClientRects().length && getComputedStyle(e).visibility != 'hidden')
         .length""")
     checks.check(searches == 1, f"{rel}: {searches} visible search boxes, not 1")
-    # Printed output and code listings fit the column: a block that scrolls sideways hides
-    # the end of its lines from a reader (the book's column is about 80 characters).
-    wide = page.evaluate("""() => Array.from(document.querySelectorAll('pre'))
-        .filter(pre => pre.scrollWidth > pre.clientWidth + 1)
-        .map(pre => pre.innerText.split('\\n')
-             .reduce((a, b) => (b.length > a.length ? b : a), '').slice(0, 100))""")
-    checks.check(not wide, f"{rel}: {len(wide)} code or output block(s) scroll sideways; "
-                           f"the widest line of each: {wide}")
+    check_layout(page, checks, rel, WIDE_SCREEN[0])
+    check_images(page, checks, rel)
     # Internal links: the file exists, and so does the anchor.
     here = (html / shown).parent
     broken, colab = [], []
@@ -161,6 +155,117 @@ def check_page(page, checks: Checks, html: Path, base: str, rel: str, shots: Pat
     print(f"{rel}{' -> ' + shown if shown != rel else ''}: {weight / 1e6:.2f} MB in "
           f"{len(fetched)} files, {len(images)} images, {formulas[0]} formulas, "
           f"{len(colab)} Colab button(s){panels}")
+
+
+# The widths a reader's screen has: a laptop, and a phone (an iPhone 12 to 15 is 390 CSS px).
+WIDE_SCREEN, PHONE = (1280, 900), (390, 844)
+# At 1280 px a figure shows at its own size up to this width (a 7.5-in figure at 100 px an
+# inch, with its margins); text of 7.5 pt or more (tests/test_figure_text.py) is then 10 px.
+FIGURE_PX = 780
+
+_LAYOUT = """width => {
+  const W = window.innerWidth, out = {overflow: [], wrapped: [], scrolled: []};
+  // What reaches past the screen's right edge (its box, or text overflowing it) and is not
+  // inside a box that scrolls sideways (overflow-x auto or scroll, itself on screen): the page
+  // is wider than the screen there, or a box that clips it cuts it off. Hidden things (the
+  // theme's closed sidebars wait off screen) do not count. The innermost such element (an
+  // overflowing child widens its parents' scrollWidth too).
+  const right = e => {  // a box that scrolls or clips keeps its content inside itself
+    const r = e.getBoundingClientRect();
+    if (r.width == 0) return 0;
+    return getComputedStyle(e).overflowX != 'visible' ? r.right
+                                                     : Math.max(r.right, r.left + e.scrollWidth);
+  };
+  const sticks = e => {
+    if (right(e) <= W + 1 || !e.checkVisibility({visibilityProperty: true})) return false;
+    for (let p = e.parentElement; p && p !== document.body; p = p.parentElement) {
+      const style = getComputedStyle(p);
+      if (style.position == 'fixed') return false;
+      if (['auto', 'scroll'].includes(style.overflowX) && p.getBoundingClientRect().right <= W + 1)
+        return false;
+    }
+    return true;
+  };
+  for (const e of document.body.querySelectorAll('*'))
+    if (sticks(e) && ![...e.children].some(sticks))
+      out.overflow.push(e.parentElement.tagName.toLowerCase() + ' > ' + e.tagName.toLowerCase() +
+        (e.className && e.className.split ?
+        '.' + e.className.split(' ')[0] : '') + ' "' + (e.innerText || e.alt || '')
+        .trim().slice(0, 50) + '" ' + Math.round(right(e)) + ' px');
+  // A block of code or output whose lines wrap: taller than with white-space: pre.
+  for (const pre of document.querySelectorAll('article pre')) {
+    const kind = pre.closest('.cell_output, .output') ? 'output' : 'code';
+    const longest = pre.innerText.split('\\n').reduce((a, b) => b.length > a.length ? b : a, '');
+    const height = pre.getBoundingClientRect().height, style = pre.style.whiteSpace;
+    pre.style.whiteSpace = 'pre';
+    const unwrapped = pre.getBoundingClientRect().height;
+    pre.style.whiteSpace = style;
+    if (height > unwrapped + 1) out.wrapped.push(kind + ': ' + longest.slice(0, 70));
+    else if (pre.scrollWidth > pre.clientWidth + 1)
+      out.scrolled.push(kind + ' (' + longest.length + ' columns): ' + longest.slice(0, 50));
+  }
+  return out;
+}"""
+
+
+def check_layout(page, checks: Checks, rel: str, width: int) -> None:
+    """Nothing makes the page wider than the screen; at the laptop's width no code or output
+    wraps, and no listing scrolls sideways (a printout too wide for the column scrolls in its
+    box, and is listed)."""
+    found = page.evaluate(_LAYOUT, width)
+    checks.check(not found["overflow"], f"{rel} at {width} px: past the screen's edge "
+                                        f"(the page scrolls, or it is cut off): "
+                                        f"{found['overflow'][:6]}")
+    if width >= WIDE_SCREEN[0]:
+        checks.check(not found["wrapped"], f"{rel} at {width} px: {len(found['wrapped'])} "
+                                           f"wrapped block(s): {found['wrapped'][:6]}")
+        code = [s for s in found["scrolled"] if s.startswith("code")]
+        checks.check(not code, f"{rel} at {width} px: code that scrolls sideways: {code}")
+        for line in found["scrolled"]:
+            if not line.startswith("code"):
+                print(f"  {rel} at {width} px, scrolls in its box: {line}")
+
+
+_IMAGES = """() => [...document.querySelectorAll('article img')].map(img => {
+  const link = img.closest('a[href]');
+  return {src: img.getAttribute('src').slice(0, 60), alt: img.getAttribute('alt') || '',
+          data: img.src.startsWith('data:'), natural: img.naturalWidth,
+          shown: img.getBoundingClientRect().width,
+          full: !!link && link.href == img.src};
+})"""
+PATH_LIKE = re.compile(r"\.(png|svg|jpe?g|gif)$|^data:|_images/", re.I)
+
+
+def real_alt(alt: str) -> bool:
+    """Alt text that says something: a few words, not the image's file (Sphinx's default
+    alt text for an image with none is its path)."""
+    return len(alt.split()) >= 3 and not PATH_LIKE.search(alt.strip())
+
+
+def check_images(page, checks: Checks, rel: str) -> None:
+    """Each image of the text has alt text that says what it shows; each figure (not a static
+    panel's, which is a data: URI) links to itself at full size and shows at its own width up
+    to FIGURE_PX."""
+    images = page.evaluate(_IMAGES)
+    no_alt = [f"{i['src']} (alt {i['alt'][:40]!r})" for i in images if not real_alt(i["alt"])]
+    checks.check(not no_alt, f"{rel}: images without real alt text: {no_alt[:4]}"
+                             f"{' ...' if len(no_alt) > 4 else ''} ({len(no_alt)})")
+    files = [i for i in images if not i["data"]]
+    unlinked = [i["src"] for i in files if not i["full"]]
+    checks.check(not unlinked, f"{rel}: figures without a link to full size: {len(unlinked)}")
+    small = [f"{i['src']}: {i['shown']:.0f} of {i['natural']} px" for i in files
+             if i["natural"] and i["shown"] < min(i["natural"], FIGURE_PX) - 2]
+    checks.check(not small, f"{rel}: figures shown below their size: {small[:4]} "
+                            f"({len(small)})")
+
+
+def check_phone(page, checks: Checks, base: str, rel: str, shots: Path) -> None:
+    """The page at a phone's width: nothing wider than the screen."""
+    page.goto(base + rel, wait_until="load")
+    page.wait_for_load_state("networkidle")  # index.html redirects
+    check_layout(page, checks, rel, PHONE[0])
+    page.screenshot(path=str(shots / (rel.replace("/", "_").removesuffix(".html")
+                                      + f"_{PHONE[0]}.png")))
 
 
 def error_messages() -> list[str]:
@@ -360,12 +465,19 @@ def main() -> None:
         with sync_playwright() as p:
             chromium = browser.launch(p)
             for rel in pages:
-                page = chromium.new_page(viewport={"width": 1280, "height": 900})
+                page = chromium.new_page(viewport=dict(zip(("width", "height"), WIDE_SCREEN)))
                 try:
                     check_page(page, checks, html, base, rel, shots)
                 except Exception as exc:  # one broken page must not hide the others
                     checks.check(False, f"{rel}: {type(exc).__name__}: {exc}")
                 page.close()
+            phone = chromium.new_page(viewport=dict(zip(("width", "height"), PHONE)))
+            for rel in pages:
+                try:
+                    check_phone(phone, checks, base, rel, shots)
+                except Exception as exc:
+                    checks.check(False, f"{rel} at {PHONE[0]} px: {type(exc).__name__}: {exc}")
+            phone.close()
             page = chromium.new_page()
             try:
                 check_search(page, checks, base)

@@ -9,8 +9,8 @@ On a machine with at least one GPU it runs, in this order:
   a command that needs two ranks or more exits 2 with "world_size must be ...": counted as
   "needs W>=2", not as a failure;
 * every command at its default world size with gloo on CUDA tensors on the GPU(s)
-  (``--backend gloo --device cuda``); what ddplab refuses there (``engine.backend.UNSUPPORTED``,
-  e.g. PowerSGD) exits 2 with that reason: counted as "refused";
+  (``--backend gloo --device cuda``); what ddplab refuses there (``engine.placement.UNSUPPORTED``,
+  e.g. FSDP) exits 2 with that reason: counted as "refused";
 * every exercise (``python -m ddplab exercise NAME``) with gloo on CUDA tensors: its reference
   (the exercise's own module, which defines the answer) must pass (exit 0) and a solution that
   does nothing must be rejected (exit 1); then the exercises' tests (each mistake readers make)
@@ -22,7 +22,14 @@ On a machine with at least one GPU it runs, in this order:
 
 It prints one table (what, how many passed, failed, needed W>=2 or were refused, and the first
 error line of each failure) and exits 1 if anything failed. Without a GPU it says so and exits
-0 having run nothing. ``--cpu`` runs the same plan with gloo on CPU in place of NCCL and CUDA:
+0 having run nothing. Every step runs this checkout's ``src`` (first on ``PYTHONPATH``), so
+ddplab need not be installed; the Python modules a step needs beyond torch (``Step.needs``:
+jupytext, nbconvert, nbclient, ipykernel and myst_nb for the pages, pytest, pytest-xdist and
+nbval for the tests and labs) are looked for first, and a step whose modules are missing
+fails at once, naming them: ``requirements-gpu-check.txt`` lists them all, for a machine
+without internet (README, "gpu-check on a machine without internet").
+
+``--cpu`` runs the same plan with gloo on CPU in place of NCCL and CUDA:
 that is how the tests check this script's runner and table on a machine without a GPU
 (``tests/test_gpu_check.py``), so the GPU path runs the same code.
 """
@@ -32,6 +39,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import glob
+import importlib.util
+import inspect
 import os
 import re
 import subprocess
@@ -44,6 +53,10 @@ PY = sys.executable
 VARIANTS = {"memory": [["--strategy", "zero1"], ["--strategy", "fsdp"]],
             "compress": [["--hook", "powersgd"]]}
 NEEDS_MORE_RANKS = re.compile(r"world_size must be (between 2 and|an int >= 2)")
+# Python modules beyond torch and ddplab's own (requirements-gpu-check.txt installs them all)
+PAGES = ("jupytext", "nbconvert", "nbclient", "ipykernel", "myst_nb")
+PYTEST = ("pytest", "xdist", "psutil")
+LABS = (*PYTEST, "nbval", "ipykernel")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,6 +71,7 @@ class Step:
     timeout: float = 600.0
     env: tuple = ()  # extra environment, (name, value) pairs
     expect: int = 0  # the exit status that passes ("run" and "command" steps)
+    needs: tuple = ()  # Python modules it imports beyond torch and ddplab's own
 
 
 @dataclasses.dataclass
@@ -112,17 +126,19 @@ def plan(cpu: bool = False, groups=None, match: str | None = None, workers: int 
         out = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"gpu-check-{name[:-3]}.ipynb")
         steps.append(Step("book pages, executed", name,
                           [PY, "-m", "jupytext", "--to", "ipynb", "--execute",
-                           "--set-kernel", "python3", page, "-o", out], "run", 900))
+                           "--set-kernel", "python3", page, "-o", out], "run", 900,
+                          needs=PAGES))
     pytest = [PY, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
     steps.append(Step("tests marked gpu", "pytest -m gpu", [*pytest, "-n", "0", "-m", "gpu",
-                                                            "tests"], "pytest", 1800))
+                                                            "tests"], "pytest", 1800,
+                      needs=PYTEST))
     steps.append(Step("tests, the rest", "pytest -m 'not gpu' tests",
                       [*pytest, "-n", str(workers), "--dist", "loadfile", "-m", "not gpu",
                        "tests"],
-                      "pytest", 3600))
+                      "pytest", 3600, needs=PYTEST))
     steps.append(Step("labs under nbval", "pytest labs",
                       [*pytest, "-n", str(workers), "--dist", "loadfile", "labs"], "pytest",
-                      3600))
+                      3600, needs=LABS))
     bench = os.path.join(ROOT, "benchmarks", "gpu.py")
     if os.path.exists(bench):
         steps.append(Step("GPU benchmark", "benchmarks/gpu.py", [PY, bench], "run", 1800))
@@ -143,22 +159,23 @@ def exercise_steps(device: str) -> list[Step]:
     env = (("DDPLAB_BACKEND", "gloo"), ("DDPLAB_DEVICE", device))
     group = f"exercises, gloo on {device}"
     steps = []
-    for name, module in exercises.EXERCISES.items():
+    for name, exercise in exercises.EXERCISES.items():
         command = [PY, "-m", "ddplab", "exercise", name, "--json", "--solution"]
-        steps.append(Step(group, f"{name} reference", [*command, module.__file__], "command",
-                          300, env))
-        steps.append(Step(group, f"{name} does nothing", [*command, does_nothing(module)],
+        steps.append(Step(group, f"{name} reference", [*command, inspect.getfile(exercise.answer)],
+                          "command", 300, env))
+        steps.append(Step(group, f"{name} does nothing", [*command, does_nothing(exercise)],
                           "command", 300, env, expect=1))
     tests = sorted(glob.glob(os.path.join(ROOT, "tests", "test_exercises*.py")))
     steps.append(Step(group, "their tests", [PY, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                                             "-n", "0", *tests], "pytest", 1800, env))
+                                             "-n", "0", *tests], "pytest", 1800, env,
+                      needs=PYTEST))
     return steps
 
 
-def does_nothing(module) -> str:
+def does_nothing(exercise) -> str:
     """A file defining the exercise's function (or class) with no body worth the name: a
     wrong solution every exercise must reject."""
-    name = module.FUNCTION
+    name = exercise.function
     if name[0].isupper():  # a class: a module wrapper, or an optimizer, that does nothing
         base = "torch.optim.SGD" if "Optimizer" in name else "torch.nn.Module"
         body = (f"class {name}({base}):\n"
@@ -170,7 +187,7 @@ def does_nothing(module) -> str:
                    "    def finish_gradient_synchronization(self):\n        pass\n"))
     else:
         body = f"def {name}(*args, **kwargs):\n    return None\n"
-    path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"gpu-check-wrong-{module.NAME}.py")
+    path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"gpu-check-wrong-{exercise.name}.py")
     with open(path, "w") as f:
         f.write("import torch\n\n" + body)
     return path
@@ -182,9 +199,22 @@ def is_notebook(page: str) -> bool:
         return "```{code-cell}" in f.read()
 
 
+def missing(modules) -> list[str]:
+    """Those of ``modules`` this Python cannot import."""
+    return [m for m in modules if importlib.util.find_spec(m) is None]
+
+
 def run_step(step: Step) -> Outcome:
+    """Run one step with this checkout's ``src`` first on ``PYTHONPATH``; a step whose
+    modules are missing fails at once, naming them."""
+    absent = missing(step.needs)
+    if absent:
+        return Outcome(step, failed=1, error=f"missing Python module(s) {', '.join(absent)}: "
+                                             "pip install -r requirements-gpu-check.txt")
     start = time.perf_counter()
-    env = {**os.environ, **dict(step.env)}
+    path = os.pathsep.join(p for p in (os.path.join(ROOT, "src"),
+                                       os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "PYTHONPATH": path, **dict(step.env)}
     try:
         done = subprocess.run(step.argv, cwd=ROOT, env=env, capture_output=True, text=True,
                               timeout=step.timeout)
@@ -222,7 +252,7 @@ def judge(step: Step, code: int | None, out: str, err: str, seconds: float) -> O
 
 def refused(err: str) -> bool:
     sys.path.insert(0, os.path.join(ROOT, "src"))
-    from ddplab.engine.backend import UNSUPPORTED
+    from ddplab.engine.placement import UNSUPPORTED
 
     return any(reason in err for reason in UNSUPPORTED.values())
 
@@ -305,6 +335,11 @@ def main(argv=None) -> int:
         print("No GPU is visible here (torch.cuda.device_count() == 0): nothing was run. "
               "Run `make gpu-check` on a machine with at least one GPU.")
         return 0
+    absent = sorted({m for step in steps for m in missing(step.needs)})
+    if absent:  # said first, so that a run without them can be stopped at once
+        print(f"Missing here: {', '.join(absent)}; the steps that need them will fail. "
+              "pip install -r requirements-gpu-check.txt (README: without internet, as wheels)",
+              flush=True)
     outcomes = []
     for step in steps:
         print(f"[{len(outcomes) + 1}/{len(steps)}] {step.group}: {step.name}", flush=True)

@@ -8,6 +8,7 @@ import sys
 import psutil
 import pytest
 
+from ddplab import chapters
 from ddplab.__main__ import main
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -73,23 +74,34 @@ def torchrun_batch() -> dict:
 
 
 def ddplab_json(experiment: str, *args: str, torchrun: int = 0) -> dict:
-    """The JSON that ``python -m ddplab EXPERIMENT ARGS --json`` prints, checked: exit 0, and
-    nothing on stderr (torchrun writes notices of its own there, so only without torchrun).
-    Without torchrun the command's own ``main`` runs in this process, on its warm pool: a new
-    interpreter would spend 3-4 s importing torch and starting ranks for each of these tests
-    (``test_cli.py`` runs the ``python -m ddplab`` entry point itself)."""
+    """The JSON that ``python -m ddplab EXPERIMENT ARGS --json`` prints, checked: exit 0,
+    nothing on stderr (torchrun writes notices of its own there, so only without torchrun),
+    and, for a chapter's command, where its ranks ran first (``backend``, ``device``: every
+    result records its placement). Without torchrun the command's own ``main`` runs in this
+    process, on its warm pool: a new interpreter would spend 3-4 s importing torch and starting
+    ranks for each of these tests (``test_cli.py`` runs the ``python -m ddplab`` entry point
+    itself)."""
     if torchrun == 2 and (experiment, *args) in TORCHRUN_BATCH:
-        return json.loads(torchrun_batch()[" ".join([experiment, *args, "--json"])])
+        return placed(experiment, json.loads(torchrun_batch()[" ".join([experiment, *args,
+                                                                       "--json"])]))
     if torchrun:
         done = ddplab_cli(experiment, *args, "--json", torchrun=torchrun)
         assert done.returncode == 0, done.stderr
-        return json.loads(done.stdout)
+        return placed(experiment, json.loads(done.stdout))
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = main([experiment, *args, "--json"])
     assert code == 0, err.getvalue()
     assert err.getvalue() == "", err.getvalue()
-    return json.loads(out.getvalue())
+    return placed(experiment, json.loads(out.getvalue()))
+
+
+def placed(experiment: str, data: dict) -> dict:
+    """``data``, checked: a chapter's command names where its ranks ran, first."""
+    if experiment in chapters.commands():
+        assert list(data)[:2] == ["backend", "device"], f"{experiment}: {list(data)[:4]}"
+        assert data["backend"] in ("gloo", "nccl") and data["device"] in ("cpu", "cuda")
+    return data
 
 
 def pytest_collection_modifyitems(config, items):

@@ -19,7 +19,7 @@ def cell(source: str, name: str, **names):
 
 def assert_rejected(name: str, source: str, match: str, **names) -> None:
     """The exercise ``name`` rejects ``source``, with a message matching ``match``."""
-    solution = cell(source, exercises.EXERCISES[name].FUNCTION, **names)
+    solution = cell(source, exercises.EXERCISES[name].function, **names)
     verdict = exercises.check(name, solution, timeout=10)
     assert not verdict.passed
     assert re.search(match, verdict.message), verdict.message

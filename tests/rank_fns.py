@@ -129,11 +129,24 @@ def fsdp_gathered_after_forward(ctx, **options):
     ``DTensor`` again once a unit reshards (``fully_shard``'s docstring)."""
     from torch.distributed.tensor import DTensor
 
-    from ddplab.chapters.memory.strategies import shard_with_fsdp
+    from ddplab.chapters.memory.strategies import linear_layers, shard_with_fsdp
     from ddplab.common.mlp import make_model
 
     model = make_model((8, 16, 16, 1), 0).to(ctx.device)
-    shard_with_fsdp(model, ctx.device.type, ctx.world_size, **options)
+    shard_with_fsdp(model, linear_layers(model), ctx.device.type, **options)
     model(torch.zeros(2, 8, device=ctx.device))
     return [not isinstance(layer.weight, DTensor) for layer in model
             if isinstance(layer, torch.nn.Linear)]
+
+
+def noting(ctx, call_id, steps):
+    """Notes ``steps`` finished steps, then (rank 1 only) where it waits, with a plain printed
+    line between them that is no note."""
+    from ddplab.engine import hang_watch
+
+    for step in range(steps):
+        hang_watch.note(call_id, ctx.rank, step=step)
+    print(f"rank {ctx.rank} prints a line of its own")
+    if ctx.rank == 1:
+        hang_watch.note(call_id, ctx.rank, waiting="the check-in")
+    return ctx.rank

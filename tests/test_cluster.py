@@ -48,7 +48,7 @@ def test_results_are_plain_data_with_tensors_turned_into_numpy():
 
 
 def test_cluster_has_its_own_processes_and_leaves_none_behind():
-    with ddplab.Cluster(world_size=3, backend="gloo") as cluster:
+    with ddplab.placed(backend="gloo"), ddplab.Cluster(world_size=3) as cluster:
         assert cluster.backend == "gloo"
         first = cluster.run(rank_fns.identify)
         assert [r["rank"] for r in first] == [0, 1, 2]
@@ -86,13 +86,13 @@ def test_after_a_failure_fresh_ranks_are_started_before_the_next_call():
     from ddplab.engine import pool
 
     shared = pool.shared()
-    size = max(3, len(shared._workers))  # as many as the pool had (it grows, never shrinks)
+    size = max(3, len(shared.pids()))  # as many as the pool had (it grows, never shrinks)
     with pytest.raises(ddplab.RankError):
         ddplab.run(rank_fns.raise_on, 3, rank=0)
     deadline = time.monotonic() + 60
-    while len(shared._workers) < size and time.monotonic() < deadline:  # started in a thread
+    while len(shared.pids()) < size and time.monotonic() < deadline:  # started in a thread
         time.sleep(0.05)
-    started = [w.process.pid for w in shared._workers]
+    started = shared.pids()
     assert len(started) == size and all(alive(pid) for pid in started)
     assert [r["pid"] for r in ddplab.run(rank_fns.identify, 3)] == started[:3]
 
@@ -231,15 +231,17 @@ def test_bad_fn_or_params_fail_before_any_process_starts(fn, params, error, matc
 def test_unknown_backend_and_nccl_without_gpus_are_clear_errors():
     before = descendants()
     with pytest.raises(ValueError, match="backend must be one of auto, gloo, nccl"):
-        ddplab.run(check.report, 2, backend="mpi")
-    with pytest.raises(ValueError, match="backend must be one of"):
-        ddplab.Cluster(2, backend="NCCL")
+        ddplab.placed(backend="mpi")
+    with pytest.raises(ValueError, match="device must be one of"):
+        ddplab.placed(device="CUDA")
     assert descendants() == before
     if torch.cuda.device_count() < 2:
-        with pytest.raises(ValueError, match="'nccl' needs one GPU per rank"):
-            ddplab.run(check.report, 2, backend="nccl")
-        with pytest.raises(ValueError, match="'nccl' needs one GPU per rank"):
-            ddplab.Cluster(2, backend="nccl")
+        with ddplab.placed(backend="nccl"):
+            with pytest.raises(ValueError, match="'nccl' needs one GPU per rank"):
+                ddplab.run(check.report, 2)
+            with pytest.raises(ValueError, match="'nccl' needs one GPU per rank"):
+                ddplab.Cluster(2)
+    assert descendants() == before
 
 
 def test_ranks_never_print_and_their_output_is_readable_from_the_caller(capfd):

@@ -50,7 +50,7 @@ def test_a_collective_one_rank_skips_is_a_hang_naming_the_rank_that_never_came()
                     dist.all_reduce(p.grad)
                     p.grad /= dist.get_world_size()
         """, "average_gradients")
-    exercises.check("average-gradients", exercises.average_gradients.answer)  # pool warm
+    exercises.check("average-gradients", exercises.exercise("average-gradients").answer)  # warm
     before = descendants()
     start = time.monotonic()
     verdict = exercises.check("average-gradients", skips, timeout=3)
@@ -66,7 +66,7 @@ def test_the_command_exits_0_when_passed_1_when_wrong_2_when_unusable(tmp_path):
     right = tmp_path / "right.py"
     # the answer's annotations name torch: a file Python can import must import it
     right.write_text("import torch\nimport torch.distributed as dist\n\n\n"
-                     + inspect.getsource(exercises.average_gradients.answer))
+                     + inspect.getsource(exercises.average_gradients.EXERCISE.answer))
     done = ddplab_cli("exercise", "average-gradients", "--solution", str(right), "--json")
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)

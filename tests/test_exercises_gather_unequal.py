@@ -12,7 +12,7 @@ from ddplab import exercises
 from ddplab.__main__ import main
 from ddplab.exercises import gather_unequal
 
-ANSWER = gather_unequal.answer
+ANSWER = gather_unequal.EXERCISE.answer
 
 # Pad to the longest and all_gather, as the answer does; {pad} and {end} make the mistakes.
 PADDED = """

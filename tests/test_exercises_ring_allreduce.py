@@ -10,6 +10,7 @@ import json
 import re
 import textwrap
 import time
+import types
 
 import numpy as np
 import pytest
@@ -21,7 +22,7 @@ from ddplab.__main__ import main
 from ddplab.exercises import checker, ring_allreduce
 
 NAME = "ring-allreduce"
-ANSWER = ring_allreduce.answer
+ANSWER = ring_allreduce.EXERCISE.answer
 SOURCE = inspect.getsource(ANSWER)
 IMPORTS = "import torch\nimport torch.distributed as dist\n\n\n"
 HANG_TIMEOUT = 2.0
@@ -217,3 +218,15 @@ def test_sending_first_on_every_rank_hangs_and_is_named():
             "send to rank 0), and none reaches its recv") in verdict.message
     gone = before - descendants()
     assert gone and not any(alive(pid) for pid in gone)  # the hung ranks were ended
+
+
+def test_the_ring_gets_host_tensors_on_gloo_and_the_ranks_gpu_on_nccl():
+    """gloo's send/recv of a CUDA tensor aborted the rank on an H200 (its collectives took
+    CUDA tensors): on gloo with CUDA tensors the ring is handed host tensors; on NCCL, whose
+    send/recv need CUDA tensors, the rank's own GPU."""
+    def ctx(backend, device):  # what ring_device reads of a RankContext
+        return types.SimpleNamespace(backend=backend, device=torch.device(device))
+
+    assert ring_allreduce.ring_device(ctx("gloo", "cuda:1")) == torch.device("cpu")
+    assert ring_allreduce.ring_device(ctx("gloo", "cpu")) == torch.device("cpu")
+    assert ring_allreduce.ring_device(ctx("nccl", "cuda:1")) == torch.device("cuda:1")

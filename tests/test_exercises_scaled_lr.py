@@ -18,7 +18,7 @@ from ddplab.chapters.lr_scaling.lr_scaling import RULES, lr_schedule
 from ddplab.exercises import scaled_lr
 
 NAME = "scaled-lr"
-ANSWER = scaled_lr.answer
+ANSWER = scaled_lr.EXERCISE.answer
 IMPORTS = "import math\n\nimport torch.distributed as dist\n\n\n"
 # The answer's shape; {factors}, {ramp} and {late} make the mistakes.
 TEMPLATE = """

@@ -14,7 +14,7 @@ from ddplab import exercises
 from ddplab.__main__ import main
 
 NAME = "shard-optimizer"
-ANSWER = exercises.shard_optimizer.answer
+ANSWER = exercises.shard_optimizer.EXERCISE.answer
 IMPORTS = "import torch\nimport torch.distributed as dist\n\n\n"
 FIRST = "world size 2, momentum, layers [8, 16, 4] (4 parameters)"
 

@@ -2,6 +2,7 @@
 machine without a GPU by running the same code with gloo on CPU over a small selection."""
 
 import contextlib
+import dataclasses
 import glob
 import importlib.util
 import io
@@ -87,12 +88,12 @@ def test_the_table_counts_and_names_each_failure_by_its_first_error_line():
     tests = gpu_check.Step("tests", "pytest", ["x"], "pytest")
     traceback = ("Traceback (most recent call last):\n  File \"a.py\", line 1\n"
                  "RuntimeError: No backend type associated with device type cpu\n")
-    from ddplab.engine.backend import UNSUPPORTED
+    from ddplab.engine.placement import UNSUPPORTED
 
     reason = next(iter(UNSUPPORTED.values()))
     outcomes = [
         gpu_check.judge(command, 1, "", traceback, 1.0),
-        gpu_check.judge(command, 2, "", f"error: powersgd on gloo on cuda: {reason}.", 1.0),
+        gpu_check.judge(command, 2, "", f"error: fsdp on gloo on cuda: {reason}.", 1.0),
         gpu_check.judge(command, 0, "{}", "", 1.0),
         gpu_check.judge(tests, 1, "FAILED tests/test_x.py::test_y - AssertionError\n"
                                   "== 3 passed, 1 failed in 2.0s ==", "", 2.0)]
@@ -103,3 +104,30 @@ def test_the_table_counts_and_names_each_failure_by_its_first_error_line():
     assert "commands: clip: RuntimeError: No backend type associated with device type cpu" \
         in text
     assert "tests: pytest: FAILED tests/test_x.py::test_y - AssertionError" in text
+
+
+def test_a_step_whose_modules_are_missing_fails_at_once_naming_them():
+    """The H200's pages failed one by one for want of nbconvert and myst_nb: a step now says
+    which modules it needs, and one that this Python lacks is not run."""
+    pages = [s for s in gpu_check.plan() if s.group == "book pages, executed"]
+    assert pages and all({"jupytext", "nbconvert", "myst_nb"} <= set(s.needs) for s in pages)
+    assert all("nbval" in s.needs for s in gpu_check.plan() if s.group == "labs under nbval")
+    step = gpu_check.Step("book pages, executed", "x.md",
+                          [gpu_check.PY, "-c", "raise SystemExit(3)"], "run",
+                          needs=("json", "no_such_module_gpu_check_needs"))
+    outcome = gpu_check.run_step(step)
+    assert (outcome.passed, outcome.failed, outcome.seconds) == (0, 1, 0.0)
+    assert outcome.error.startswith("missing Python module(s) no_such_module_gpu_check_needs:")
+    assert "requirements-gpu-check.txt" in outcome.error
+    ran = gpu_check.run_step(dataclasses.replace(step, needs=("json",)))  # then it runs
+    assert ran.failed == 1 and "missing" not in (ran.error or "")
+
+
+def test_requirements_gpu_check_lists_every_module_a_step_needs():
+    with open(os.path.join(ROOT, "requirements-gpu-check.txt")) as f:
+        names = {line.split("=")[0].split(">")[0].strip().lower().replace("-", "_")
+                 for line in f if line.strip() and not line.startswith("#")}
+    modules = {m for s in gpu_check.plan() for m in s.needs}
+    distribution = {"xdist": "pytest_xdist"}  # a module's distribution, where they differ
+    assert {distribution.get(m, m) for m in modules} <= names
+    assert "torch" not in names  # the GPU machine's own CUDA build stays

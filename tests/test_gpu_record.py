@@ -16,6 +16,7 @@ from ddplab.chapters.memory import allocator_count, calculator
 from ddplab.common import gpt, gpu_record
 
 H100 = "h100-2026-11-25"
+H200 = "h200-2026-11-26"  # benchmarks/gpu.py's own run, figures to 0.01
 
 
 def test_the_first_record_says_where_it_comes_from():
@@ -41,6 +42,24 @@ def test_the_records_mfu_is_six_params_tokens_per_second_over_peak():
     # a wrong peak (the 1979 TFLOP/s sparse figure) or a forgotten factor breaks it
     halved = {**record.data, "peak_flops": 1979e12}
     assert abs(gpu_record.GpuRecord("x", halved).mfu_from_step(worked) - 9.8) > 4
+
+
+def test_the_h200_record_names_its_card_and_its_mfu_follows_from_its_steps():
+    """benchmarks/gpu.py rounds step times and MFUs to 0.01: the MFU worked out again from a
+    step lies within 0.005 points plus what the step's rounding moves it by. A worked row:
+    124 M compiled, 16 x 1024 tokens in 36.68 ms: 6 x 124,439,808 x 446,674 / 989e12 = 33.72%."""
+    record = gpu_record.load(H200)
+    assert record.origin.startswith("measured on one NVIDIA H200, 2026-11-26, benchmarks/gpu.py")
+    assert record.data["peak_flops"] == 989e12 and len(record.rows) == 6
+    worked = next(r for r in record.rows if r["model"] == "124M" and r["mode"] == "compiled")
+    assert record.mfu_from_step(worked) == pytest.approx(33.72, abs=0.005)
+    for row in record.rows:
+        rounding = 0.005 + row["mfu_percent"] * 0.005 / row["step_ms"] + 1e-9
+        assert abs(record.mfu_from_step(row) - row["mfu_percent"]) <= rounding, row
+        assert row["params"] == gpt.SHAPES[row["model"]].params
+    # its memory rows were counted before the allocator's lazy frees were waited for: the
+    # record says so, and the book reads the H100's memory by name instead
+    assert "off by what the previous variant left" in record.data["memory"]["note"]
 
 
 def test_the_records_model_sizes_are_the_gpt_shapes():

@@ -347,3 +347,35 @@ def test_lab_1s_node_figure_updates_in_place_pixel_for_pixel():
         assert np.array_equal(updated, np.asarray(fresh.canvas.buffer_rgba())), (nodes,
                                                                                   gpus_per_node)
         assert (nodes, gpus_per_node) == (2, 2) or not np.array_equal(updated, first)
+
+
+def two_panels(label: str):
+    """Two subfigures, each an axes with a legend that stays and hides: what the kept layout
+    and the pasted legends are for, with no torch in it."""
+    fig = plt.figure(figsize=(5, 4), layout="constrained")
+    for sub in fig.subfigures(2, 1):
+        ax = sub.subplots()
+        ax.plot([0, 1], [0, len(label)], label="line")
+        ax.set_ylabel(label)
+        ax.legend(loc="upper left", framealpha=1)
+    return fig
+
+
+def test_without_the_private_names_every_figure_is_laid_out_by_its_engine(monkeypatch):
+    """Where a matplotlib lacks a private name a kept layout is put back with
+    (``live_figure.PRIVATE``), nothing is kept, and each figure is what its own engine lays
+    out: slower, never wrong."""
+    live = LiveFigure(two_panels)
+    live.png("y")
+    assert live.layouts  # with the names (matplotlib 3.7 to 3.11): a layout is kept
+    monkeypatch.setitem(live_figure.PRIVATE, "SubFigure", ("_not_in_this_matplotlib",))
+    live = LiveFigure(two_panels)
+    for label in ("y", "a longer label", "y"):
+        png = pixels(live.png(label))
+        fresh = live_figure._own_canvas(two_panels(label))
+        fresh.get_layout_engine().set(w_pad=live_figure.SLACK, h_pad=live_figure.SLACK)
+        fresh.canvas.draw()
+        assert np.array_equal(png, np.asarray(fresh.canvas.buffer_rgba())), label
+    assert live.layouts == {} and live.frame is None
+    assert live_figure._frame(fresh) is None
+    assert not live_figure._set_layout(fresh, ([], [None] * 3, []))  # nothing moved

@@ -124,8 +124,9 @@ def test_a_gpu_rank_is_measured_by_the_cuda_allocator(bucket_view):
     1024.25 MiB against the calculator's 1024.25 with the bucket view on one H100. During
     each step after the first, foreach Adam's ``_foreach_sqrt(exp_avg_sq)`` (adam.py line 790)
     holds a temporary of 4 bytes per parameter."""
-    result = memory.run(world_size=1, strategy="ddp", optimizer="adam", params_millions=8,
-                        bucket_view=bucket_view, steps=3, backend="nccl")
+    with ddplab.placed(backend="nccl"):
+        result = memory.run(world_size=1, strategy="ddp", optimizer="adam", params_millions=8,
+                            bucket_view=bucket_view, steps=3)
     assert result.allocator == "cuda"
     P, T = result.parameter_count, result.parameter_tensors
     on_gpu = result.total_per_rank[0] - 4 * T

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from conftest import ddplab_json
-from ddplab.chapters.memory import calculator, calculator_form, precision
+from ddplab.chapters.memory import calculator, calculator_form, precision, schemes
 
 GB80 = 80e9
 
@@ -58,6 +58,20 @@ def test_largest_model_leaves_room_for_the_optimizer_step():
     # activations count while they live (backward), the step's temporaries after them
     assert calculator.largest_model(GB80, "adam", "ddp", 8, activation_bytes=40e9) == \
         pytest.approx(40e9 / 20)
+
+
+def test_the_pages_table_by_scheme_holds_the_hand_worked_bytes():
+    """Adam under autocast: DDP keeps 4 bytes of parameters, 4 of gradients, 4 of buckets and 8
+    of state per parameter on every rank (20; 16 with the bucket view); FSDP's policy shards
+    all 16 of its fp32 bytes, 16 / 64 = 0.25 at 64 ranks. The largest DDP model in 80 GB leaves
+    4 more bytes for the step's copy of exp_avg_sq: 80e9 / 24 = 3.33 B."""
+    lines = schemes.table("adam", (1, 8, 64), 80e9, 8).splitlines()
+    assert len(lines) == 2 + len(schemes.ROWS)
+    rows = {line[:42].strip(): line[42:].split() for line in lines[2:]}
+    assert rows["DDP, autocast"] == ["20.00", "20.00", "20.00", "3.33", "B"]
+    assert rows["DDP, bucket view, autocast"][:3] == ["16.00"] * 3
+    assert rows["FSDP, MixedPrecisionPolicy"][:3] == ["16.00", "2.00", "0.25"]
+    assert schemes.table("sgd", (2,), 8e9, 2) != schemes.table("adam", (2,), 8e9, 2)
 
 
 def test_foreach_adam_allocates_a_copy_of_exp_avg_sq_in_its_step():
@@ -195,10 +209,51 @@ def test_the_forms_script_shows_the_steady_state_the_step_and_refusals(precision
             "var pre = {textContent: ''}, form = {elements: elements, "
             "addEventListener: function () {}};"
             "var document = {getElementById: function () { return {querySelector: "
-            "function (q) { return q === 'form' ? form : pre; }}; }};")
+            "function (q) { return q === 'form' ? form : pre; }, "
+            "querySelectorAll: function () { return []; }}; }};")
     out = subprocess.run(["node", "-e", page + script + "\nconsole.log(pre.textContent);"],
                          capture_output=True, text=True, check=True)
     assert shown in out.stdout
     if precision == "autocast":  # 7 B x 20 bytes, and 7 B x (20 - 0 + 4) in the step
         assert "total per rank  140.00 GB: does not fit" in out.stdout
         assert "during optimizer.step(), at least 168.00 GB" in out.stdout
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="needs node to run the JavaScript")
+def test_the_preset_answers_the_3b_case_for_every_strategy_as_python_does():
+    """One click ("3 B parameters, Adam, 4 GPUs of 80 GB") sets the form, and its lines name
+    every strategy with the bytes per rank the Python calculator gives."""
+    label, values = calculator_form.PRESETS[0]
+    html = calculator_form.form_html()
+    assert label in html
+    script = html.split("<script>\n", 1)[1].rsplit("\n</script>", 1)[0]
+    page = ("var elements = {bucket_view: {checked: true}}, clicks = [];"
+            "['billions', 'optimizer', 'precision', 'strategy', 'world_size', 'activations', "
+            "'gpu'].forEach(function (k) { elements[k] = {value: '1'}; });"
+            "var pre = {textContent: ''}, form = {elements: elements, "
+            "addEventListener: function () {}};"
+            f"var button = {{getAttribute: function () {{ return {json.dumps(json.dumps(values))};"
+            " }, addEventListener: function (e, f) { clicks.push(f); }};"
+            "var document = {getElementById: function () { return {querySelector: "
+            "function (q) { return q === 'form' ? form : pre; }, "
+            "querySelectorAll: function () { return [button]; }}; }};")
+    out = subprocess.run(["node", "-e", page + script + "\nclicks[0]();"
+                          "console.log(pre.textContent);"], capture_output=True, text=True,
+                         check=True).stdout
+    for strategy in calculator.CALCULATOR_STRATEGIES:
+        held = sum(calculator.bytes_per_rank(3e9, "adam", strategy, 4).values())
+        step = held + 3e9 * calculator.step_temporary_per_parameter("adam", strategy, 4)
+        verdict = "fits" if max(held, step) <= 80e9 else "does not fit"
+        assert f"  {strategy:<6}{held / 1e9:.1f} GB, {step / 1e9:.1f} GB: {verdict}" in out
+
+
+def test_the_3b_case_each_way_is_the_byte_count_by_hand():
+    """3 B parameters, Adam, 4 ranks, autocast: DDP 4 + 4 + 4 + 8 bytes, ZeRO-1 with the bucket
+    view 4 + 4 + 8 / 4, FSDP (4 + 4 + 8) / 4; the step adds foreach Adam's 4 bytes per
+    parameter it steps (a quarter of them where the state is sharded)."""
+    case = calculator.compare(3e9, "adam", world_size=4, memory_bytes=80e9)
+    assert case.held == pytest.approx({"DDP": 60e9, "ZeRO-1, bucket view": 30e9, "FSDP": 12e9})
+    assert case.in_the_step == pytest.approx({"DDP": 72e9, "ZeRO-1, bucket view": 33e9,
+                                              "FSDP": 15e9})
+    assert all(case.fits.values())
+    assert not calculator.compare(4e9, "adam", 4, 80e9).fits["DDP"]  # 96 GB in the step

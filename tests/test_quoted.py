@@ -26,3 +26,12 @@ def test_lines_fit_the_column_and_numbers_stay_whole():
     assert max(len(line) for line in wrapped.splitlines()) <= quoted.COLUMNS
     assert all(word == "1e-12" for line in wrapped.splitlines()
                for word in line.split()[3 if line.startswith("a ") else 0:])
+
+
+def test_a_recorded_message_says_where_it_was_recorded_then_quotes_it(capsys):
+    quoted.DUPLICATE_GPU.show("NCCL error in", "Duplicate GPU detected")
+    out = capsys.readouterr().out
+    assert out.startswith("Recorded on one NVIDIA H200 (torch 2.11.0+cu130, NCCL 2.28.9,")
+    assert "Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 60" \
+        in " ".join(out.split())
+    assert all(len(line) <= quoted.COLUMNS for line in out.splitlines())

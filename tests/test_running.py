@@ -18,7 +18,7 @@ def test_all_reduce_of_ranks_is_n_n_minus_1_over_2(world_size):
     assert {r["rank_sum"] for r in reports} == {world_size * (world_size - 1) // 2}
     assert len({r["pid"] for r in reports}) == world_size  # one process per rank
     # What each rank saw is what the call says it ran on (gloo on CPU on a machine with fewer
-    # than two GPUs; NCCL on CUDA with more: engine.backend), and one placement serves every
+    # than two GPUs; NCCL on CUDA with more: engine.placement), and one placement serves every
     # world size (test_placement.py)
     assert {r["backend"] for r in reports} == {reports.backend}
     assert {r["device"].split(":")[0] for r in reports} == {reports.device}

@@ -22,6 +22,7 @@ from ddplab.chapters.time_cost import (
     latency_fit,
     utilisation,
 )
+from ddplab.common import gpu_record
 
 NVLINK = cost_model.INTRA_NODE["NVLink 4 (H100)"]
 IB = cost_model.INTER_NODE["8 x 400 Gb/s per node (EFA v4 measured)"]
@@ -251,7 +252,8 @@ def test_the_calibrated_prediction_is_the_model_with_the_measured_inputs():
 # ---------------------------------------------------------------- utilisation from the record
 
 
-GPT2_SMALL, GPT2_MEDIUM = 124_439_808, 354_823_168  # the record's 124 M and 355 M
+GPT2_SMALL, GPT2_MEDIUM = 124_439_808, 354_823_168  # the records' 124 M and 355 M
+H100 = "h100-2026-11-25"  # worked by hand from issue 27's figures
 
 
 def test_utilisation_is_the_records_at_its_sizes_clamped_above_extrapolated_below():
@@ -272,6 +274,17 @@ def test_utilisation_is_the_records_at_its_sizes_clamped_above_extrapolated_belo
     assert "measured on one NVIDIA H100 80GB HBM3, 2026-11-25" in big.source
 
 
+def test_without_a_name_the_newest_record_is_used_and_named():
+    """The H200 record (2026-11-26) is the newest: its compiled 355 M figure, 39.55%."""
+    newest = gpu_record.load()
+    assert newest.name == "h200-2026-11-26"
+    u = utilisation.from_record(GPT2_MEDIUM)
+    assert u.value == pytest.approx(0.3955)
+    assert "measured on one NVIDIA H200, 2026-11-26" in u.source
+    assert utilisation.describe_record().startswith(
+        "model FLOPs utilisation, measured on one NVIDIA H200, 2026-11-26")
+
+
 def test_utilisation_is_interpolated_in_log_params():
     """Halfway in log(params) between 124 M and 355 M, the geometric mean of the two, lies
     halfway between their MFUs: (22.1 + 28.9) / 2 = 25.5% compiled, (9.8 + 13.0) / 2 = 11.4%
@@ -279,10 +292,11 @@ def test_utilisation_is_interpolated_in_log_params():
     354.8)^(1/4) = 492.2 M, at 28.9 + (37.9 - 28.9) / 4 = 31.15%. Linear in params instead
     would give 28.9 + 9 x 137.4 / 958.8 = 30.19% there."""
     middle = math.sqrt(GPT2_SMALL * GPT2_MEDIUM)
-    assert utilisation.from_record(middle).value == pytest.approx(0.255)
-    assert utilisation.from_record(middle, compiled=False).value == pytest.approx(0.114)
+    assert utilisation.from_record(middle, record=H100).value == pytest.approx(0.255)
+    assert utilisation.from_record(middle, compiled=False,
+                                   record=H100).value == pytest.approx(0.114)
     quarter = GPT2_MEDIUM * (1_313_626_112 / GPT2_MEDIUM) ** 0.25
-    u = utilisation.from_record(quarter)
+    u = utilisation.from_record(quarter, record=H100)
     assert u.value == pytest.approx(0.3115) and "interpolated" in u.source
 
 
@@ -290,12 +304,18 @@ def test_the_cluster_model_computes_at_the_records_utilisation_unless_the_reader
     chip = cost_model.ACCELERATORS["H100 SXM"]
     p = cluster_prediction.run(params_millions=124.439808, nodes=1, gpus_per_node=1,
                                batch_size=16, tokens_per_sample=1024)
-    # one H100 alone: the record's 124 M compiled step, 56.1 ms, to the rounding of its MFU
-    assert p.step.compute_s == pytest.approx(6 * GPT2_SMALL * 16 * 1024 / (989e12 * 0.221))
-    assert p.step.compute_s == pytest.approx(0.0561, rel=0.005)
+    # one GPU alone, the newest record's 124 M run (16 x 1024 tokens): the model computes for
+    # as long as that record's step took, to the rounding of its MFU (the H200's and the H100
+    # SXM's dense BF16 peak are both 989 TFLOP/s)
+    newest = gpu_record.load()
+    assert newest.data["peak_flops"] == chip.flops == 989e12
+    step_ms = {r["mode"]: r["step_ms"] for r in newest.rows if r["params"] == GPT2_SMALL}
+    mfu = utilisation.from_record(GPT2_SMALL).value
+    assert p.step.compute_s == pytest.approx(6 * GPT2_SMALL * 16 * 1024 / (989e12 * mfu))
+    assert p.step.compute_s == pytest.approx(step_ms["compiled"] / 1e3, rel=0.005)
     eager = cluster_prediction.run(124.439808, nodes=1, gpus_per_node=1, batch_size=16,
                                    tokens_per_sample=1024, compiled=False)
-    assert eager.step.compute_s == pytest.approx(0.1256, rel=0.005)
+    assert eager.step.compute_s == pytest.approx(step_ms["eager"] / 1e3, rel=0.005)
     mine = cluster_prediction.run(1300, nodes=4, utilisation=0.5)
     assert mine.utilisation.source == "MFU 50.0%, set by the reader"
     assert mine.step.compute_s == pytest.approx(
@@ -305,3 +325,20 @@ def test_the_cluster_model_computes_at_the_records_utilisation_unless_the_reader
         cluster_prediction.run(1300, utilisation=40)
     with pytest.raises(ValueError, match="compiled must be True or False"):
         cluster_prediction.run(1300, compiled="yes")
+
+
+def test_the_models_sources_name_every_link_and_accelerator_with_its_source():
+    text = " ".join(cost_model.sources().split())  # wrapped for a page: joined again
+    for link in [*cost_model.INTRA_NODE.values(), *cost_model.INTER_NODE.values()]:
+        assert f"{link.name}: alpha {1e6 * link.alpha_s:.1f} us" in text
+        assert " ".join(link.source.split()) in text
+    for chip in cost_model.ACCELERATORS.values():
+        assert f"{chip.name}: {' '.join(chip.source.split())}" in text
+    assert all(len(line) <= 78 for line in cost_model.sources().splitlines())
+
+
+def test_utilisation_by_size_says_where_each_figure_comes_from():
+    text = utilisation.describe_sizes((50e6, 1.3e9))
+    paragraphs = [" ".join(p.split()) for p in text.split("\n") if not p.startswith("    ")]
+    assert [p.split(":")[0] for p in paragraphs] == ["50 M parameters", "1,300 M parameters"]
+    assert " ".join(utilisation.from_record(1.3e9).source.split()) in " ".join(text.split())

@@ -38,5 +38,9 @@ def test_a_step_on_a_gpu_is_timed_to_the_end_of_its_kernels():
     cycles = 10 ** 9  # about half a second at 1.5-2 GHz
     rate = getattr(torch.cuda.get_device_properties(0), "clock_rate", 0)  # kHz
     expected = cycles / (rate * 1e3) if rate else 0.2
-    seconds = ddplab.run(rank_fns.sleep_on_the_gpu, 1, cycles=cycles)[0]
+    # a CUDA placement by name: "auto" on one GPU is gloo on CPU ranks, which hide the GPU
+    with ddplab.placed(backend="nccl"):
+        ranks = ddplab.run(rank_fns.sleep_on_the_gpu, 1, cycles=cycles)
+    assert ranks.device == "cuda"
+    seconds = ranks[0]
     assert seconds > 0.5 * expected  # a host clock around the launch alone reads microseconds

@@ -8,11 +8,12 @@ matplotlib.use("Agg")
 
 import pytest  # noqa: E402
 
+import ddplab  # noqa: E402
 from ddplab.chapters.averaging import (
     averaging,  # noqa: E402
     plots,  # noqa: E402
 )
-from ddplab.screen import widgets  # noqa: E402
+from ddplab.screen import prediction, widgets  # noqa: E402
 
 
 def test_a_panel_runs_real_ddp_at_the_defaults_and_again_on_every_change():
@@ -32,6 +33,7 @@ def test_a_panel_runs_real_ddp_at_the_defaults_and_again_on_every_change():
     dropdown.value = "sum"
     assert [(r.world_size, r.reduction) for r in runs] == [(3, "mean"), (5, "mean"), (5, "sum")]
     assert "real DDP run and drawn in" in status.value
+    assert status.value.endswith(f"), {ddplab.placement()}")  # where the panel's runs go
 
 
 def test_the_figure_is_one_image_whose_png_is_replaced_on_a_change():
@@ -148,3 +150,11 @@ def test_a_hang_shows_where_each_rank_waits_and_counts_down_to_the_timeout():
     left = [float(text.split("timeout in ")[1].split(" s")[0]) for text in ticks]
     assert left == sorted(left, reverse=True) and left[0] > left[-1]  # it counts down
     assert "hung" in status.value or "real DDP run" in status.value  # the end is drawn
+
+
+def test_a_prediction_is_compared_with_the_run():
+    guess = prediction.ask("How many?", default=2)
+    assert prediction.reveal(guess, 3, "rank 3 sees") == \
+        "rank 3 sees: 3. You predicted 2: not this time."
+    guess.box.value = 3
+    assert prediction.reveal(guess, 3.0, "rank 3 sees").endswith("3: right.")

@@ -1,5 +1,6 @@
-"""Sphinx glue for this book: a chapter's Colab button opens its lab notebook, and formulas
-render with a MathJax copy shipped in the build, so that no page fetches anything.
+"""Sphinx glue for this book: a chapter's Colab button opens its lab notebook, formulas
+render with a MathJax copy shipped in the build, so that no page fetches anything, and every
+figure says what it shows and links to itself at full size.
 
 The theme points a page's Colab button at the page's own source, but Colab opens only .ipynb
 and the chapters are MyST Markdown. A chapter names its lab in its front matter
@@ -9,8 +10,12 @@ without a lab gets no Colab button rather than a broken one.
 
 import importlib.util
 import pathlib
+import posixpath
 import re
 import shutil
+
+from docutils import nodes
+from sphinx.util.osutil import relative_uri
 
 # What MathJax's tex-mml-chtml component needs beside itself: its CHTML fonts, and the
 # extensions, accessibility and menu parts it loads on demand (relative to the script's URL).
@@ -23,6 +28,7 @@ def setup(app):
     app.connect("config-inited", use_local_mathjax)
     app.connect("config-inited", one_search_box)
     app.connect("build-finished", copy_mathjax)
+    app.connect("doctree-resolved", describe_and_link_figures)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
 
 
@@ -75,3 +81,31 @@ def point_colab_at_lab(app, pagename, templatename, context, doctree):
                 button["tooltip"] = "Open this chapter's lab in Colab"
             elif is_markdown:
                 group["buttons"].remove(button)
+
+
+def describe_and_link_figures(app, doctree, docname):
+    """Every figure's image: its caption as alt text (without one Sphinx writes the image's
+    file path there, which a screen reader reads out), and a link to the image file, so that a
+    reader on a phone, where the page shows the figure at the screen's width, can open it at
+    its own size. Sphinx links only images given a size (``html_scaled_image_link``); this does
+    the same for the rest, with the image's name in the build's ``_images`` folder."""
+    if app.builder.format != "html":
+        return
+    images = relative_uri(app.builder.get_target_uri(docname), "_images")
+    for image in list(doctree.findall(nodes.image)):
+        figure = next((a for a in _ancestors(image) if isinstance(a, nodes.figure)), None)
+        caption = next(iter(figure.findall(nodes.caption)), None) if figure else None
+        if caption is not None:
+            image["alt"] = " ".join(caption.astext().split())
+        if isinstance(image.parent, nodes.reference) or image["uri"] not in app.env.images:
+            continue  # linked already, or not a file of the book (a data: URI)
+        link = nodes.reference("", "", internal=True, classes=["image-reference"],
+                               refuri=posixpath.join(images, app.env.images[image["uri"]][1]))
+        image.replace_self(link)
+        link.append(image)
+
+
+def _ancestors(node):
+    while node.parent is not None:
+        node = node.parent
+        yield node

@@ -2,13 +2,17 @@
 
     import ddplab
     results = ddplab.run(fn, world_size=4, **params)
-    with ddplab.Cluster(world_size=4, backend="auto") as cluster:
+    with ddplab.Cluster(world_size=4) as cluster:
         results = cluster.run(fn, **params)
+    with ddplab.placed(backend="gloo", device="cuda"):   # where every run goes (the process's)
+        results = ddplab.run(fn, world_size=4, **params)
+    ddplab.placement()                                    # Placement('gloo', 'cuda') inside
 """
 
-from ddplab.engine.cluster import MAX_WORLD_SIZE, Cluster, RankError, logs, placement, prestart, run
+from ddplab.engine.cluster import MAX_WORLD_SIZE, Cluster, RankError, logs, prestart, run
+from ddplab.engine.placement import placed, placement
 
 prestart()  # the forkserver imports torch while the caller does; see engine.forkserver.prestart
 
-__all__ = ["Cluster", "MAX_WORLD_SIZE", "RankError", "logs", "placement", "run"]
+__all__ = ["Cluster", "MAX_WORLD_SIZE", "RankError", "logs", "placed", "placement", "run"]
 __version__ = "0.1.0"

@@ -5,13 +5,16 @@
 
 Locally, ``--world-size`` sets the number of rank processes (default 2); under torchrun it is
 torchrun's and need not be given. Only rank 0 prints under torchrun. ``--backend`` and
-``--device`` say where every rank of the command runs (default: auto, as ``DDPLAB_BACKEND`` /
-``DDPLAB_DEVICE`` say, else NCCL on CUDA with two GPUs or more, gloo on CPU otherwise); the
-JSON records both. ``--backend gloo --device cuda`` runs every rank's tensors on one GPU.
+``--device`` say where every rank of the command runs, set once for the process before the
+command starts (``ddplab.placed``; default: auto, as ``DDPLAB_BACKEND`` / ``DDPLAB_DEVICE``
+say, else NCCL on CUDA where there is a GPU for each of the ``--world-size`` ranks, gloo on CPU
+otherwise); the JSON records both. ``--backend gloo --device cuda`` runs every rank's tensors
+on one GPU.
 
-Two commands are not a chapter's experiment: ``report`` measures your cluster and sets the
-book's cost model beside each figure (``ddplab.report``), and ``exercise`` checks a solution of
-yours on real ranks.
+Three commands are not a chapter's experiment: ``report`` measures your cluster and sets the
+book's cost model beside each figure (``ddplab.report``), ``exercise`` checks a solution of
+yours on real ranks, and ``doctor`` runs your own training script on instrumented ranks and
+names its DDP mistakes (``ddplab.doctor``).
 
     python -m ddplab report --world-size 2 [--out DIR] [--quick] [--json]
     torchrun --nnodes N --nproc-per-node G [rendezvous args] -m ddplab report [--out DIR]
@@ -20,6 +23,12 @@ yours on real ranks.
 
 It exits 0 when the solution passes, 1 when it is wrong (or hangs), 2 when the file cannot be
 used (a syntax error, or the function it must define is missing).
+
+    python -m ddplab doctor [--world-size N] [--steps K] [--json] [--out DIR] train.py [args]
+    torchrun --nproc-per-node N -m ddplab doctor train.py [args]
+
+It exits 0 when no error is found, 1 when one is, 2 on bad input or a script that fails on
+its own.
 """
 
 from __future__ import annotations
@@ -31,26 +40,24 @@ import sys
 
 from ddplab import chapters
 from ddplab.common.results import to_json
-from ddplab.engine.backend import BACKENDS, DEVICES
-from ddplab.engine.cluster import DEFAULT_TIMEOUT, defaults
+from ddplab.engine.cluster import DEFAULT_TIMEOUT
+from ddplab.engine.placement import BACKENDS, DEVICES, placed, range_of
 from ddplab.engine.torchrun import is_reporting_process, under_torchrun
-
-EXPERIMENTS = chapters.commands()  # every chapter module with a COMMAND, found, not listed
 
 
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="python -m ddplab", description=__doc__,
                                   formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = top.add_subparsers(dest="command", required=True, metavar="EXPERIMENT")
-    for name, module in EXPERIMENTS.items():
+    for name, module in chapters.commands().items():
         sub = commands.add_parser(name, help=module.__doc__.splitlines()[0],
                                   description=module.__doc__,
                                   formatter_class=argparse.RawDescriptionHelpFormatter)
         sub.add_argument("--world-size", type=int, default=None,
                          help="number of ranks (default 2; under torchrun: torchrun's)")
         sub.add_argument("--backend", choices=BACKENDS, default="auto",
-                         help="auto: DDPLAB_BACKEND, else nccl with two GPUs or more, else gloo "
-                              "(default auto)")
+                         help="auto: DDPLAB_BACKEND, else nccl with a GPU for each rank, else "
+                              "gloo (default auto)")
         sub.add_argument("--device", choices=DEVICES, default="auto",
                          help="auto: DDPLAB_DEVICE, else cuda under nccl, else cpu; cuda with "
                               "gloo puts every rank on the GPUs, rank r on cuda:(r %% GPUs)")
@@ -62,11 +69,18 @@ def parser() -> argparse.ArgumentParser:
             module.add_arguments(sub)
     add_exercise_command(commands)
     report_command().add_command(commands)
+    doctor_command().add_command(commands)
     return top
 
 
 def report_command():
     from ddplab.report import command
+
+    return command
+
+
+def doctor_command():
+    from ddplab.doctor import command
 
     return command
 
@@ -79,8 +93,7 @@ def add_exercise_command(commands) -> None:
                               description="Check a solution on real ranks against real DDP or "
                               "torch. Exit 0: passed; 1: wrong; 2: the file cannot be used.")
     sub.add_argument("name", choices=list(exercises.EXERCISES), metavar="NAME",
-                     help=", ".join(f"{n}: {m.SIGNATURE.split('(')[0]}"
-                                    for n, m in exercises.EXERCISES.items()))
+                     help=", ".join(f"{n}: {e.function}" for n, e in exercises.EXERCISES.items()))
     sub.add_argument("--solution", required=True, metavar="FILE.py",
                      help="a file that defines the function (or class) the exercise names")
     sub.add_argument("--world-size", type=int, default=2, help="ranks (default 2)")
@@ -93,9 +106,9 @@ def add_exercise_command(commands) -> None:
 def exercise_main(cli, args) -> int:
     from ddplab import exercises
 
-    module = exercises.exercise(args.name)
     try:
-        solution = exercises.checker.load_solution(args.solution, module.FUNCTION)
+        solution = exercises.checker.load_solution(args.solution,
+                                                   exercises.exercise(args.name).function)
     except exercises.Unusable as exc:
         print(json.dumps({"passed": False, "message": str(exc)}) if args.json else exc,
               file=sys.stdout if args.json else sys.stderr)
@@ -116,18 +129,26 @@ def bad_input(args, exc: Exception) -> int:
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["doctor"]:  # loads no chapter: its ranks run the reader's script
+        return doctor_command().run(argv[1:])
     cli = parser()
     args = cli.parse_args(argv)
     if args.command == "exercise":
         return exercise_main(cli, args)
     if args.command == "report":
         return report_command().main(args)
+    if args.command == "doctor":
+        return doctor_command().main(args)
     if args.world_size is None:
         args.world_size = int(os.environ["WORLD_SIZE"]) if under_torchrun() else 2
-    module = EXPERIMENTS[args.command]
-    params = {k: v for k, v in vars(args).items() if k not in ("command", "json", "device")}
+    module = chapters.commands()[args.command]
+    params = {k: v for k, v in vars(args).items()
+              if k not in ("command", "json", "backend", "device")}
     try:
-        with defaults(args.backend, args.device):  # also for drivers that pass no backend
+        # Where every rank of the command runs, set once, before anything else: each driver
+        # runs where the process is placed. The command's world size is the largest it asks.
+        with placed(args.backend, args.device, largest_world_size=range_of(args.world_size)):
             result = module.run(**params)
     except ValueError as exc:  # bad input, caught before any rank started
         return bad_input(args, exc)

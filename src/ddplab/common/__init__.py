@@ -1,2 +1,3 @@
-"""What several chapters use (the small MLP, DDP hooks, the clock, hang watching, input checks,
-results, progress). It imports no chapter."""
+"""What two or more chapters use (the small MLP, DDP hooks, the clock and the timed step, input
+checks, results, progress, GPU records). The ground floor: it imports nothing of ddplab
+(ARCHITECTURE.md, "Layers"; ``tests/test_floors.py``)."""

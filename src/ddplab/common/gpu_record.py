@@ -5,7 +5,9 @@ machine it was measured on (GPU, driver, torch, CUDA, date, and who or what meas
 memory measurement with the CUDA allocator, and training throughput of GPT-2-shaped models as
 step times and model FLOPs utilisation. ``benchmarks/gpu.py`` writes records of this schema on
 whatever GPU it runs on; the first one, ``h100-2026-11-25.json``, was recorded from issue 27's
-run on one H100. ``load()`` without a name gives the newest record by date.
+run on one H100; ``h200-2026-11-26.json`` is ``benchmarks/gpu.py``'s own run on one H200 (its
+memory rows are known wrong: see its ``memory.note``; the memory page reads the H100's by
+name). ``load()`` without a name gives the newest record by date.
 
 Model FLOPs utilisation (MFU) is ``6 x params x tokens/s / peak``: 6 FLOPs per parameter and
 token for forward and backward (Kaplan et al. 2020, section 2.1), attention's own FLOPs left

@@ -4,17 +4,16 @@ labs and the terminal.
 A result is a dataclass. ``to_json`` turns its fields (numpy arrays and scalars included) into
 JSON lists and numbers; a result adds derived values by listing them in ``json_extras``.
 
-Where its ranks ran (``backend`` and ``device``) is recorded by the driver in one call,
-``Result(...).on(ranks)``: ``ranks`` is what ``ddplab.run`` returned (or another result, or
-anything with a ``placement``). It is not a dataclass field, so no driver's constructor
-changes; ``to_json`` puts it first, and :func:`placement_text` gives "gloo on cpu, 4 ranks"
-for a figure.
+Where its ranks ran (``backend`` and ``device``) is recorded when it is made, by the one
+constructor a driver calls, ``Result.from_ranks(ranks, **fields)``: ``ranks`` is what
+``ddplab.run`` returned (or another result, a hang watch's outcome, a ``Placement``, or lists
+of these). It is not a dataclass field, so no result's fields change; ``to_json`` puts it
+first, and :func:`placement_text` gives "gloo on cpu, 4 ranks" for a figure.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 
 import numpy as np
 
@@ -38,7 +37,7 @@ def to_json(value):
 
 class Placed:
     """Knows where its ranks ran: ``backend`` and ``device`` of its ``placement``
-    (``engine.backend.Placement``, or None where no ranks ran)."""
+    (``engine.placement.Placement``, or None where no ranks ran)."""
 
     placement = None
 
@@ -52,35 +51,26 @@ class Placed:
 
 
 class Result(Placed):
-    """Mixin for result dataclasses: ``to_json()`` gives every field, then each name in
-    ``json_extras`` (a property or a method without arguments), under that name."""
+    """Mixin for result dataclasses: ``to_json()`` gives where the ranks ran, every field, then
+    each name in ``json_extras`` (a property or a method without arguments), under that name.
+    A result that shapes its JSON otherwise overrides :meth:`json_fields`, not ``to_json``."""
 
     json_extras: tuple = ()
 
-    def on(self, *sources):
-        """Record where the ranks ran, from each source's ``placement``: what ``ddplab.run``
-        returned, another result, a hang watch's outcome, a ``Placement`` itself, or lists and
-        dicts of these (a sweep's runs). Sources on different placements are a ValueError: a
-        curve over world sizes must not divide a CPU run by a GPU run. Returns ``self``."""
-        found = set(placements_of(sources))
+    @classmethod
+    def from_ranks(cls, ranks, /, *args, **fields):
+        """``cls(*args, **fields)``, recording where ``ranks`` ran: what ``ddplab.run``
+        returned, another result, a hang watch's outcome, a ``Placement`` itself, or lists,
+        tuples and dicts of these (a sweep's runs). Runs on different placements are a
+        ValueError: a curve over world sizes must not divide a CPU run by a GPU run."""
+        found = set(placements_of(ranks))
         if len(found) > 1:
-            raise ValueError(f"{type(self).__name__} would mix runs on "
+            raise ValueError(f"{cls.__name__} would mix runs on "
                              f"{' and '.join(sorted(map(str, found)))}: run them on one "
-                             "placement (one pool, the same backend and device)")
-        object.__setattr__(self, "placement", found.pop() if found else None)
-        return self
-
-    def __init_subclass__(cls, **kwargs):
-        """A result that writes its own ``to_json`` still shows where its ranks ran: the
-        method is wrapped so that ``backend`` and ``device`` come first."""
-        super().__init_subclass__(**kwargs)
-        own = cls.__dict__.get("to_json")
-        if own is not None:
-            @functools.wraps(own)
-            def with_placement(self):
-                return {**self.placement_json(), **own(self)}
-
-            cls.to_json = with_placement
+                             "placement (the same backend and device)")
+        result = cls(*args, **fields)
+        object.__setattr__(result, "placement", found.pop() if found else None)  # frozen too
+        return result
 
     def placement_json(self) -> dict:
         """``{"backend": ..., "device": ...}``, or ``{}`` where no ranks ran."""
@@ -88,8 +78,11 @@ class Result(Placed):
                                                   "device": self.device}
 
     def to_json(self) -> dict:
-        data = self.placement_json()
-        data.update({f.name: to_json(getattr(self, f.name)) for f in dataclasses.fields(self)})
+        return {**self.placement_json(), **self.json_fields()}
+
+    def json_fields(self) -> dict:
+        """Every field, then each name in ``json_extras``."""
+        data = {f.name: to_json(getattr(self, f.name)) for f in dataclasses.fields(self)}
         for name in self.json_extras:
             value = getattr(self, name)
             data[name] = to_json(value() if callable(value) else value)
@@ -100,7 +93,7 @@ class Result(Placed):
 
 
 def placements_of(source):
-    """Every placement recorded in ``source`` (see ``Result.on``), flattened."""
+    """Every placement recorded in ``source`` (see ``Result.from_ranks``), flattened."""
     if hasattr(source, "placement"):
         if source.placement is not None:
             yield source.placement

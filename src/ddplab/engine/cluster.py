@@ -6,11 +6,11 @@
         results = cluster.run(fn, **params)               # a pool of its own, closed on exit
 
 ``fn(ctx, **params)`` runs on every rank (see :mod:`.rank`) and the call returns its results
-as a list ordered by rank (a :class:`~ddplab.engine.backend.Ranks`, which also carries the
-placement, ``.backend`` and ``.device``, the ranks ran on). ``backend`` ("auto", "gloo",
-"nccl") and ``device`` ("auto", "cpu", "cuda") left at "auto" take the pool's placement,
-chosen once for its life (:mod:`ddplab.engine.backend`). Bad input is rejected here, in the
-caller, before any rank process is started or asked.
+as a list ordered by rank (a :class:`~ddplab.engine.placement.Ranks`, which also carries the
+placement, ``.backend`` and ``.device``, the ranks ran on). Where they run is the process's
+placement (:func:`ddplab.placed`, :func:`ddplab.placement`; :mod:`ddplab.engine.placement`), not
+a parameter of each call. Bad input is rejected here, in the caller, before any rank process is
+started or asked.
 
 How ``fn`` reaches the ranks (:func:`ship`): pickled once per call by ``cloudpickle``, which
 pickles a function of an importable module by reference (its name, as ``pickle`` does) and
@@ -30,8 +30,6 @@ Where the ranks come from: the local warm pool (:mod:`ddplab.engine.pool`, its p
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import inspect
 import multiprocessing
 import pickle
@@ -39,67 +37,35 @@ import types
 
 import cloudpickle
 
-from ddplab.engine import messages, pool, torchrun, turns
-from ddplab.engine.backend import BACKENDS, DEVICES, Placement, Ranks, check_names
+from ddplab.engine import messages, placement, pool, torchrun, turns
 from ddplab.engine.errors import GUARD_HINT, RankError
 from ddplab.engine.forkserver import prestart
-from ddplab.engine.pool import MAX_WORLD_SIZE
+from ddplab.engine.placement import MAX_WORLD_SIZE, Placement, Ranks, placed
 
 DEFAULT_TIMEOUT = 60.0
 
-__all__ = ["BACKENDS", "Cluster", "DEFAULT_TIMEOUT", "DEVICES", "MAX_WORLD_SIZE", "Placement",
-           "RankError", "Ranks", "defaults", "logs", "placement", "prestart", "run"]
-
-# What "auto" means for calls made inside ``with defaults(...)`` (the CLI's --backend, --device).
-_defaults = contextvars.ContextVar("ddplab_defaults", default=("auto", "auto"))
+__all__ = ["Cluster", "DEFAULT_TIMEOUT", "MAX_WORLD_SIZE", "Placement", "RankError", "Ranks",
+           "logs", "placed", "prestart", "run"]
 
 
-def run(fn, world_size: int, *, backend: str = "auto", device: str = "auto",
-        timeout: float = DEFAULT_TIMEOUT, **params) -> Ranks:
-    """Run ``fn(ctx, **params)`` on ``world_size`` ranks of the shared warm pool.
+def run(fn, world_size: int, *, timeout: float = DEFAULT_TIMEOUT, **params) -> Ranks:
+    """Run ``fn(ctx, **params)`` on ``world_size`` ranks of the shared warm pool, on this
+    process's placement (:func:`ddplab.placed`).
 
     Under torchrun, run it in this process on the torchrun group instead (``world_size`` must
     then be torchrun's, or None). Returns one result per rank, ordered by rank, with the
     placement they ran on (``.backend``, ``.device``).
     """
-    backend, device = asked(backend, device)
     if torchrun.under_torchrun():
         if world_size is None:
             world_size = torchrun.launched_world_size()
-        check_call(fn, world_size, backend, timeout, params, device)
-        return torchrun.run(fn, world_size, backend, device, timeout, params)
-    check_call(fn, world_size, backend, timeout, params, device)
+        check_call(fn, world_size, timeout, params)
+        where = placement.serving(world_size)
+        return Ranks(torchrun.run(fn, world_size, where, timeout, params), where)
+    check_call(fn, world_size, timeout, params)
+    where = placement.serving(world_size)
     with turns.call():  # work computed ahead gives way to any other call (engine.turns)
-        return pool.shared().run(ship(fn, params), world_size, backend, device, timeout, {})
-
-
-def placement(world_size: int = 1, backend: str = "auto", device: str = "auto") -> Placement:
-    """Where ``ddplab.run(fn, world_size, backend=..., device=...)`` would run, without running
-    anything (a ValueError if this machine cannot serve it): a driver asks it to refuse, before
-    any rank starts, what does not run there (``engine.backend.require``)."""
-    backend, device = asked(backend, device)
-    if torchrun.under_torchrun():
-        return torchrun.placement(backend, device)
-    return pool.shared().placement(world_size, backend, device)
-
-
-@contextlib.contextmanager
-def defaults(backend: str = "auto", device: str = "auto"):
-    """Inside the block, a call that leaves ``backend``/``device`` at "auto" asks for these
-    (``python -m ddplab CMD --backend gloo --device cuda`` runs its command inside one)."""
-    check_names(backend, device)
-    token = _defaults.set((backend, device))
-    try:
-        yield
-    finally:
-        _defaults.reset(token)
-
-
-def asked(backend: str, device: str) -> tuple[str, str]:
-    """``backend``/``device`` with "auto" replaced by the enclosing :func:`defaults`."""
-    default_backend, default_device = _defaults.get()
-    return (default_backend if backend == "auto" else backend,
-            default_device if device == "auto" else device)
+        return pool.shared().run(ship(fn, params), world_size, where, timeout)
 
 
 def logs() -> list[str]:
@@ -108,17 +74,18 @@ def logs() -> list[str]:
 
 
 class Cluster:
-    """A pool of ``world_size`` rank processes of its own, on one placement for its life
-    (``.placement``, ``.backend``, ``.device``); ``close()`` (or ``with``) ends them."""
+    """A pool of ``world_size`` rank processes of its own, on the process's placement as it is
+    when the cluster is made (``.placement``, ``.backend``, ``.device``), kept for its life;
+    ``close()`` (or ``with``) ends them."""
 
-    def __init__(self, world_size: int, backend: str = "auto", device: str = "auto",
-                 timeout: float = DEFAULT_TIMEOUT):
-        check_call(None, world_size, backend, timeout, {}, device)
+    def __init__(self, world_size: int, timeout: float = DEFAULT_TIMEOUT):
+        check_call(None, world_size, timeout, {})
         self.world_size = world_size
         self.timeout = timeout
-        self._pool = pool.Pool(*asked(backend, device))
+        self.placement = placement.serving(world_size)
+        self._pool = pool.Pool()
         try:
-            self.placement = self._pool.start(world_size, "auto", "auto", timeout)
+            self._pool.start(world_size, self.placement, timeout)
         except BaseException:
             self._pool.close()
             raise
@@ -128,9 +95,8 @@ class Cluster:
         """Run ``fn(ctx, **params)`` on every rank; one result per rank, ordered by rank."""
         if self._pool is None:
             raise RuntimeError("this Cluster is closed; make a new one")
-        check_call(fn, self.world_size, self.backend, self.timeout, params, self.device)
-        return self._pool.run(ship(fn, params), self.world_size, self.backend, self.device,
-                              self.timeout, {})
+        check_call(fn, self.world_size, self.timeout, params)
+        return self._pool.run(ship(fn, params), self.world_size, self.placement, self.timeout)
 
     def logs(self) -> list[str]:
         """What each rank has written (stdout, stderr, warnings), by rank."""
@@ -153,15 +119,11 @@ class Cluster:
         return f"Cluster(world_size={self.world_size}, {state})"
 
 
-def check_call(fn, world_size, backend, timeout, params, device="auto") -> None:
+def check_call(fn, world_size, timeout, params) -> None:
     """Reject bad input in the caller, before any rank process is started or asked (what the
-    machine cannot serve, e.g. NCCL with more ranks than GPUs, is the pool's to refuse, just
-    as early: ``Pool.placement``)."""
-    if isinstance(world_size, bool) or not isinstance(world_size, int) \
-            or not 1 <= world_size <= MAX_WORLD_SIZE:
-        raise ValueError(f"world_size must be an int from 1 to {MAX_WORLD_SIZE}, "
-                         f"got {world_size!r}")
-    check_names(backend, device)
+    machine cannot serve, e.g. NCCL with more ranks than GPUs, is the placement's to refuse,
+    just as early: ``placement.serving``)."""
+    placement.check_world_size("world_size", world_size)
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
         raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
     if getattr(multiprocessing.current_process(), "_inheriting", False):

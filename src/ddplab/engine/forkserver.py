@@ -54,7 +54,7 @@ def process_context():
                     del os.environ[POOL_PROCESS_ENV]
         if not _started:
             _started = True
-            atexit.register(_end_forkserver)
+            atexit.register(end_forkserver)
     return ctx
 
 
@@ -62,7 +62,8 @@ def prestart() -> None:
     """Start the forkserver now (``import ddplab`` calls this), in the background.
 
     Its preload (torch, DDP, dynamo) takes about 2 s here and is the bulk of the first call's
-    latency; started at import, it overlaps with the caller's own imports (see ARCHITECTURE.md).
+    latency; started at import, it overlaps with the caller's own imports
+    (benchmarks/RESULTS.md, "The pool").
     Only in a top-level process: not in a rank, not in the forkserver itself, not under
     torchrun; ``DDPLAB_PRESTART=0`` turns it off.
     """
@@ -76,7 +77,7 @@ def prestart() -> None:
         process_context()
 
 
-def _end_forkserver() -> None:
+def end_forkserver() -> None:
     """At exit, end the forkserver we started, even mid-preload, so nothing outlives us.
 
     (Left alone it would exit by itself, but only once its preload is over.)

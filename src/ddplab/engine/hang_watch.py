@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import json
 import re
 import textwrap
 import threading
@@ -43,12 +42,10 @@ import torch.distributed as dist
 from torch.distributed.constants import default_pg_timeout
 
 from ddplab.common.checks import positive_number
-from ddplab.engine import cluster
+from ddplab.engine import notes
+from ddplab.engine import placement as placements  # (``placement`` is a field name here)
 from ddplab.engine.cluster import logs, run
 from ddplab.engine.errors import RankError
-
-NOTE = "ddplab-note "
-
 
 # ---------------------------------------------------------------- on every rank
 
@@ -68,9 +65,7 @@ def close_groups(*groups) -> None:
         dist.destroy_process_group(group)
 
 
-def note(call_id: str, rank: int, **fields) -> None:
-    """One line in this rank's log that the caller reads back, even if the rank then hangs."""
-    print(NOTE + json.dumps({"call": call_id, "rank": rank, **fields}), flush=True)
+note = notes.note  # one line in this rank's log that the caller reads back (engine.notes)
 
 
 def watch_ddp(call_id: str, rank: int, ddp) -> None:
@@ -133,23 +128,23 @@ class Watched:
     notes: list[list[dict]]  # per rank, the lines it noted during this call
     error: str | None  # the TimeoutError's (or RankError's) message
     during: object = None  # what ``run_watched``'s ``during`` returned
-    placement: object = None  # where the ranks ran (engine.backend.Placement), hung or not
+    placement: object = None  # where the ranks ran (engine.placement.Placement), hung or not
 
     @property
     def steps_completed_per_rank(self) -> list[int]:
         """Per rank, the steps it noted (``note(..., step=k)``)."""
-        return [sum("step" in n for n in notes) for notes in self.notes]
+        return [sum("step" in n for n in noted) for noted in self.notes]
 
     @property
     def check_in_messages(self) -> list[str | None]:
         """Per rank, the message of its check-in (:func:`finish`); None when it passed or
         never got there."""
-        return [next((n["check_in"] for n in notes if "check_in" in n), None)
-                for notes in self.notes]
+        return [next((n["check_in"] for n in noted if "check_in" in n), None)
+                for noted in self.notes]
 
 
-def run_watched(fn, world_size: int, timeout: float, backend: str = "auto",
-                catch_rank_errors: bool = False, during=None, **params) -> Watched:
+def run_watched(fn, world_size: int, timeout: float, catch_rank_errors: bool = False,
+                during=None, **params) -> Watched:
     """``ddplab.run(fn, world_size, ...)``; a hang is the outcome "hung", not an exception
     (and with ``catch_rank_errors`` a rank that raised or died is the outcome "died").
     ``during(call_id)``, if given, runs in a thread beside the call (it may read the ranks'
@@ -157,11 +152,10 @@ def run_watched(fn, world_size: int, timeout: float, backend: str = "auto",
     positive_number("timeout", timeout)
     call_id = uuid.uuid4().hex
     beside = None if during is None else Beside(during, call_id)
-    placement = cluster.placement(world_size, backend)  # known even if it hangs
+    placement = placements.serving(world_size)  # known even if it hangs
     start = time.perf_counter()
     try:
-        results = run(fn, world_size, backend=backend, timeout=timeout, call_id=call_id,
-                      **params)
+        results = run(fn, world_size, timeout=timeout, call_id=call_id, **params)
         outcome, error = "finished", None
     except TimeoutError as exc:
         results, outcome, error = None, "hung", str(exc)
@@ -198,26 +192,9 @@ class Beside(threading.Thread):
 
 
 def read_notes(call_id: str, world_size: int) -> list[list[dict]]:
-    """Per rank, the notes of call ``call_id`` from the ranks' logs."""
-    notes: list[list[dict]] = [[] for _ in range(world_size)]
-    for text in logs():
-        for line in text.splitlines():
-            entry = parsed_note(line)
-            if entry and entry["call"] == call_id and entry["rank"] < world_size:
-                notes[entry["rank"]].append(entry)
-    return notes
-
-
-def parsed_note(line: str) -> dict | None:
-    """The fields of a log line that :func:`note` wrote; None for any other line, and for a
-    note still being written (the logs may be read while ranks run: ``run_watched``'s
-    ``during``)."""
-    if not line.startswith(NOTE):
-        return None
-    try:
-        return json.loads(line[len(NOTE):])
-    except ValueError:
-        return None
+    """Per rank, the notes of call ``call_id`` from the ranks' logs (also while they run:
+    ``run_watched``'s ``during``)."""
+    return notes.of_call(logs(), call_id, world_size)
 
 
 def named_ranks(message: str | None) -> list[int]:

@@ -34,15 +34,14 @@ class Shipped:
 class Run:
     """Run ``fn(ctx, **params)`` in group ``generation``: the ranks form it the first time a
     call names it and keep it (``engine.groups``); the pool names the same generation again
-    for the same world size and backend.
+    for the same world size. Where (backend and device) is not in the call: a rank process
+    learns its placement once, when it starts, and serves it for its life.
 
     From ``ddplab.run`` and ``Cluster.run``, ``fn`` is a :class:`Shipped` holding the function
     and its parameters, and ``params`` is empty."""
 
     generation: int
     world_size: int
-    backend: str
-    device: str  # "cpu" or "cuda" (a rank process serves one device for its life)
     timeout: float
     fn: Callable
     params: dict

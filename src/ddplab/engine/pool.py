@@ -2,8 +2,10 @@
 
 * Rank processes come from the forkserver (:mod:`ddplab.engine.forkserver`) and stay alive across
   calls; the pool grows to the largest world size asked for.
-* One placement (backend and device, :mod:`ddplab.engine.backend`) is the pool's for its life:
-  "auto" is resolved once. A call that asks for another device gets fresh processes.
+* Its rank processes serve one placement (backend and device, :mod:`ddplab.engine.placement`),
+  which each learns when it starts; a call on another placement (the process's changed, or a
+  ``Cluster``'s is another) gets fresh processes. The pool resolves nothing: the caller hands
+  it a placement already resolved.
 * The caller owns one TCPStore on a socket it bound to 127.0.0.1 itself (``TCPStore("127.0.0.1",
   ...)`` alone would listen on every interface). Each new group ("generation") uses a fresh key
   prefix of that store. The ranks keep every group they form (:mod:`ddplab.engine.groups`), so
@@ -25,12 +27,11 @@ import socket
 import threading
 import time
 
-from ddplab.engine import backend as placements  # (a ``backend`` parameter is a name here)
 from ddplab.engine import messages, rank_logs, respawn
 from ddplab.engine.errors import GUARD_HINT, RankError
 from ddplab.engine.forkserver import main_file_hidden_if_missing, main_path, process_context
+from ddplab.engine.placement import MAX_WORLD_SIZE, Placement, Ranks, needs_fresh_processes
 
-MAX_WORLD_SIZE = 64
 ERROR_GRACE = 0.25  # seconds to collect other ranks' errors after the first, before ending them
 
 
@@ -44,54 +45,41 @@ class Worker:
 class Pool:
     """Rank processes of one machine; grows to the largest world size asked for."""
 
-    def __init__(self, backend: str = "auto", device: str = "auto"):
+    def __init__(self):
         self._lock = threading.RLock()
-        self._asked = (backend, device)
-        self._default: placements.Placement | None = None  # what "auto" means here, resolved once
         self._workers: list[Worker] = []
-        self._placement_of_workers: placements.Placement | None = None  # the device they serve
-        self._group = None  # (world_size, placement) of the group formed by the first workers
+        self._placement_of_workers: Placement | None = None  # what they serve, for life
+        self._group_size = None  # world size of the last group the workers formed or used
         self._generation = 0
-        self._generations = {}  # (world_size, placement) -> the generation its ranks keep
+        self._generations = {}  # world size -> the generation its ranks keep
         self._store = None
         self._port = None
         self._logdir = None
         self._mp = None
 
-    def start(self, world_size: int, backend: str, device: str, timeout: float):
+    def start(self, world_size: int, placement: Placement, timeout: float) -> None:
+        """Start ``world_size`` ranks on ``placement`` (resolved and checked by the caller)."""
         with self._lock:
-            placement = self.placement(world_size, backend, device)
             self._start_store()
             self._grow(world_size, placement, timeout)
-            return placement
 
-    def placement(self, world_size: int, backend: str = "auto",
-                  device: str = "auto") -> placements.Placement:
-        """Where a call runs: "auto" is the pool's placement, resolved on first use and kept
-        for the pool's life; what this machine cannot serve is a ValueError, before any rank
-        starts."""
+    def run(self, fn, world_size: int, placement: Placement, timeout: float,
+            params: dict | None = None) -> Ranks:
+        """``fn`` on ``world_size`` ranks on ``placement`` (resolved and checked by the caller:
+        ``engine.placement.serving``)."""
         with self._lock:
-            if self._default is None:
-                self._default = placements.default_placement(*self._asked)
-            placement = placements.resolve(backend, device, self._default)
-        placements.check(placement, world_size)
-        return placement
-
-    def run(self, fn, world_size, backend, device, timeout, params) -> placements.Ranks:
-        with self._lock:
-            placement = self.placement(world_size, backend, device)
             self._start_store()
             if any(died_idle(w) for w in self._workers):
                 self._end_workers()  # one died between calls: its group cannot be trusted
             self._grow(world_size, placement, timeout)
             active = self._workers[:world_size]
             try:
-                self._group = (world_size, placement)
-                call = messages.Run(self._generation_of(world_size, placement), world_size,
-                                    placement.backend, placement.device, timeout, fn, params)
+                self._group_size = world_size
+                call = messages.Run(self._generation_of(world_size), world_size, timeout, fn,
+                                    params or {})
                 for worker in active:
                     messages.send(worker.conn, call)
-                return placements.Ranks(self._collect(active, timeout), placement)
+                return Ranks(self._collect(active, timeout), placement)
             except BaseException:  # a rank failed, or the caller was interrupted
                 size = len(self._workers)
                 self._end_workers()
@@ -102,6 +90,12 @@ class Pool:
         """Every rank's log, by rank; a log outlives its process (read it after a failure).
         Without the pool's lock, which a call holds: a thread may read the logs of ranks that
         hang in a call (``hang_watch``)."""
+        return [rank_logs.read(path) for path in self.log_paths()]
+
+    def log_paths(self) -> list[str]:
+        """Every rank's log file, by rank, as :meth:`logs` reads them (without the lock: a
+        panel's ticking thread reads where the ranks of a running call are,
+        ``screen.while_running``); none before the pool starts or after it closes."""
         logdir = self._logdir
         try:
             names = [] if logdir is None else os.listdir(logdir)
@@ -109,8 +103,25 @@ class Pool:
             return []
         ranks = [int(name[4:-4]) for name in names
                  if name.startswith("rank") and name.endswith(".log")]
-        return [rank_logs.read(os.path.join(logdir, f"rank{rank}.log"))
+        return [os.path.join(logdir, f"rank{rank}.log")
                 for rank in range(max(ranks, default=-1) + 1)]
+
+    def pids(self) -> list[int]:
+        """The process id of each rank process the pool holds, by rank."""
+        with self._lock:
+            return [w.process.pid for w in self._workers]
+
+    def refill(self, world_size: int, placement: Placement, timeout: float,
+               wanted=lambda: True) -> bool:
+        """Start ``world_size`` ranks on ``placement`` if the pool holds none, is open, and
+        ``wanted()`` still holds once it has the lock; whether it started them. For
+        :mod:`.respawn`: a call that came first started its own, ``close`` closed the pool,
+        or a later failure asked for other ranks."""
+        with self._lock:
+            if self._workers or self._store is None or not wanted():
+                return False
+            self._grow(world_size, placement, timeout)
+            return True
 
     def close(self) -> None:
         with self._lock:
@@ -142,9 +153,9 @@ class Pool:
             sock.close()
         self._logdir = rank_logs.new_folder()
 
-    def _grow(self, world_size: int, placement: placements.Placement, timeout: float) -> None:
-        if self._workers and placements.needs_fresh_processes(self._placement_of_workers,
-                                                   self._group, world_size, placement):
+    def _grow(self, world_size: int, placement: Placement, timeout: float) -> None:
+        if self._workers and needs_fresh_processes(self._placement_of_workers,
+                                                   self._group_size, world_size, placement):
             self._end_workers(graceful=True)
         self._placement_of_workers = placement
         new = []
@@ -153,28 +164,27 @@ class Pool:
                 parent_conn, child_conn = self._mp.Pipe()
                 process = self._mp.Process(
                     target=_worker_main, name=f"ddplab-rank-{rank}", daemon=True,
-                    args=(child_conn, rank, self._port, self._log_path(rank), placement.device))
+                    args=(child_conn, rank, self._port, self._log_path(rank), placement))
                 with main_file_hidden_if_missing():
                     process.start()
                 child_conn.close()
                 new.append(Worker(rank, process, parent_conn))
                 self._workers.append(new[-1])
             if new:
-                self._group = None
+                self._group_size = None
                 self._collect(new, timeout, starting=True)
         except BaseException:
             self._end_workers()
             raise
 
-    def _generation_of(self, world_size: int, placement: placements.Placement) -> int:
-        """The generation of the group of ``world_size`` ranks on ``placement``: the one its ranks
-        kept, or a new one they form on this call. Growing the pool keeps these (the groups'
-        members are still there); ending the workers forgets them."""
-        key = (world_size, placement)
-        if key not in self._generations:
+    def _generation_of(self, world_size: int) -> int:
+        """The generation of the group of ``world_size`` ranks: the one its ranks kept, or a
+        new one they form on this call. Growing the pool keeps these (the groups' members are
+        still there); ending the workers (as a change of placement does) forgets them."""
+        if world_size not in self._generations:
             self._generation += 1
-            self._generations[key] = self._generation
-        return self._generations[key]
+            self._generations[world_size] = self._generation
+        return self._generations[world_size]
 
     def _collect(self, workers: list[Worker], timeout: float, starting=False) -> list:
         """One reply from each worker, by rank; raise if a rank raised, died or timed out."""
@@ -248,7 +258,7 @@ class Pool:
                 w.process.join()
             w.conn.close()
         self._workers = []
-        self._group = None
+        self._group_size = None
         self._generations.clear()
 
     def _log_path(self, rank: int) -> str:
@@ -285,3 +295,7 @@ def shared() -> Pool:
 
 def shared_logs() -> list[str]:
     return _shared.logs() if _shared is not None else []
+
+
+def shared_log_paths() -> list[str]:
+    return _shared.log_paths() if _shared is not None else []

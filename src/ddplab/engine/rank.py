@@ -10,7 +10,7 @@ travels as a shared-memory file descriptor that is gone once the sender moves on
 The worker loop (:func:`worker_main`) is what the local pool runs in each of its processes. It
 keeps every process group it joins alive across calls (:mod:`.groups`: one per world size the
 pool has served), because forming a group costs more than a small DDP step (see
-``ARCHITECTURE.md``).
+``benchmarks/RESULTS.md``, "Kept groups").
 """
 
 from __future__ import annotations
@@ -89,11 +89,12 @@ def hide_gpus() -> None:
                            "CUDA was initialised before this rank was forked")
 
 
-def worker_main(conn, rank: int, store_port: int, log_path: str, device: str = "cpu") -> None:
+def worker_main(conn, rank: int, store_port: int, log_path: str, placement) -> None:
     """Serve rank ``rank`` of the local pool until told to stop or the parent goes away.
-    ``device`` is the device of every call it will serve: a CPU rank never sees a GPU."""
+    ``placement`` (``engine.placement.Placement``) is where every call it serves runs, learnt
+    once here: a CPU rank never sees a GPU."""
     _send_output_to(log_path)
-    if device == "cpu":
+    if placement.device == "cpu":
         hide_gpus()
     # Jupyter's interrupt signals the kernel's whole process group: the kernel decides, not us.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -125,7 +126,8 @@ def worker_main(conn, rank: int, store_port: int, log_path: str, device: str = "
         print(f"--- {getattr(fn, '__qualname__', fn)} on rank {rank} of {call.world_size}",
               flush=True)
         try:
-            ctx = groups.use(call.generation, functools.partial(_join, store, call, rank))
+            ctx = groups.use(call.generation,
+                             functools.partial(_join, store, call, rank, placement))
             reply = messages.Result(plain(fn(ctx, **params)))
         except BaseException as exc:
             reply = _error_reply(rank, exc, "raised")
@@ -143,17 +145,18 @@ def _loaded(call: messages.Run):
     return call.fn, call.params
 
 
-def _join(store, call: messages.Run, rank: int) -> RankContext:
-    """Form the group of ``call`` (a new generation): every rank of its world size calls this."""
+def _join(store, call: messages.Run, rank: int, placement) -> RankContext:
+    """Form the group of ``call`` (a new generation) on ``placement``: every rank of its world
+    size calls this."""
     store.set_timeout(datetime.timedelta(seconds=call.timeout))
-    device = device_for(call.device, rank)
+    device = device_for(placement.device, rank)
     # A fresh key prefix per group: re-forming a group under a used prefix hangs (pytorch#55967).
-    dist.init_process_group(call.backend,
+    dist.init_process_group(placement.backend,
                             store=dist.PrefixStore(f"ddplab/gen{call.generation}/", store),
                             rank=rank, world_size=call.world_size,
                             timeout=datetime.timedelta(seconds=call.timeout))
     return RankContext(rank=rank, world_size=call.world_size, local_rank=rank, device=device,
-                       backend=call.backend, host=socket.gethostname())
+                       backend=placement.backend, host=socket.gethostname())
 
 
 def _error_reply(rank: int, exc: BaseException, what: str) -> messages.Error:

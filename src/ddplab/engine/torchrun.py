@@ -14,8 +14,6 @@ import datetime
 import os
 import socket
 
-from ddplab.engine.backend import Placement, Ranks, check, default_placement
-
 
 def under_torchrun() -> bool:
     """True in a process started by torchrun (or another env:// launcher)."""
@@ -35,16 +33,9 @@ def ranks_per_host() -> int:
     return int(os.environ.get("LOCAL_WORLD_SIZE", launched_world_size()))
 
 
-def placement(backend: str = "auto", device: str = "auto") -> Placement:
-    """Under torchrun "auto" is NCCL on CUDA when every process of this node has a GPU of its
-    own, gloo on CPU otherwise (``DDPLAB_BACKEND``/``DDPLAB_DEVICE`` first); checked."""
-    chosen = default_placement(backend, device, ranks_per_host=ranks_per_host())
-    check(chosen, ranks_per_host())
-    return chosen
-
-
-def run(fn, world_size: int, backend: str, device: str, timeout: float, params: dict) -> Ranks:
-    """``fn(ctx, **params)`` on this rank; every rank's result, by rank (already checked).
+def run(fn, world_size: int, placement, timeout: float, params: dict) -> list:
+    """``fn(ctx, **params)`` on this rank, on ``placement`` (``engine.placement``, resolved once
+    for this process with the launcher's ranks per host); every rank's result, by rank.
 
     The processes are the launcher's, not ours, so a CPU placement here does not hide the GPUs
     (the local pool's ranks do, ``rank.hide_gpus``): torch may have touched CUDA already."""
@@ -56,14 +47,13 @@ def run(fn, world_size: int, backend: str, device: str, timeout: float, params: 
         raise ValueError(f"world_size={world_size} asked for, but torchrun started "
                          f"{launched_world_size()} processes")
     local_rank = int(os.environ.get("LOCAL_RANK", os.environ["RANK"]))
-    chosen = placement(backend, device)
-    torch_device = device_for(chosen.device, local_rank)
+    torch_device = device_for(placement.device, local_rank)
     if not dist.is_initialized():
-        dist.init_process_group(chosen.backend, timeout=datetime.timedelta(seconds=timeout))
+        dist.init_process_group(placement.backend, timeout=datetime.timedelta(seconds=timeout))
         atexit.register(dist.destroy_process_group)
     ctx = RankContext(rank=dist.get_rank(), world_size=world_size, local_rank=local_rank,
-                      device=torch_device, backend=chosen.backend, host=socket.gethostname())
+                      device=torch_device, backend=placement.backend, host=socket.gethostname())
     result = plain(fn(ctx, **params))
     results = [None] * world_size
     dist.all_gather_object(results, result)
-    return Ranks(results, chosen)
+    return results

@@ -16,11 +16,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from ddplab.common.mlp import make_batch, make_model
 from ddplab.exercises import checker
+from ddplab.exercises.record import Exercise
 
-NAME, LAB = "accumulate", "labs/05_time_cost.ipynb"
-FUNCTION = "accumulate_step"
-SIGNATURE = "accumulate_step(ddp_model, micro_batches, loss_fn)"
-AGAINST = "one process on the whole global batch, with one all-reduce per step"
 LAYERS = (8, 16, 4)
 MICRO_BATCH_SIZE = 2
 
@@ -35,9 +32,6 @@ def accumulate_step(ddp_model, micro_batches, loss_fn) -> None:
             (loss_fn(ddp_model(x), y) / len(micro_batches)).backward()
     x, y = last
     (loss_fn(ddp_model(x), y) / len(micro_batches)).backward()
-
-
-answer = accumulate_step
 
 
 def cases(world_size: int) -> list[tuple[int, dict]]:
@@ -98,3 +92,10 @@ def judge(world_size: int, params: dict, results: list) -> str | None:
                          f"({world_size}).",
              1 / m: f"divided by the number of micro-batches ({m}) twice."}
     return checker.compare_grads([r["got"] for r in results], results[0]["want"], hints, where)
+
+
+EXERCISE = Exercise(
+    name="accumulate", lab="labs/05_time_cost.ipynb", function="accumulate_step",
+    signature="accumulate_step(ddp_model, micro_batches, loss_fn)",
+    against="one process on the whole global batch, with one all-reduce per step",
+    answer=accumulate_step, cases=cases, on_rank=on_rank, judge=judge)

@@ -16,11 +16,8 @@ import torch.nn.functional as F
 
 from ddplab.common.mlp import make_batch, make_model
 from ddplab.exercises import checker
+from ddplab.exercises.record import Exercise
 
-NAME, LAB = "average-gradients", "labs/01_averaging.ipynb"
-FUNCTION = "average_gradients"
-SIGNATURE = "average_gradients(model)"
-AGAINST = "one process on the whole batch"
 LAYERS = (8, 16, 4)
 BATCH_SIZE = 4  # samples per rank
 
@@ -32,9 +29,6 @@ def average_gradients(model: torch.nn.Module) -> None:
         if p.grad is not None:
             dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)
             p.grad /= world_size
-
-
-answer = average_gradients
 
 
 def cases(world_size: int) -> list[tuple[int, dict]]:
@@ -81,3 +75,10 @@ def judge(world_size: int, params: dict, results: list) -> str | None:
                         f"divided by {world_size}: divided, but never summed over the ranks "
                         "(dist.all_reduce).")
     return checker.compare_grads([r["got"] for r in results], results[0]["want"], hints, where)
+
+
+EXERCISE = Exercise(
+    name="average-gradients", lab="labs/01_averaging.ipynb", function="average_gradients",
+    signature="average_gradients(model)",
+    against="one process on the whole batch",
+    answer=average_gradients, cases=cases, on_rank=on_rank, judge=judge)

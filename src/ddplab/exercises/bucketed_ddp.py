@@ -28,12 +28,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from ddplab.common import mlp
 from ddplab.exercises import checker
+from ddplab.exercises.record import Exercise
 
-NAME, LAB = "bucketed-ddp", "labs/04_buckets.ipynb"
-FUNCTION = "BucketedDDP"
-SIGNATURE = "class BucketedDDP(torch.nn.Module): __init__(module, bucket_size_mb), forward, " \
-            "finish_gradient_synchronization()"
-AGAINST = "DistributedDataParallel, all-reduces launched during backward, one per bucket"
 WIDTH, LAYERS, BATCH_SIZE, STEPS = 32, 4, 4, 2
 PARAM_MB = WIDTH * WIDTH * 4 / 2**20  # every parameter: a 32 x 32 float32 weight
 
@@ -79,9 +75,6 @@ class BucketedDDP(torch.nn.Module):
                 q.grad.copy_(flat[offset:offset + q.numel()].view_as(q.grad))
                 offset += q.numel()
         self.pending, self.ready = [], [0] * len(self.buckets)
-
-
-answer = BucketedDDP
 
 
 def cases(world_size: int) -> list[tuple[int, dict]]:
@@ -172,3 +165,11 @@ def judge(world_size: int, params: dict, results: list) -> str | None:
         if problem:
             return problem
     return None
+
+
+EXERCISE = Exercise(
+    name="bucketed-ddp", lab="labs/04_buckets.ipynb", function="BucketedDDP",
+    signature=("class BucketedDDP(torch.nn.Module): __init__(module, bucket_size_mb), forward, "
+               "finish_gradient_synchronization()"),
+    against="DistributedDataParallel, all-reduces launched during backward, one per bucket",
+    answer=BucketedDDP, cases=cases, on_rank=on_rank, judge=judge)

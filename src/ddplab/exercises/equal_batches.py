@@ -29,12 +29,8 @@ from torch.utils.data import DataLoader, TensorDataset
 from ddplab.common.mlp import make_batch, make_model
 from ddplab.engine import hang_watch
 from ddplab.exercises import checker
+from ddplab.exercises.record import Exercise
 
-NAME, LAB = "equal-batches", "labs/06_hangs.ipynb"
-FUNCTION = "train_epoch_equal_count"
-SIGNATURE = "train_epoch_equal_count(ddp, optimizer, loader)"
-AGAINST = ("one process on the whole global batches, every rank taking as many steps as the "
-           "fewest batches")
 LAYERS = (8, 16, 4)
 BATCH_SIZE = 4  # samples per rank and batch
 LR = 0.1
@@ -50,9 +46,6 @@ def train_epoch_equal_count(ddp, optimizer, loader) -> None:
         optimizer.zero_grad()
         F.mse_loss(ddp(X), y).backward()
         optimizer.step()
-
-
-answer = train_epoch_equal_count
 
 
 def cases(world_size: int) -> list[tuple[int, dict]]:
@@ -208,3 +201,11 @@ def judge(world_size: int, params: dict, results: list) -> str | None:
             return (f"{head} by up to {error:.3g}: the loss is F.mse_loss(ddp(X), y), then "
                     "backward and optimizer.step().")
     return None
+
+
+EXERCISE = Exercise(
+    name="equal-batches", lab="labs/06_hangs.ipynb", function="train_epoch_equal_count",
+    signature="train_epoch_equal_count(ddp, optimizer, loader)",
+    against=("one process on the whole global batches, every rank taking as many steps as the "
+             "fewest batches"),
+    answer=train_epoch_equal_count, cases=cases, on_rank=on_rank, judge=judge, explain=explain)

@@ -15,11 +15,8 @@ import torch
 import torch.distributed as dist
 
 from ddplab.exercises import checker
+from ddplab.exercises.record import Exercise
 
-NAME, LAB = "gather-unequal", "labs/08_training_loop.ipynb"
-FUNCTION = "gather_unequal"
-SIGNATURE = "gather_unequal(tensor) -> torch.Tensor"
-AGAINST = "every rank's tensor concatenated in rank order"
 FIXED_CASES = [  # (length of each rank's tensor, dtype)
     ([4, 3, 3], "float64"),  # 10 predictions on 3 ranks, sharded without padding
     ([3, 4], "int64"),  # the shorter one first
@@ -46,9 +43,6 @@ def gather_unequal(tensor: torch.Tensor) -> torch.Tensor:
     dist.all_gather(pieces, padded)
     keep = torch.arange(longest, device=tensor.device) < lengths[:, None]
     return torch.stack(pieces)[keep]
-
-
-answer = gather_unequal
 
 
 def cases(world_size: int) -> list[tuple[int, dict]]:
@@ -195,3 +189,10 @@ def whose(values: list) -> str:
 
 def show(values: list) -> str:
     return str(values[:SHOWN])[:-1] + (", ...]" if len(values) > SHOWN else "]")
+
+
+EXERCISE = Exercise(
+    name="gather-unequal", lab="labs/08_training_loop.ipynb", function="gather_unequal",
+    signature="gather_unequal(tensor) -> torch.Tensor",
+    against="every rank's tensor concatenated in rank order",
+    answer=gather_unequal, cases=cases, on_rank=on_rank, judge=judge, explain=explain)

@@ -30,12 +30,8 @@ import torch.distributed as dist
 
 from ddplab.engine import hang_watch
 from ddplab.exercises import checker
+from ddplab.exercises.record import Exercise
 
-NAME, LAB = "ring-allreduce", "labs/00_running.ipynb"
-FUNCTION = "ring_all_reduce"
-SIGNATURE = "ring_all_reduce(tensor) -> None"
-AGAINST = ("the sum over the ranks, each rank sending at most 2(N-1) chunks of about 1/N of the "
-           "tensor and calling no collective")
 FIXED_CASES = [  # (world size, length, dtype)
     (2, 8, "float32"),  # chunks of 4: the length divisible by the world size
     (3, 10, "float64"),  # chunks of 4, 3, 3
@@ -81,9 +77,6 @@ def ring_all_reduce(tensor: torch.Tensor) -> None:
                 into += incoming
 
 
-answer = ring_all_reduce
-
-
 def cases(world_size: int) -> list[tuple[int, dict]]:
     """The fixed cases, then one on the size asked for, of length ``2N + 1``."""
     return [(size, {"length": length, "dtype": dtype, "seed": seed})
@@ -103,11 +96,24 @@ def most_sent(world_size: int, length: int) -> int:
     return 2 * (world_size - 1) * math.ceil(length / world_size)
 
 
+def ring_device(ctx) -> torch.device:
+    """Where the ring's tensors live: the rank's device on NCCL, the host on gloo. gloo's
+    collectives take CUDA tensors, but its ``send`` and ``recv`` of a CUDA tensor aborted the
+    process (one H200, torch 2.11.0+cu130, two ranks on cuda:0: ``gloo/transport/tcp/
+    pair.cc:339 writev ... Bad address``, then SIGABRT; ``isend``/``irecv`` alike).
+    ``ProcessGroupGloo::send`` and ``recv`` hand the tensor's own pointer to gloo's TCP pair
+    (``createUnboundBuffer(tensor.const_data_ptr(), size)``, torch/csrc/distributed/c10d/
+    ProcessGroupGloo.cpp), where the collectives have CUDA work that goes through host memory;
+    ``writev`` of a GPU address fails with EFAULT. So on gloo the exercise hands the ring host
+    tensors, as a script of yours that sends with gloo must."""
+    return ctx.device if ctx.backend == "nccl" else torch.device("cpu")
+
+
 def on_rank(ctx, solution, call_id: str, length: int, dtype: str, seed: int) -> dict:
     """This rank's tensor after ``solution``, what it sent and the collectives it called, as
     plain data. Nothing follows the reader's code: no collective of ours can pair with one of
     theirs."""
-    tensor = rank_tensor(ctx.rank, length, dtype, seed).to(ctx.device)
+    tensor = rank_tensor(ctx.rank, length, dtype, seed).to(ring_device(ctx))
     sent, collectives = [], []
 
     def see(method, tensors, *args, **kwargs):
@@ -263,3 +269,11 @@ def explain(world_size: int, params: dict, outcome) -> str | None:
     if not words:
         return None
     return f"{where(world_size, params)}: {outcome.problem} {' '.join(words)}"
+
+
+EXERCISE = Exercise(
+    name="ring-allreduce", lab="labs/00_running.ipynb", function="ring_all_reduce",
+    signature="ring_all_reduce(tensor) -> None",
+    against=("the sum over the ranks, each rank sending at most 2(N-1) chunks of about 1/N of the "
+             "tensor and calling no collective"),
+    answer=ring_all_reduce, cases=cases, on_rank=on_rank, judge=judge, explain=explain)

@@ -35,10 +35,8 @@ from torch.optim.lr_scheduler import LambdaLR
 
 from ddplab.common.mlp import make_batch, make_model
 from ddplab.exercises import checker
+from ddplab.exercises.record import Exercise
 
-NAME, LAB = "scaled-lr", "labs/03_lr_scaling.ipynb"
-FUNCTION = "scaled_lr"
-SIGNATURE = "scaled_lr(step, lr, world_size, rule, warmup_steps) -> float"
 CONFIGS = [  # (lr, world_size, rule, warmup_steps): the first that differs is the message
     (0.1, 4, "linear", 10),
     (0.1, 4, "sqrt", 10),  # 4 / 2 is sqrt(4): 8 ranks tell them apart
@@ -56,9 +54,6 @@ PAST_WARMUP = 3  # steps checked from warmup_steps on
 KEYS = ("step", "lr", "world_size", "rule", "warmup_steps")  # a schedule case
 SCHEDULE_CASES = [(step, *config) for config in CONFIGS
                   for step in range(config[3] + PAST_WARMUP)]
-AGAINST = (f"one process on the whole global batches (DDP stepped through LambdaLR by your "
-           f"schedule, whose {len(SCHEDULE_CASES)} learning rates on world sizes 1 to 8 agree "
-           "with Goyal et al.'s gradual warmup)")
 LAYERS = (8, 16, 4)
 BATCH_SIZE = 4  # samples per rank and step
 TRAININGS = [{"lr": 0.1, "rule": "linear", "warmup_steps": 3, "steps": 6, "seed": 0},
@@ -74,9 +69,6 @@ def scaled_lr(step: int, lr: float, world_size: int, rule: str, warmup_steps: in
     if step >= warmup_steps:
         return peak
     return lr + (peak - lr) * step / warmup_steps
-
-
-answer = scaled_lr
 
 
 def factor_of(rule: str, world_size: int) -> float:
@@ -112,12 +104,12 @@ def judge_in_caller(solution) -> tuple[dict, str] | None:
             try:
                 value = solution(step, *config)
             except Exception as exc:
-                return case, f"{at(**case)}: {FUNCTION} raised {type(exc).__name__}: {exc}" + (
+                return case, f"{at(**case)}: scaled_lr raised {type(exc).__name__}: {exc}" + (
                     ". warmup_steps=0 means no warmup: the scaled rate from step 0; divide by "
                     "warmup_steps only while step < warmup_steps."
                     if config[3] == 0 and isinstance(exc, ZeroDivisionError) else "")
             if not isinstance(value, numbers.Real) or isinstance(value, bool):
-                return case, (f"{at(**case)}: {FUNCTION} returned {type(value).__name__} "
+                return case, (f"{at(**case)}: scaled_lr returned {type(value).__name__} "
                               f"{value!r}, not a float: return the rate as a number.")
             if step in got and not close(float(value), got[step]):
                 return case, (f"{at(**case)}: yours gave {got[step]:.6g} the first time and "
@@ -253,3 +245,12 @@ def compare_params(where: str, steps: int, got: list, want: dict) -> str | None:
                         f"differs from one process's on the whole global batches by up to "
                         f"{error:.3g} (more than {ATOL:g}).")
     return None
+
+
+EXERCISE = Exercise(
+    name="scaled-lr", lab="labs/03_lr_scaling.ipynb", function="scaled_lr",
+    signature="scaled_lr(step, lr, world_size, rule, warmup_steps) -> float",
+    against=(f"one process on the whole global batches (DDP stepped through LambdaLR by your "
+             f"schedule, whose {len(SCHEDULE_CASES)} learning rates on world sizes 1 to 8 agree "
+             "with Goyal et al.'s gradual warmup)"),
+    answer=scaled_lr, cases=cases, on_rank=on_rank, judge=judge, judge_in_caller=judge_in_caller)

@@ -16,12 +16,8 @@ import torch
 from torch.utils.data import DistributedSampler
 
 from ddplab.exercises import checker
+from ddplab.exercises.record import Exercise
 
-NAME, LAB = "shard-indices", "labs/02_sharding.ipynb"
-FUNCTION = "shard_indices"
-SIGNATURE = ("shard_indices(dataset_len, rank, world_size, epoch, shuffle, drop_last, seed)"
-             " -> list[int]")
-AGAINST = "torch's DistributedSampler"
 KEYS = ("dataset_len", "world_size", "epoch", "shuffle", "drop_last", "seed")
 CASES = [  # (dataset_len, world_size, epoch, shuffle, drop_last, seed)
     (8, 4, 0, False, False, 0), (10, 4, 0, False, False, 0), (10, 4, 0, False, True, 0),
@@ -50,9 +46,6 @@ def shard_indices(dataset_len: int, rank: int, world_size: int, epoch: int, shuf
     else:
         indices += (indices * math.ceil(total / dataset_len))[:total - dataset_len]
     return indices[rank:total:world_size]
-
-
-answer = shard_indices
 
 
 def cases(world_size: int) -> list[tuple[int, dict]]:
@@ -88,7 +81,7 @@ def judge(world_size: int, params: dict, results: list) -> str | None:
         try:
             entry["got"] = [int(i) for i in entry["got"]]
         except (TypeError, ValueError):
-            return f"{FUNCTION} must return a list of ints, got {entry['got']!r}"
+            return f"shard_indices must return a list of ints, got {entry['got']!r}"
     unshuffled_pass = all(e["got"] == e["want"] for e in entries if not e["case"]["shuffle"])
     for entry in entries:
         got, want = entry["got"], entry["want"]
@@ -135,3 +128,11 @@ def diagnosis(case: dict, rank: int, got: list[int], unshuffled_pass: bool = Fal
     if len(got) != per_rank:
         return f"Expected {per_rank} indices on each rank, got {len(got)}."
     return "Compare with the padded, strided order: indices[rank:total:world_size]."
+
+
+EXERCISE = Exercise(
+    name="shard-indices", lab="labs/02_sharding.ipynb", function="shard_indices",
+    signature=("shard_indices(dataset_len, rank, world_size, epoch, shuffle, drop_last, seed)"
+               " -> list[int]"),
+    against="torch's DistributedSampler",
+    answer=shard_indices, cases=cases, on_rank=on_rank, judge=judge, counted=len(CASES))

@@ -39,13 +39,8 @@ from ddplab.common.ledger import Ledger
 from ddplab.common.mlp import make_batch, make_model
 from ddplab.engine import hang_watch
 from ddplab.exercises import checker
+from ddplab.exercises.record import Exercise
 
-NAME, LAB = "shard-optimizer", "labs/07_memory.ipynb"
-FUNCTION = "ShardedOptimizer"
-SIGNATURE = ("class ShardedOptimizer(torch.optim.Optimizer): __init__(params, optimizer_cls, "
-             "**kwargs), step(closure=None), zero_grad()")
-AGAINST = ("one process with the plain optimizer on the whole global batches, each parameter's "
-           "optimizer state held on one rank")
 OPTIMIZERS = {"momentum": (torch.optim.SGD, {"lr": 0.1, "momentum": 0.9}),
               "adam": (torch.optim.Adam, {"lr": 0.01})}
 BATCH_SIZE, STEPS = 4, 3
@@ -77,9 +72,6 @@ class ShardedOptimizer(torch.optim.Optimizer):
             for p, owner in self.owners:
                 dist.broadcast(p, src=owner)
         return loss
-
-
-answer = ShardedOptimizer
 
 
 def cases(world_size: int) -> list[tuple[int, dict]]:
@@ -294,3 +286,12 @@ def state_problem(world_size: int, params: dict, results: list, want: dict) -> s
                     f"more than a share ({share} bytes, the state of the {largest} largest of "
                     f"the {len(want)} parameters): spread the parameters over all the ranks.")
     return None
+
+
+EXERCISE = Exercise(
+    name="shard-optimizer", lab="labs/07_memory.ipynb", function="ShardedOptimizer",
+    signature=("class ShardedOptimizer(torch.optim.Optimizer): __init__(params, optimizer_cls, "
+               "**kwargs), step(closure=None), zero_grad()"),
+    against=("one process with the plain optimizer on the whole global batches, each parameter's "
+             "optimizer state held on one rank"),
+    answer=ShardedOptimizer, cases=cases, on_rank=on_rank, judge=judge, explain=explain)

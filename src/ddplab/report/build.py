@@ -65,13 +65,13 @@ class Report:
 
 
 def run(world_size: int | None = None, params_millions: float | None = None,
-        quick: bool = False, backend: str = "auto", timeout: float = 120.0,
-        progress=None) -> Report:
+        quick: bool = False, timeout: float = 120.0, progress=None) -> Report:
     """Measure everything the report holds on ``world_size`` ranks (under torchrun:
-    torchrun's). ``progress(done, total, label)`` is called before each stage."""
+    torchrun's), on this process's placement (``with ddplab.placed(device="cuda"):
+    report.run(...)``). ``progress(done, total, label)`` is called before each stage."""
     if world_size is None:
         world_size = launched_world_size() if under_torchrun() else 2
-    settings = Settings(world_size, params_millions, quick, backend, timeout)
+    settings = Settings(world_size, params_millions, quick, timeout)
     data = {"schema_version": SCHEMA_VERSION, "settings": settings.to_json(), "machine": None,
             "allreduce": None, "step": None, "buckets": None, "memory": None,
             "prediction": None, "missing": [], "failure": None, "seconds": None}

@@ -19,7 +19,7 @@ from ddplab.engine.torchrun import is_reporting_process
 
 
 def add_command(commands) -> None:
-    from ddplab.engine.backend import BACKENDS, DEVICES
+    from ddplab.engine.placement import BACKENDS, DEVICES
     from ddplab.report.settings import DEFAULT_PARAMS_MILLIONS
 
     sub = commands.add_parser(
@@ -65,15 +65,19 @@ class Progress:
 def main(args, progress=None) -> int:
     """Run the report for parsed ``args``; ``progress`` replaces the stderr lines (tests)."""
     from ddplab import report
-    from ddplab.engine.cluster import defaults
+    from ddplab.engine.placement import placed, range_of
+    from ddplab.engine.torchrun import launched_world_size, under_torchrun
     from ddplab.report.stages import NotEnoughMemory
 
     reporting = is_reporting_process()
     try:
-        # every stage's runs on one placement, also those of drivers that take no backend
-        with defaults(args.backend, getattr(args, "device", "auto")):
-            made = report.run(args.world_size, args.params_millions, args.quick, args.backend,
-                              args.timeout,
+        # every stage's runs on one placement, set once before the first; the report's world
+        # size is the largest any stage asks for
+        world_size = args.world_size
+        if world_size is None:
+            world_size = launched_world_size() if under_torchrun() else 2
+        with placed(args.backend, args.device, largest_world_size=range_of(world_size)):
+            made = report.run(world_size, args.params_millions, args.quick, args.timeout,
                               progress=(progress or Progress()) if reporting else None)
     except (ValueError, TypeError) as exc:  # bad input or too little memory: nothing measured
         if reporting:  # NotEnoughMemory's message starts "too little memory"

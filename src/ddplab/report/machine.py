@@ -54,9 +54,9 @@ def nccl_version() -> str | None:
     return ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
 
 
-def describe(world_size: int, backend: str = "auto", timeout: float = 60.0) -> dict:
+def describe(world_size: int, timeout: float = 60.0) -> dict:
     """Every rank's description, summed up: the report's ``machine`` section."""
-    ranks = ddplab.run(describe_rank, world_size, backend=backend, timeout=timeout)
+    ranks = ddplab.run(describe_rank, world_size, timeout=timeout)
     per_host = collections.Counter(r["host"] for r in ranks)
     gpu_memory = [r["device_memory_bytes"] for r in ranks if r["device_memory_bytes"]]
     available = [r["available_bytes"] for r in ranks if r["available_bytes"] is not None]
@@ -73,7 +73,8 @@ def describe(world_size: int, backend: str = "auto", timeout: float = 60.0) -> d
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
         "nccl": nccl_version(),
-        "backend": ranks[0]["backend"],
+        "backend": ranks.backend,
+        "device": ranks.device,
         "nccl_env": ranks[0]["nccl_env"],
         "ranks": ranks,
     }

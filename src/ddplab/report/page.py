@@ -18,6 +18,7 @@ import numpy as np  # noqa: E402
 
 from ddplab.chapters.memory import plots as memory_plots  # noqa: E402
 from ddplab.chapters.time_cost import plots as time_plots  # noqa: E402
+from ddplab.common.html_page import head, table  # noqa: E402
 from ddplab.report.summary import rows, shown, summary_lines  # noqa: E402
 from ddplab.screen.style import PAGE_WIDTH  # noqa: E402
 
@@ -45,11 +46,6 @@ SECTIONS = {  # part -> (title, what it measures, the book's section that explai
                    "What the model, calibrated on the measurements above, says for two and "
                    "four times the nodes.", "time_cost.md#from-here-to-a-cluster-a-cost-model"),
 }
-CSS = """body{font-family:sans-serif;max-width:60em;margin:2em auto;padding:0 1em;color:#222}
-table{border-collapse:collapse;margin:0.5em 0}td,th{border:1px solid #ccc;padding:2px 8px;
-text-align:right}td:first-child,th:first-child{text-align:left}img{max-width:100%}
-.missing{background:#fff3cd;padding:0.5em}.failure{background:#f8d7da;padding:0.5em}
-.prediction{background:#e8f0fe;padding:0.5em}pre{white-space:pre-wrap}"""
 
 
 def png(fig) -> str:
@@ -93,13 +89,6 @@ def figures(found: dict) -> dict:
     return out
 
 
-def table(head, body) -> str:
-    cells = "".join(f"<th>{html.escape(str(h))}</th>" for h in head)
-    lines = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>"
-                    for row in body)
-    return f"<table><tr>{cells}</tr>{lines}</table>"
-
-
 def compared_table(data: dict) -> str:
     body = [(label, shown(f["measured"], f["unit"]), shown(f["predicted"], f["unit"]),
              "-" if f["ratio"] is None else f"{f['ratio']:.2f}") for label, f in rows(data)]
@@ -137,9 +126,7 @@ def verdicts(data: dict) -> list[str]:
 def render(report) -> str:
     data, found = report.to_json(), report.found
     images = figures(found)
-    parts = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
-             f"<title>ddplab report</title><style>{CSS}</style></head><body>",
-             "<h1>ddplab report</h1>",
+    parts = [head("ddplab report"), "<h1>ddplab report</h1>",
              "<p>Every figure measured on this cluster, beside what the book's cost model "
              "predicts for it from the same measurements; a ratio far from 1 is a question "
              "worth asking.</p>"]

@@ -7,7 +7,6 @@ import dataclasses
 import math
 
 from ddplab.common.checks import a_bool, positive_int, positive_number
-from ddplab.engine.backend import BACKENDS
 
 KiB, MiB = 2 ** 10, 2 ** 20
 DEPTH = 16  # Linear(width, width) layers of the step's MLP, as in the chapter "The time cost"
@@ -34,7 +33,6 @@ class Settings:
     world_size: int
     params_millions: float | None = None  # None: the default of full or quick
     quick: bool = False
-    backend: str = "auto"
     timeout: float = 120.0
 
     def __post_init__(self):
@@ -45,9 +43,6 @@ class Settings:
             if self.params_millions > MAX_PARAMS_MILLIONS:
                 raise ValueError(f"params_millions must be at most {MAX_PARAMS_MILLIONS:,}, "
                                  f"got {self.params_millions!r}")
-        if self.backend not in BACKENDS:
-            raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got "
-                             f"{self.backend!r}")
         positive_number("timeout", self.timeout)
 
     @property
@@ -78,6 +73,6 @@ class Settings:
         return {"world_size": self.world_size, "quick": self.quick,
                 "params": sum(a * b + b for a, b in zip(self.layers[:-1], self.layers[1:])),
                 "layers": list(self.layers), "batch_size": BATCH_SIZE,
-                "backend_asked": self.backend, "timeout_s": self.timeout,
+                "timeout_s": self.timeout,
                 "allreduce_sizes_bytes": list(self.sizes)}
 

@@ -6,6 +6,9 @@ figures."""
 
 from __future__ import annotations
 
+import dataclasses
+
+import ddplab
 from ddplab.chapters.memory import calculator, memory
 from ddplab.chapters.time_cost import (
     accumulation_time,
@@ -16,6 +19,7 @@ from ddplab.chapters.time_cost import (
     step_time,
 )
 from ddplab.common import mlp
+from ddplab.engine.placement import unsupported
 from ddplab.report import machine
 from ddplab.report.figures import compared, measured_only, predicted_only
 from ddplab.report.model import Calibrated
@@ -34,7 +38,7 @@ def value(x, unit: str) -> dict:
 
 
 def machine_stage(s: Settings, found: dict) -> dict:
-    section = machine.describe(s.world_size, s.backend, s.timeout)
+    section = machine.describe(s.world_size, s.timeout)
     found["model"] = Calibrated(mlp.param_count(s.layers), section["world_size"], BATCH_SIZE)
     check_memory(s, section)
     return section
@@ -80,14 +84,13 @@ def sizes_that_fit(sizes, machine_section: dict) -> list[int]:
 def allreduce_stage(s: Settings, found: dict) -> dict:
     model = found["model"]
     if model.world_size < 2:  # one rank still measures the copy bandwidth DDP's copies use
-        result = allreduce.run(1, sizes=(4 * 1024,), repeats=1, backend=s.backend,
-                               timeout=s.timeout)
+        result = allreduce.run(1, sizes=(4 * 1024,), repeats=1, timeout=s.timeout)
         model.copy_bandwidth = result.copy_bandwidth_bytes_per_s
         return {"missing": f"the all-reduce {NEEDS_RANKS}",
                 "copy_bandwidth": measured_only(model.copy_bandwidth, "bytes/s")}
     sizes = sizes_that_fit(s.sizes, found["sections"]["machine"])
     result = allreduce.run(model.world_size, sizes=sizes, repeats=s.repeats,
-                           backend=s.backend, timeout=s.timeout)
+                           timeout=s.timeout)
     found["allreduce"] = result
     model.fit = result.fit  # non-negative, flagged where the times cannot support it
     model.copy_bandwidth = result.copy_bandwidth_bytes_per_s
@@ -181,24 +184,40 @@ def accumulation_stage(s: Settings, found: dict) -> dict:
     timing = accumulation_time.run(model.world_size, MICRO_BATCH_SIZE, s.micro_batches, s.layers,
                                    iterations=s.accumulation_iterations)
     found["accumulation"] = timing
+    # The model's compute is batch x seconds per sample, measured at the batch it predicts: a
+    # micro-batch of 8 costs more than 8 samples at BATCH_SIZE's rate, because each backward
+    # writes (or adds to) every parameter's gradient whatever the batch. Calibrated at
+    # BATCH_SIZE, the rows ran 1.7-2.5x the model's (issue 40).
+    alone, _ = step_time.paired(model.world_size, MICRO_BATCH_SIZE, s.layers,
+                                iterations=s.iterations)
+    micro = dataclasses.replace(model, seconds_per_sample=(
+        alone.median("forward") + alone.median("backward")) / MICRO_BATCH_SIZE)
     rows = []
     for k, no_sync, every in zip(timing.micro_batches, timing.no_sync_s,
                                  timing.every_micro_batch_s):
-        once = model.predict(batch_size=MICRO_BATCH_SIZE, accumulation=k)
-        one = model.predict(batch_size=MICRO_BATCH_SIZE)
+        once = micro.predict(batch_size=MICRO_BATCH_SIZE, accumulation=k)
+        one = micro.predict(batch_size=MICRO_BATCH_SIZE)
         # every micro-batch synced: k steps' worth of everything but the optimizer
         each = k * (one.step_s - one.optimizer_s) + one.optimizer_s
         rows.append({"micro_batches": k, "no_sync": compared(no_sync, once.step_s, "s"),
                      "every_micro_batch": compared(every, each, "s")})
-    return {"batch_size": MICRO_BATCH_SIZE, "rows": rows}
+    return {"batch_size": MICRO_BATCH_SIZE, "rows": rows,
+            "seconds_per_sample": {
+                "at_step_batch": measured_only(model.seconds_per_sample, "s"),
+                "at_micro_batch": measured_only(micro.seconds_per_sample, "s")}}
 
 
 def memory_stage(s: Settings, found: dict) -> dict:
     world_size = found["model"].world_size
-    rows, results = {}, {}
+    rows, results, missing = {}, {}, []
+    where = ddplab.placement()
     for strategy in s.strategies:
+        refused = unsupported(strategy, where)  # named as missing, with what to do instead
+        if refused:
+            missing.append(f"{strategy}: not run on {where}: {refused}")
+            continue
         result = memory.run(world_size, strategy, "adam", s.memory_params_millions, steps=1,
-                            backend=s.backend, timeout=s.timeout)
+                            timeout=s.timeout)
         results[strategy] = result
         predicted = sum(result.predicted_per_rank.values())
         malloc = result.measured_bytes_per_rank[0]
@@ -208,7 +227,8 @@ def memory_stage(s: Settings, found: dict) -> dict:
                                           if k in result.bytes_per_rank[0]},
                           "malloc": None if malloc is None else measured_only(malloc, "bytes")}
     found["memory"] = results
-    missing = [f"{name}: left out by --quick" for name in ("fsdp",) if name not in rows]
+    missing += [f"{name}: left out by --quick" for name in ("fsdp",)
+                if name not in s.strategies]
     return {"optimizer": "adam", "params": results["ddp"].parameter_count,
             "strategies": rows, "missing": "; ".join(missing) or None}
 

@@ -1,9 +1,9 @@
 """A slider panel's figure: kept between moves, its artists updated in place, encoded as PNG.
 
-Drawing a new figure on every move costs most of a move (ARCHITECTURE.md, "Slider latency"):
-building the figure, constrained layout's passes (each lays out every text), rendering, and
-``savefig``, which draws twice when a layout engine is set (once to lay out, once to render).
-A :class:`LiveFigure` draws once and encodes what the canvas already holds.
+Drawing a new figure on every move costs most of a move (benchmarks/RESULTS.md, "Slider
+latency"): building the figure, constrained layout's passes (each lays out every text),
+rendering, and ``savefig``, which draws twice when a layout engine is set (once to lay out,
+once to render). A :class:`LiveFigure` draws once and encodes what the canvas already holds.
 
 A plot function may carry an ``update(figure, result) -> bool`` attribute that puts a new
 result into the figure it drew (new data, limits, title) and says False when it cannot
@@ -73,8 +73,10 @@ class LiveFigure:
         figure = self.figure
         if layout is not None:
             figure.set_layout_engine("none")
-            _set_layout(figure, layout)
-            figure.canvas.draw()
+            if _set_layout(figure, layout):
+                figure.canvas.draw()
+            else:
+                layout = None  # this matplotlib cannot place it: its layout engine does
         if layout is None or not _fits(figure):
             if self.layout is not None:
                 figure.set_layout_engine(self.layout)
@@ -94,11 +96,11 @@ class LiveFigure:
         if layout is not None:
             engine = figure.get_layout_engine()
             figure.set_layout_engine("none")
-            _set_layout(figure, layout)
-            figure.canvas.draw()
-            if _fits(figure):
-                self.frame = (frame, layout)
-                return figure
+            if _set_layout(figure, layout):
+                figure.canvas.draw()
+                if _fits(figure):
+                    self.frame = (frame, layout)
+                    return figure
             figure.set_layout_engine(engine)
         if isinstance(figure.get_layout_engine(), ConstrainedLayoutEngine):
             figure.get_layout_engine().set(w_pad=SLACK, h_pad=SLACK)  # room, as above
@@ -182,7 +184,8 @@ def _stays_and_hides(legend) -> bool:
     """A legend at a fixed place (not ``loc="best"``, code 0, which follows the data) with an
     opaque frame: its old pixels are exactly what a new draw would give."""
     frame = legend.get_frame()
-    return (legend.get_visible() and legend._loc != 0 and legend.get_frame_on()
+    loc = getattr(legend, "_loc", None)  # no public getter; without it, drawn as any artist
+    return (legend.get_visible() and loc not in (None, 0) and legend.get_frame_on()
             and frame.get_alpha() in (None, 1) and frame.get_facecolor()[3] == 1)
 
 
@@ -206,9 +209,11 @@ def _fits(figure) -> bool:
 def _frame(figure):
     """What fixes a figure's layout besides its texts: its size, each subfigure's and each
     axes' place in its grid (and the subfigure it is in); None where the layout also moves
-    other things (legends or titles of the figure or of a subfigure)."""
+    other things (legends or titles of the figure or of a subfigure), and where this
+    matplotlib lacks what :func:`_set_layout` needs (see :data:`PRIVATE`)."""
     subfigures = _subfigures(figure)
-    if figure.legends or any(s.legends or any(_titles(s)) for s in subfigures):
+    if not _can_place(figure) or figure.legends or any(s.legends or any(_titles(s))
+                                                       for s in subfigures):
         return None
     return (tuple(figure.get_size_inches()), figure.dpi,
             tuple(_place(s._subplotspec) for s in subfigures),  # no public getter
@@ -235,7 +240,24 @@ def _place(spec):
 
 
 def _titles(figure) -> list:
-    return [figure._suptitle, figure._supxlabel, figure._supylabel]
+    """The figure's suptitle, supxlabel and supylabel, None where unset (no public getters)."""
+    return [getattr(figure, name, None) for name in TITLES]
+
+
+# The private names of matplotlib a kept layout is put back with (tests/test_live_figure.py
+# passed on 3.7.5, the oldest requirements.txt allows, and 3.11.2): where one is missing, no
+# layout is kept and every figure is laid out by its own engine (slower, never wrong).
+TITLES = ("_suptitle", "_supxlabel", "_supylabel")
+PRIVATE = {"Axes": ("_set_position",), "Figure": TITLES,
+           "SubFigure": ("_redo_transform_rel_fig", "_subplotspec", *TITLES)}
+
+
+def _can_place(figure) -> bool:
+    """Whether this matplotlib has every private name :func:`_set_layout` uses, on
+    ``figure``, its subfigures and its axes."""
+    objects = {"Figure": [figure], "SubFigure": _subfigures(figure), "Axes": figure.axes}
+    return all(hasattr(obj, name) for kind, names in PRIVATE.items() for obj in objects[kind]
+               for name in names)
 
 
 def _layout(figure) -> tuple:
@@ -246,10 +268,13 @@ def _layout(figure) -> tuple:
             [s.bbox_relative.frozen() for s in _subfigures(figure)])
 
 
-def _set_layout(figure, layout) -> None:
+def _set_layout(figure, layout) -> bool:
     """Put subfigures, axes and titles where :func:`_layout` found them
     (``_redo_transform_rel_fig`` and ``_set_position``: what constrained layout itself calls,
-    matplotlib/_constrained_layout.py, ``reposition_axes``)."""
+    matplotlib/_constrained_layout.py, ``reposition_axes``); False, with nothing moved, where
+    this matplotlib lacks them."""
+    if not _can_place(figure):
+        return False
     positions, titles, boxes = layout
     for subfigure, box in zip(_subfigures(figure), boxes):
         subfigure._redo_transform_rel_fig(bbox=box)
@@ -258,6 +283,7 @@ def _set_layout(figure, layout) -> None:
     for text, place in zip(_titles(figure), titles):
         if text is not None and place is not None:
             text.set_position(place)
+    return True
 
 
 def _encode(figure) -> bytes:

@@ -44,15 +44,21 @@ _SCRIPT = """(function () {
   var root = document.getElementById(%(id)s), data = %(data)s;
   var controls = root.querySelectorAll("[data-control]");
   function show() {
-    var point = 0;
+    var point = 0, chosen = [];
     controls.forEach(function (c, i) {
       var k = Number(c.value);
       point = point * data.sizes[i] + k;
+      chosen.push(c.name + " " + data.labels[i][k]);
       var out = root.querySelector('output[data-for="' + c.name + '"]');
       if (out) out.textContent = data.labels[i][k];
     });
-    root.querySelector("img").src = data.images[data.image[point]];
+    var img = root.querySelector("img");
+    img.src = data.images[data.image[point]];
+    img.alt = alt(chosen, data.texts[point]);
     root.querySelector("pre").textContent = data.texts[point];
+  }
+  function alt(chosen, text) {
+    return "The figure for " + chosen.join(", ") + (text ? ": " + text.split("\\n")[0] : "");
   }
   controls.forEach(function (c) { c.addEventListener("input", show); });
   show();
@@ -95,9 +101,9 @@ def explore(run, plot, describe=None, **grid) -> HTML:
     for (name, (labels, _)), k in zip(controls.items(), start):
         parts.append(_control(name, labels, k))
     parts += ["</div>",
-              f'<img alt="the figure for the values chosen above" style="width:100%;'
-              f'height:auto" src="{images[image_of[first]]}">',
-              f'<pre style="white-space:pre-wrap;margin:0.3em 0 0">'
+              f'<img alt="{html.escape(_alt(controls, start, texts[first]))}" '
+              f'style="width:100%;height:auto" src="{images[image_of[first]]}">',
+              f'<pre style="white-space:pre;overflow-x:auto;margin:0.3em 0 0">'
               f"{html.escape(texts[first])}</pre>",
               # "</" inside a script would end it early; JSON allows the escaped form.
               "<script>" + _SCRIPT % {"id": json.dumps(panel_id),
@@ -108,6 +114,14 @@ def explore(run, plot, describe=None, **grid) -> HTML:
         raise ValueError(f"the panel is {len(text.encode()):,} bytes, over MAX_PANEL_BYTES "
                          f"({MAX_PANEL_BYTES:,}): give the grid fewer values")
     return HTML(text)
+
+
+def _alt(controls: dict, chosen: list[int], text: str) -> str:
+    """What the figure shows, for a screen reader: the values chosen and the text's first
+    line (the script writes the same for each point)."""
+    values = ", ".join(f"{name} {labels[k]}" for (name, (labels, _)), k
+                       in zip(controls.items(), chosen))
+    return f"The figure for {values}" + (f": {text.splitlines()[0]}" if text else "")
 
 
 def _options(name: str, spec) -> tuple[list[str], list]:

@@ -17,9 +17,21 @@ from ddplab.common.results import placement_text
 RANK_COLORS = plt.get_cmap("tab10").colors + plt.get_cmap("Dark2").colors
 PAGE_WIDTH = 7.5  # inches: the book's text column at the theme's width, labels stay readable
 WIDE = 9.0  # inches: a figure that may overflow into the margin (the page scales it down)
-# Points for every legend: a page shows a figure of PAGE_WIDTH at about 72 pixels an inch, so
-# this is about 10 pixels there (legends at 7-8 were hard to read at 1280 px, issue 32).
+# Points for every legend (legends at 7-8 were hard to read at 1280 px, issues 32 and 40).
 LEGEND_SIZE = 10
+# What a reader sees: a page saves a figure at 100 pixels an inch (matplotlib's figure.dpi,
+# which the inline backend keeps) and, at 1280 px, shows it whole up to FIGURE_PX pixels wide
+# (_static/ddplab.css; scripts/check_book_in_browser.py checks it), scaled down beyond. Text
+# must be MIN_TEXT_PX there: ``min_text_points`` is the smallest size in points that makes it
+# for a figure so wide (tests/test_figure_text.py holds every plot to it).
+PIXELS_PER_INCH, FIGURE_PX, MIN_TEXT_PX = 100, 780, 10
+
+
+def min_text_points(width_inches: float) -> float:
+    """The smallest font size, in points, that shows as MIN_TEXT_PX pixels at 1280 px in a
+    figure ``width_inches`` wide."""
+    scale = min(1.0, FIGURE_PX / (width_inches * PIXELS_PER_INCH))
+    return MIN_TEXT_PX * 72 / (PIXELS_PER_INCH * scale)
 
 
 def rank_color(rank: int):
@@ -40,7 +52,7 @@ def placement_note(fig, result, world_size: int | None = None) -> None:
     small and grey, so a figure from a GPU machine says so; nothing where it is not recorded."""
     note = placement_text(result, world_size)
     if note:
-        fig.text(0.998, 0.004, note, ha="right", va="bottom", fontsize=6.5, color="0.45")
+        fig.text(0.998, 0.004, note, ha="right", va="bottom", fontsize=8.5, color="0.45")
 
 
 def log2_x(ax, ticks) -> None:
@@ -103,8 +115,8 @@ class MonospaceLines(Artist):
     picks for ``family="monospace"`` (DejaVu Sans Mono): matplotlib 3.11's Agg renderer lays
     out each line and renders each glyph by a Python call of its own
     (``RendererAgg._draw_text_glyphs_and_boxes``), which made a text panel's draw most of a
-    slider move (``benchmarks/all_sliders.py --profile``; ARCHITECTURE.md, "Text panels and
-    tiny references").
+    slider move (``benchmarks/all_sliders.py --profile``; benchmarks/RESULTS.md, "Text panels
+    and tiny references").
     Other canvases (SVG, PDF) get one matplotlib ``Text``, so the text stays text there.
     """
 

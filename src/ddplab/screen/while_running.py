@@ -1,31 +1,28 @@
 """While a panel's run takes long (a sweep, a timed run, a hang waited out), its status line
 ticks from the first 150 ms: the seconds so far, a countdown to the call's timeout when the
 panel has one, and where each rank is, from the notes the ranks write to their logs
-(``hang_watch.note``): the call a rank waits in (``waiting=...``, noted before every DDP
+(``engine.notes``, torch-free): the call a rank waits in (``waiting=...``, noted before every DDP
 forward and backward by ``hang_watch.watch_ddp`` and before the check-in), its last finished
 step, or its check-in. A reader watches a hang happen (which ranks wait, in which call, and
 when the pool will give up) rather than a frozen figure for the timeout.
 
 A thread of the kernel does it: a widget's change is sent to the page at once from any thread
 (ipykernel's IOPub thread), while the kernel's main thread waits on the ranks. It reads the
-ranks' log files itself, without the pool's lock, which the waiting run holds.
+ranks' log files itself (``Pool.log_paths``), without the pool's lock, which the waiting run
+holds.
 """
 
 from __future__ import annotations
 
-import glob
 import html
-import json
 import os
 import threading
 import time
 
-from ddplab.engine import pool
+from ddplab.engine import notes, pool
 
-NOTE = "ddplab-note "  # ddplab.engine.hang_watch.NOTE; not imported: that imports torch
 FIRST_TICK = 0.15  # s: a move that answers sooner shows no ticking
 EVERY = 0.1  # s between ticks: the countdown moves in tenths
-STATE_KEYS = ("waiting", "step", "stopped_at", "check_in")  # notes that say where a rank is
 
 
 class WhileRunning:
@@ -66,15 +63,9 @@ class WhileRunning:
                               for rank, state in sorted(states.items()))
 
 
-def _log_files() -> list[str]:
-    shared = pool._shared
-    folder = getattr(shared, "_logdir", None) if shared is not None else None
-    return glob.glob(os.path.join(folder, "rank*.log")) if folder else []
-
-
 def _log_sizes() -> dict:
     sizes = {}
-    for path in _log_files():
+    for path in pool.shared_log_paths():
         try:
             sizes[path] = os.path.getsize(path)
         except OSError:
@@ -84,36 +75,16 @@ def _log_sizes() -> dict:
 
 def rank_notes(offsets: dict):
     """Every note the ranks' logs gained since ``offsets`` (path: bytes), in each log's order."""
-    for path in _log_files():
+    for path in pool.shared_log_paths():
         try:
             with open(path, "rb") as f:
                 f.seek(offsets.get(path, 0))
                 text = f.read().decode(errors="replace")
         except OSError:
             continue
-        for line in text.splitlines():
-            if line.startswith(NOTE):
-                try:
-                    yield json.loads(line[len(NOTE):])
-                except ValueError:  # a line still being written
-                    continue
+        yield from notes.in_text(text)
 
 
 def rank_states(offsets: dict) -> dict:
-    """Where each rank is, by its last note that says so (see the module's docstring)."""
-    states = {}
-    for entry in rank_notes(offsets):
-        if any(key in entry for key in STATE_KEYS):
-            states[entry["rank"]] = state_text(entry)
-    return states
-
-
-def state_text(entry: dict) -> str:
-    if "waiting" in entry:
-        return f"waits in {entry['waiting']}"
-    if "check_in" in entry:
-        message = entry["check_in"]
-        return "passed the check-in" if message is None else f"check-in: {message}"
-    if "stopped_at" in entry:
-        return f"left the loop at step {entry['stopped_at']}"
-    return f"finished step {entry['step']}"
+    """Where each rank is, by its last note that says so (``engine.notes.where``)."""
+    return notes.states(rank_notes(offsets))

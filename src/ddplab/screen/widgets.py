@@ -11,6 +11,12 @@ run without a control (as in ``interact``). Their starting values are the defaul
 lab runs top to bottom without a click (nbval, the book build) and shows a figure before anyone
 touches a control. Sliders report on release (``continuous_update=False``): one drag is one real
 run, not dozens queued behind each other.
+
+Every run of a panel goes where the process is placed (``ddplab.placed``; a lab sets it once,
+for its largest world size, in its first cell), read when the panel is made, and the status
+line names it. A rank-count control (:data:`RANK_CONTROLS`) stops at what that placement serves
+(one rank per GPU on NCCL), and the panel says why; a run whose ranks come from several
+controls (:func:`ranks_of`) and would need more is not started, and the panel says why.
 """
 
 from __future__ import annotations
@@ -22,19 +28,26 @@ import ipywidgets
 from ipywidgets import fixed
 
 from ddplab.engine import turns
+from ddplab.engine.placement import gpu_count, placement
 from ddplab.screen import ahead
 from ddplab.screen.live_figure import LiveFigure
 from ddplab.screen.while_running import WhileRunning
 
+# Controls whose value is a number of ranks (the glossary's names for them).
+RANK_CONTROLS = ("world_size", "largest_world_size")
+
 
 def explore(run, plot, **controls) -> ipywidgets.Widget:
     """A panel of ``controls`` for ``run(**values)``; each change redraws ``plot(result)``."""
-    defaults = defaults_of(run)
-    widgets = {name: _control(name, spec, defaults.get(name)) for name, spec in controls.items()}
+    where, gpus = placement(), gpu_count()
+    most = where.most_ranks(gpus)
+    widgets = controls_for(run, controls, most)
+    cut = [name for name, spec in controls.items() if name in widgets and
+           most < largest_value(spec, defaults_of(run).get(name))]
     # One image whose PNG is replaced, rather than an output area cleared and refilled: the
     # page swaps one picture in place, and the figure behind it is kept and updated in place
     # where the plot can (live_figure). The status line splits the time between the run and
-    # the draw, which is what a slider move costs (ARCHITECTURE.md, "Slider latency").
+    # the draw, which is what a slider move costs (benchmarks/RESULTS.md, "Slider latency").
     image = ipywidgets.Image(format="png", layout=ipywidgets.Layout(max_width="100%"))
     figure = LiveFigure(plot)
     status = ipywidgets.HTML()
@@ -44,6 +57,9 @@ def explore(run, plot, **controls) -> ipywidgets.Widget:
 
     def update(change=None):
         values = {name: w.value for name, w in widgets.items()}
+        if ranks_of(run, values) > most:
+            status.value = f"<b>not run</b>: {ranks_of(run, values)} ranks; {limit}"
+            return
         with computed.turn(values, change) as turn:
             if turn.show_kept(image, status):  # run ahead, or shown before: at once
                 getattr(run, "shown_kept", lambda: None)()  # explore_sweep: its bar
@@ -68,17 +84,21 @@ def explore(run, plot, **controls) -> ipywidgets.Widget:
             return None
         end = time.perf_counter()
         status.value = (f"real DDP run and drawn in {1e3 * (end - start):.0f} ms (run "
-                        f"{1e3 * (ran - start):.0f}, draw {1e3 * (end - ran):.0f})")
+                        f"{1e3 * (ran - start):.0f}, draw {1e3 * (end - ran):.0f}), {where}")
         return result, png, ran - start, end - ran
 
+    limit = where.limit_note(gpus)
     for widget in widgets.values():
         widget.observe(update, names="value")
     update()
     shown = [w for w in widgets.values() if not isinstance(w, fixed)]
-    note = [ipywidgets.HTML(ahead.NOTE)] if computed.ahead else []
-    panel = ipywidgets.VBox([ipywidgets.HBox(shown,
-                                             layout=ipywidgets.Layout(flex_flow="row wrap")),
-                             *note, status, image])
+    rows = [ipywidgets.HBox(shown, layout=ipywidgets.Layout(flex_flow="row wrap"))]
+    if cut:  # a slider stops short of the lab's range: say why, once, above the status
+        rows.append(ipywidgets.HTML(f"<small>{', '.join(cut)} stops at {most}: {limit}"
+                                    f"</small>"))
+    if computed.ahead:
+        rows.append(ipywidgets.HTML(ahead.NOTE))
+    panel = ipywidgets.VBox([*rows, status, image])
     panel.show = lambda result: setattr(image, "value", figure.png(result))  # explore_sweep
     panel.computed = computed  # choose: a panel shown is run ahead first
     return panel
@@ -97,7 +117,41 @@ def defaults_of(run) -> dict:
             if p.default is not inspect.Parameter.empty}
 
 
-def _control(name: str, spec, default):
+def ranks_of(run, values: dict) -> int:
+    """How many ranks ``run(**values)`` asks for: its ``world_size`` or ``largest_world_size``
+    (the control's value, else the run's default), or what the run's own ``world_size_of``
+    says where several of its parameters make the number (``nodes * gpus_per_node``); 1 where
+    none of these is there."""
+    values = {**defaults_of(run), **values}
+    function = getattr(run, "func", run)  # a functools.partial: the function it calls
+    if hasattr(function, "world_size_of"):
+        return function.world_size_of(**values)
+    counts = [values[name] for name in RANK_CONTROLS if isinstance(values.get(name), int)]
+    return max(counts, default=1)
+
+
+def controls_for(run, controls: dict, most: int) -> dict:
+    """The widget of each control (see the module's docstring), a rank-count control's values
+    stopped at ``most`` (the most ranks the placement serves)."""
+    defaults = defaults_of(run)
+    return {name: _control(name, spec, defaults.get(name),
+                           most if name in RANK_CONTROLS else None)
+            for name, spec in controls.items()}
+
+
+def largest_value(spec, default) -> int:
+    """The largest number a control's ``spec`` offers (0 where it offers none)."""
+    if isinstance(spec, fixed):
+        spec = [spec.value]
+    if isinstance(spec, tuple) and all(isinstance(v, int) for v in spec):
+        return spec[1]
+    if isinstance(spec, list):
+        values = [o[1] if isinstance(o, tuple) else o for o in spec]
+        return max((v for v in values if isinstance(v, int)), default=0)
+    return default if isinstance(default, int) else 0
+
+
+def _control(name: str, spec, default, most: int | None = None):
     if isinstance(spec, (ipywidgets.Widget, fixed)):
         return spec
     style = {"description_width": "initial"}
@@ -105,10 +159,16 @@ def _control(name: str, spec, default):
         return ipywidgets.Checkbox(value=spec, description=name, style=style)
     if isinstance(spec, tuple) and len(spec) in (2, 3) and all(isinstance(v, int) for v in spec):
         low, high, step = (*spec, 1) if len(spec) == 2 else spec
+        if most is not None:
+            if low > most:
+                raise ValueError(f"control {name!r} starts at {low} ranks: {most} at most here")
+            high = min(high, most)
         value = default if isinstance(default, int) and low <= default <= high else low
         return ipywidgets.IntSlider(value=value, min=low, max=high, step=step, description=name,
                                     continuous_update=False, style=style)
     if isinstance(spec, list) and spec:
+        if most is not None:
+            spec = [o for o in spec if (o[1] if isinstance(o, tuple) else o) <= most]
         labelled = all(isinstance(o, tuple) and len(o) == 2 for o in spec)
         values = [value for _, value in spec] if labelled else spec
         index = values.index(default) if default in values else 0

@@ -151,8 +151,8 @@ class Averaging(Result):
             raise ValueError("this run left out naive data parallel (naive=False)")
         return float(np.abs(self.naive_grads - self.ddp_grads).max())
 
-    def to_json(self) -> dict:  # "counts": the field's earlier name, kept for scripts
-        return {**super().to_json(), "counts": self.batch_sizes,
+    def json_fields(self) -> dict:  # "counts": the field's earlier name, kept for scripts
+        return {**super().json_fields(), "counts": self.batch_sizes,
                 "max_abs_diff_ddp_vs_reference": self.max_diff}
 
     def describe(self) -> str:
@@ -176,7 +176,7 @@ def reference_gradient(batch_sizes, reduction: str, seed: int) -> np.ndarray:
 
 def run(world_size: int = 4, batch_size: int = 8, reduction: str = "mean", seed: int = 0,
         batch_sizes: list[int] | None = None, correction: str | None = None,
-        naive: bool = True, backend: str = "auto", timeout: float = 60.0) -> Averaging:
+        naive: bool = True, timeout: float = 60.0) -> Averaging:
     """One data-parallel step on ``world_size`` ranks; ``batch_sizes`` overrides equal batches.
 
     ``naive=False`` leaves out the naive version (one all-reduce per parameter, 4 here), which
@@ -184,11 +184,12 @@ def run(world_size: int = 4, batch_size: int = 8, reduction: str = "mean", seed:
     """
     batch_sizes = _check(world_size, batch_size, reduction, correction, batch_sizes)
     a_bool("naive", naive)
-    results = ddplab.run(gradients, world_size, backend=backend, timeout=timeout,
+    results = ddplab.run(gradients, world_size, timeout=timeout,
                          batch_sizes=batch_sizes,
                          reduction=reduction, correction=correction, seed=seed, naive=naive)
     model = make_model(LAYERS, seed, activation=torch.nn.Tanh)
-    return Averaging(
+    return Averaging.from_ranks(
+        results,
         world_size=len(results), batch_sizes=batch_sizes, reduction=reduction,
         correction=correction,
         seed=seed, param_names=[name for name, _ in model.named_parameters()],
@@ -196,7 +197,7 @@ def run(world_size: int = 4, batch_size: int = 8, reduction: str = "mean", seed:
         local_grads=np.stack([r["local"] for r in results]),
         naive_grads=np.stack([r["naive"] for r in results]) if naive else None,
         ddp_grads=np.stack([r["ddp"] for r in results]),
-        reference_grad=reference_gradient(batch_sizes, reduction, seed)).on(results)
+        reference_grad=reference_gradient(batch_sizes, reduction, seed))
 
 
 def _check(world_size, batch_size, reduction, correction, batch_sizes) -> list[int]:

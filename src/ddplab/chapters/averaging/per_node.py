@@ -88,18 +88,19 @@ class NodeAveraging(Result):
 
 
 def node_average(nodes: int = 2, gpus_per_node: int = 4, batch_size: int = 8, seed: int = 0,
-                 backend: str = "auto", timeout: float = 60.0) -> NodeAveraging:
+                 timeout: float = 60.0) -> NodeAveraging:
     """Lay ``nodes * gpus_per_node`` ranks out as nodes; compare DDP with per-node averages."""
     for name, value in (("nodes", nodes), ("gpus_per_node", gpus_per_node),
                         ("batch_size", batch_size)):
         positive_int(name, value)
-    results = ddplab.run(node_gradients, nodes * gpus_per_node, backend=backend,
-                         timeout=timeout, gpus_per_node=gpus_per_node, batch_size=batch_size,
+    results = ddplab.run(node_gradients, world_size_of(nodes, gpus_per_node), timeout=timeout,
+                         gpus_per_node=gpus_per_node, batch_size=batch_size,
                          seed=seed)
     ddp = np.stack([r["ddp"] for r in results])
     if not np.allclose(ddp, ddp[0]):  # DDP keeps every replica identical; say so if not
         raise AssertionError("DDP's gradients differ between ranks")
-    return NodeAveraging(
+    return NodeAveraging.from_ranks(
+        results,
         nodes=nodes, gpus_per_node=gpus_per_node, batch_size=batch_size,
         node_of_rank=[r["node"] for r in results],
         local_rank_of_rank=[r["local_rank"] for r in results],
@@ -110,4 +111,13 @@ def node_average(nodes: int = 2, gpus_per_node: int = 4, batch_size: int = 8, se
         # SUM more in every rank would give the same numbers, for a collective's time more.
         ddp_grad=ddp[0], summed_grad=np.stack([r["local"] for r in results]).sum(axis=0),
         reference_grad=reference_gradient([batch_size] * nodes * gpus_per_node, "mean", seed),
-    ).on(results)
+    )
+
+
+def world_size_of(nodes: int = 2, gpus_per_node: int = 4, **_) -> int:
+    """The ranks :func:`node_average` asks for: a panel reads it to stay within what its
+    placement serves (``screen.widgets.ranks_of``)."""
+    return nodes * gpus_per_node
+
+
+node_average.world_size_of = world_size_of

@@ -116,7 +116,7 @@ def _nodes(ax, result):
         boxes.append(Rectangle((x, y), 0.9, 0.9))
         colors.append((*rank_color(rank), 0.25))
         ax.text(x + 0.45, y + 0.45, f"rank {rank}\nlocal_rank {local}", ha="center",
-                va="center", fontsize=8)
+                va="center", fontsize=9)
     frames = []
     for node in range(result.nodes):
         left = node * (g + 0.6) - 0.1
@@ -177,7 +177,7 @@ def _parameter_axis(ax, names, shapes):
         if start:
             ax.axvline(start - 0.5, color="0.8", lw=0.8)
         ax.text(start + size / 2 - 0.5, 1.0, name, transform=ax.get_xaxis_transform(),
-                ha="center", va="bottom", fontsize=8, color="0.35")
+                ha="center", va="bottom", fontsize=9, color="0.35")
         start += size
     ax.set_xlim(-0.7, start - 0.3)
     ax.set_xticks([])

@@ -110,7 +110,6 @@ def views(layers=mlp.DEFAULT_LAYERS, world_size: int = 2, iterations: int = 3,
                          **{k: v for k, v in ranks[0].items() if k != "grad"},
                          "grads": [r["grad"] for r in ranks]})
     model = mlp.make_model(layers, seed)
-    return Views(layers=layers, world_size=world_size, iterations=iterations,
-                 param_count=len(list(model.parameters())),
-                 param_bytes=sum(4 * p.numel() for p in model.parameters()), rows=rows,
-                 ).on(ddplab.placement(world_size))
+    return Views.from_ranks(ddplab.placement(), layers=layers, world_size=world_size,
+                            iterations=iterations, param_count=len(list(model.parameters())),
+                            param_bytes=sum(4 * p.numel() for p in model.parameters()), rows=rows)

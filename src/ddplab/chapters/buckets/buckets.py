@@ -117,7 +117,7 @@ class Buckets(Result):
         """The parameter names of each bucket launched on ``iteration``."""
         return [b["params"] for b in self.layouts[iteration]]
 
-    def to_json(self) -> dict:
+    def json_fields(self) -> dict:
         first, cap = bucket_limits(self.bucket_cap_mb)
         keys = ("index", "params", "numel", "bytes")
         return {
@@ -165,13 +165,13 @@ class Buckets(Result):
 def run(layers=DEFAULT_LAYERS, bucket_cap_mb: float | None = None, iterations: int = 3,
         world_size: int = 2, find_unused_parameters: bool = False, static_graph: bool = False,
         gradient_as_bucket_view: bool = False, batch_size: int = 32, seed: int = 0,
-        backend: str = "auto", timeout: float = 60.0) -> Buckets:
+        timeout: float = 60.0) -> Buckets:
     """Record DDP's buckets on ``iterations`` iterations of an MLP of ``layers`` widths."""
     layers = check_layers(layers)
     check_cap(bucket_cap_mb)
     for name, value in (("iterations", iterations), ("batch_size", batch_size)):
         positive_int(name, value)
-    results = ddplab.run(record, world_size, backend=backend, timeout=timeout, layers=layers,
+    results = ddplab.run(record, world_size, timeout=timeout, layers=layers,
                          bucket_cap_mb=bucket_cap_mb, iterations=iterations, seed=seed,
                          find_unused_parameters=bool(find_unused_parameters),
                          static_graph=bool(static_graph), batch_size=batch_size,
@@ -182,7 +182,8 @@ def run(layers=DEFAULT_LAYERS, bucket_cap_mb: float | None = None, iterations: i
         raise AssertionError("ranks launched different buckets")
     model = make_model(layers, seed)
     first = results[0]
-    return Buckets(
+    return Buckets.from_ranks(
+        results,
         layers=layers, world_size=len(results), bucket_cap_mb=bucket_cap_mb,
         find_unused_parameters=bool(find_unused_parameters), static_graph=bool(static_graph),
         gradient_as_bucket_view=bool(gradient_as_bucket_view),
@@ -195,7 +196,7 @@ def run(layers=DEFAULT_LAYERS, bucket_cap_mb: float | None = None, iterations: i
         logged_rebuilt_sizes=first["logged_rebuilt_sizes"],
         max_diff_hook=max(r["diff"]["hook"] for r in results),
         max_diff_naive=max(r["diff"]["naive"] for r in results),
-        grads=np.stack([r["grad"] for r in results])).on(results)
+        grads=np.stack([r["grad"] for r in results]))
 
 
 # ---------------------------------------------------------------- CLI

@@ -137,7 +137,7 @@ class Timeline(Result):
         """The shown iteration's all-reduces on rank 0, in launch order."""
         return self.events(0)["comm"]
 
-    def to_json(self) -> dict:
+    def json_fields(self) -> dict:
         """The run's step and its phases in ms as ``step_time``'s JSON names them, every
         iteration's step, and every rank's shown iteration."""
         ms = {f"{p}_ms": 1e3 * self.median(p) for p in
@@ -187,7 +187,7 @@ def _phases(it: dict, mode: str) -> dict:
 def run(world_size: int = 2, width: int = 1024, depth: int = 2,
         bucket_cap_mb: float | None = None, mode: str = "ddp", layers=None,
         iterations: int = 5, warmup: int = 2, batch_size: int = 32, seed: int = 0,
-        record: bool = True, backend: str = "auto", timeout: float = 60.0) -> Timeline:
+        record: bool = True, timeout: float = 60.0) -> Timeline:
     """Time DDP steps of an MLP ``64, width x depth, 10`` (or ``layers``) on ``world_size``."""
     for name, value in (("width", width), ("depth", depth), ("iterations", iterations),
                         ("batch_size", batch_size)):
@@ -196,16 +196,18 @@ def run(world_size: int = 2, width: int = 1024, depth: int = 2,
     one_of("mode", mode, MODES)
     bucket_rule.check_cap(bucket_cap_mb)
     layers = mlp.check_layers((64, *[width] * depth, 10) if layers is None else layers)
-    ranks = ddplab.run(steps, world_size, backend=backend, timeout=timeout, layers=layers,
+    ranks = ddplab.run(steps, world_size, timeout=timeout, layers=layers,
                        mode=mode, bucket_cap_mb=bucket_cap_mb, iterations=iterations,
                        warmup=warmup, batch_size=batch_size, seed=seed, record=bool(record))
     # Names and sizes only: on the meta device, no memory and no initialisation (a real
     # 3-million-parameter model took 10 to 60 ms of a slider move on 2 shared cores).
     with torch.device("meta"):
         model = mlp.make_model(layers, seed)
-    return Timeline(layers=layers, world_size=len(ranks), mode=mode, bucket_cap_mb=bucket_cap_mb,
-                    param_names=[n for n, _ in model.named_parameters()],
-                    param_bytes=[4 * p.numel() for p in model.parameters()], ranks=ranks).on(ranks)
+    return Timeline.from_ranks(ranks, layers=layers, world_size=len(ranks), mode=mode,
+                               bucket_cap_mb=bucket_cap_mb,
+                               param_names=[n for n, _ in model.named_parameters()],
+                               param_bytes=[4 * p.numel() for p in model.parameters()],
+                               ranks=ranks)
 
 
 # ---------------------------------------------------------------- CLI

@@ -190,7 +190,7 @@ def reference(global_batch_size: int, seed: int) -> dict:
 
 
 def run(world_size: int = 4, global_batch_size: int = 8, seed: int = 0, sync: bool = False,
-        backend: str = "auto", timeout: float = 60.0) -> BatchNorm:
+        timeout: float = 60.0) -> BatchNorm:
     """One step of DDP with BatchNorm (or SyncBatchNormCPU), against one process."""
     int_in_range("world_size", world_size, 1, ddplab.MAX_WORLD_SIZE)
     positive_int("global_batch_size", global_batch_size)
@@ -199,10 +199,11 @@ def run(world_size: int = 4, global_batch_size: int = 8, seed: int = 0, sync: bo
         raise ValueError(f"global_batch_size must split into world_size={world_size} equal "
                          f"shares of at least 2 samples (BatchNorm needs 2 to train), got "
                          f"{global_batch_size}")
-    results = ddplab.run(step, world_size, backend=backend, timeout=timeout,
+    results = ddplab.run(step, world_size, timeout=timeout,
                          global_batch_size=global_batch_size, seed=seed, sync=bool(sync))
     ref = reference(global_batch_size, seed)
-    return BatchNorm(
+    return BatchNorm.from_ranks(
+        results,
         world_size=world_size, global_batch_size=global_batch_size, sync=bool(sync),
         outputs=np.concatenate([r["output"].ravel() for r in results]),
         grads=np.stack([r["grad"] for r in results]),
@@ -210,7 +211,7 @@ def run(world_size: int = 4, global_batch_size: int = 8, seed: int = 0, sync: bo
         running_means_next=np.stack([r["running_mean_next"] for r in results]),
         reference_output=ref["output"], reference_grad=ref["grad"],
         reference_running_mean=ref["running_mean"], torch_sync_error=results[0]["torch_sync_error"],
-    ).on(results)
+    )
 
 
 def add_arguments(parser) -> None:

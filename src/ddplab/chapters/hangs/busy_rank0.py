@@ -114,6 +114,6 @@ def run(world_size: int = 2, busy_seconds: float = 2.0, group_timeout: float = 1
     per_rank = ddplab.run(train_with_busy_rank0, world_size=world_size,
                           busy_seconds=busy_seconds, group_timeout=group_timeout, steps=steps,
                           timeout=steps * (busy_seconds + group_timeout) + 60)
-    return BusyRank0(world_size, busy_seconds, group_timeout, steps,
-                     [r["finished"] for r in per_rank], [r["error"] for r in per_rank],
-                     [r["seconds"] for r in per_rank]).on(per_rank)
+    return BusyRank0.from_ranks(per_rank, world_size, busy_seconds, group_timeout, steps,
+                                [r["finished"] for r in per_rank], [r["error"] for r in per_rank],
+                                [r["seconds"] for r in per_rank])

@@ -116,17 +116,17 @@ class Checkpoints(Result):
             f"temporary directory removed: {self.directory_removed}"])
 
 
-def run(world_size: int = 2, seed: int = 0, backend: str = "auto",
-        timeout: float = 60.0) -> Checkpoints:
+def run(world_size: int = 2, seed: int = 0, timeout: float = 60.0) -> Checkpoints:
     int_in_range("world_size", world_size, 1, ddplab.MAX_WORLD_SIZE)
     an_int("seed", seed)
     with tempfile.TemporaryDirectory(prefix="ddplab-checkpoint-") as directory:
-        results = ddplab.run(save_and_load, world_size, backend=backend, timeout=timeout,
+        results = ddplab.run(save_and_load, world_size, timeout=timeout,
                              directory=directory, seed=seed)
     first = results[0]
-    return Checkpoints(
+    return Checkpoints.from_ranks(
+        results,
         world_size=world_size, plain_keys=first["plain_keys"], ddp_keys=first["ddp_keys"],
         files=first["files"], max_diff_loaded=max(r["loaded_diff"] for r in results),
         prefix_error=first["prefix_error"],
         max_diff_stripped=max(r["stripped_diff"] for r in results),
-        directory_removed=not os.path.exists(directory)).on(results)
+        directory_removed=not os.path.exists(directory))

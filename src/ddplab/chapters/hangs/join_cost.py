@@ -84,13 +84,12 @@ class JoinCost(Result):
                          f"forward" for setting in SETTINGS)
 
 
-def run(world_size: int = 2, steps: int = 3, backend: str = "auto",
-        timeout: float = 60.0) -> JoinCost:
+def run(world_size: int = 2, steps: int = 3, timeout: float = 60.0) -> JoinCost:
     """Count the all-reduces DDP's forward starts, without Join and under it."""
     int_in_range("world_size", world_size, 2, 64)
     int_in_range("steps", steps, 1, 100)
-    results = ddplab.run(all_reduces_per_forward, world_size, backend=backend, timeout=timeout,
+    results = ddplab.run(all_reduces_per_forward, world_size, timeout=timeout,
                          steps=steps)
     if any(r != results[0] for r in results):
         raise RuntimeError(f"ranks counted differently: {results}")
-    return JoinCost(world_size=world_size, steps=steps, per_forward=results[0]).on(results)
+    return JoinCost.from_ranks(results, world_size=world_size, steps=steps, per_forward=results[0])

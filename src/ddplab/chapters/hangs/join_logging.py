@@ -228,8 +228,7 @@ def reference(world_size: int, counts: list[int], batch_size: int, seed: int) ->
 
 
 def run(world_size: int = 2, fix: str = "none", batches: int = 2, extra_batches: int = 1,
-        batch_size: int = 4, seed: int = 0, backend: str = "auto",
-        timeout: float = 10.0) -> JoinLogging:
+        batch_size: int = 4, seed: int = 0, timeout: float = 10.0) -> JoinLogging:
     """Train under Join with the last rank holding ``extra_batches`` more, logging the loss."""
     one_of("fix", fix, FIXES)
     int_in_range("world_size", world_size, 2, 8)
@@ -238,7 +237,7 @@ def run(world_size: int = 2, fix: str = "none", batches: int = 2, extra_batches:
     an_int("seed", seed)
     call_id = uuid.uuid4().hex
     try:
-        ddplab.run(train, world_size, backend=backend, timeout=timeout, call_id=call_id,
+        ddplab.run(train, world_size, timeout=timeout, call_id=call_id,
                    fix=fix, batches_per_rank=counts, batch_size=batch_size, seed=seed,
                    check_in_seconds=max(0.5, timeout / 2))
         error = None
@@ -251,11 +250,12 @@ def run(world_size: int = 2, fix: str = "none", batches: int = 2, extra_batches:
                                                       for s in range(max(counts))]))
     else:
         expected = per_step
-    return JoinLogging(
+    return JoinLogging.from_ranks(
+        ddplab.placement(),
         world_size=world_size, fix=fix, batches_per_rank=counts,
         own_losses=[[n["own"] for n in rank_notes if "own" in n] for rank_notes in notes],
         logged=[[n["logged"] for n in rank_notes if "logged" in n] for rank_notes in notes],
-        expected=expected, error=error).on(ddplab.placement(world_size, backend))
+        expected=expected, error=error)
 
 
 # ---------------------------------------------------------------- CLI

@@ -104,16 +104,16 @@ def reference(world_size: int, batch_size: int, steps: int, seed: int) -> np.nda
 
 
 def run(world_size: int = 4, batch_size: int = 4, steps: int = 30, seed: int = 0,
-        backend: str = "auto", timeout: float = 60.0) -> LoggedLoss:
+        timeout: float = 60.0) -> LoggedLoss:
     int_in_range("world_size", world_size, 1, ddplab.MAX_WORLD_SIZE)
     for name, value in (("batch_size", batch_size), ("steps", steps)):
         positive_int(name, value)
     an_int("seed", seed)
-    results = ddplab.run(losses, world_size, backend=backend, timeout=timeout, steps=steps,
+    results = ddplab.run(losses, world_size, timeout=timeout, steps=steps,
                          batch_size=batch_size, seed=seed)
     rank_losses = np.array([r["own"] for r in results])  # (world_size, steps)
     with one_thread():  # a tiny model: a second thread only waits (common.threads)
         reference_losses = reference(world_size, batch_size, steps, seed)
-    return LoggedLoss(world_size=world_size, batch_size=batch_size, steps=steps,
-                      rank_losses=rank_losses, mean_losses=np.array(results[0]["mean"]),
-                      reference_losses=reference_losses).on(results)
+    return LoggedLoss.from_ranks(results, world_size=world_size, batch_size=batch_size, steps=steps,
+                                 rank_losses=rank_losses, mean_losses=np.array(results[0]["mean"]),
+                                 reference_losses=reference_losses)

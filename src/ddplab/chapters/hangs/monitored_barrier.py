@@ -55,14 +55,14 @@ class BarrierMessage(Result):
 
 
 def run(world_size: int = 3, absent: tuple = (1, 2), wait_all_ranks: bool = False,
-        seconds: float = 0.5, backend: str = "auto", timeout: float = 30.0) -> BarrierMessage:
+        seconds: float = 0.5, timeout: float = 30.0) -> BarrierMessage:
     """Rank 0's message when the ranks in ``absent`` never reach the barrier."""
     int_in_range("world_size", world_size, 2, ddplab.MAX_WORLD_SIZE)
     for rank in absent:
         int_in_range("every rank in absent", rank, 1, world_size - 1)
     positive_number("seconds", seconds)
-    results = ddplab.run(check_in, world_size, backend=backend, timeout=timeout,
+    results = ddplab.run(check_in, world_size, timeout=timeout,
                          absent=list(absent), wait_all_ranks=bool(wait_all_ranks),
                          seconds=seconds)
-    return BarrierMessage(world_size=world_size, absent=list(absent),
-                          wait_all_ranks=bool(wait_all_ranks), rank0_message=results[0]).on(results)
+    return BarrierMessage.from_ranks(results, world_size=world_size, absent=list(absent),
+                                     wait_all_ranks=bool(wait_all_ranks), rank0_message=results[0])

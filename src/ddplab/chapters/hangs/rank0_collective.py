@@ -116,7 +116,7 @@ class Rank0Collective(Result):
 
 
 def run(world_size: int = 2, fix: str = "none", steps: int = 2, batch_size: int = 8,
-        seed: int = 0, backend: str = "auto", timeout: float = 60.0) -> Rank0Collective:
+        seed: int = 0, timeout: float = 60.0) -> Rank0Collective:
     """Train, then evaluate on rank 0 only; "hung" if the evaluation never returns."""
     one_of("fix", fix, FIXES)
     int_in_range("world_size", world_size, 2, 64)
@@ -124,16 +124,17 @@ def run(world_size: int = 2, fix: str = "none", steps: int = 2, batch_size: int 
     int_in_range("batch_size", batch_size, 2, 4096)  # BatchNorm needs 2 samples to train
     an_int("seed", seed)
     watched = hang_watch.run_watched(
-        train_then_evaluate, world_size, timeout, backend=backend, fix=fix, steps=steps,
+        train_then_evaluate, world_size, timeout, fix=fix, steps=steps,
         batch_size=batch_size, seed=seed, check_in_seconds=max(0.5, timeout / 2))
-    return Rank0Collective(
+    return Rank0Collective.from_ranks(
+        watched,
         world_size=world_size, fix=fix, timeout=timeout, outcome=watched.outcome,
         seconds=watched.seconds,
         steps_completed_per_rank=watched.steps_completed_per_rank,
         missing_ranks=hang_watch.missing_ranks(watched.check_in_messages),
         check_in_messages=watched.check_in_messages,
         val_loss=None if watched.results is None else watched.results[0]["val_loss"],
-        error=watched.error).on(watched)
+        error=watched.error)
 
 
 # ---------------------------------------------------------------- CLI

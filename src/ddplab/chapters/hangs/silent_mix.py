@@ -197,20 +197,21 @@ def _short(values) -> str:
 
 
 def run(mode: str = "ddp", metric_size: int = 5, world_size: int = 2, seed: int = 0,
-        backend: str = "auto", timeout: float = 10.0) -> SilentMix:
+        timeout: float = 10.0) -> SilentMix:
     """Two ranks, 2 and 3 batches, then a count all-reduce; "hung" when a rank never ends."""
     one_of("mode", mode, MODES)
     int_in_range("world_size", world_size, 2, 2)  # the run is laid out for two ranks
     int_in_range("metric_size", metric_size, 1, 64)
     an_int("seed", seed)
-    watched = hang_watch.run_watched(mix, world_size, timeout, backend=backend, mode=mode,
+    watched = hang_watch.run_watched(mix, world_size, timeout, mode=mode,
                                      catch_rank_errors=True, metric_size=metric_size, seed=seed,
                                      check_in_seconds=max(0.5, timeout / 2))
 
     def last(notes, key):
         return next((n[key] for n in reversed(notes) if key in n), None)
 
-    return SilentMix(
+    return SilentMix.from_ranks(
+        watched,
         mode=mode, metric_size=metric_size, timeout=timeout, outcome=watched.outcome,
         seconds=watched.seconds, steps_completed_per_rank=watched.steps_completed_per_rank,
         missing_ranks=hang_watch.missing_ranks(watched.check_in_messages),
@@ -218,7 +219,7 @@ def run(mode: str = "ddp", metric_size: int = 5, world_size: int = 2, seed: int 
         own_grads=[[n["own_grad"] for n in notes if "own_grad" in n] for notes in watched.notes],
         counts=[last(notes, "counts") for notes in watched.notes],
         own_counts=[last(notes, "own_counts") for notes in watched.notes],
-        errors=[last(notes, "error") for notes in watched.notes], error=watched.error).on(watched)
+        errors=[last(notes, "error") for notes in watched.notes], error=watched.error)
 
 
 # ---------------------------------------------------------------- CLI

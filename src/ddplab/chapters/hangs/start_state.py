@@ -113,18 +113,18 @@ class StartState(Result):
 
 
 def run(world_size: int = 4, seed: int = 0, dataset_size: int = 64,
-        dropout_samples: int = 1000, backend: str = "auto",
-        timeout: float = 60.0) -> StartState:
+        dropout_samples: int = 1000, timeout: float = 60.0) -> StartState:
     int_in_range("world_size", world_size, 2, ddplab.MAX_WORLD_SIZE)
     an_int("seed", seed)
     positive_int("dataset_size", dataset_size)
     positive_int("dropout_samples", dropout_samples)
-    results = ddplab.run(start, world_size, backend=backend, timeout=timeout, seed=seed,
+    results = ddplab.run(start, world_size, timeout=timeout, seed=seed,
                          dataset_size=dataset_size, dropout_samples=dropout_samples)
-    return StartState(
+    return StartState.from_ranks(
+        results,
         world_size=world_size, seed=seed, dataset_size=dataset_size,
         params_before=np.stack([r["before"] for r in results]),
         params_after=np.stack([r["after"] for r in results]),
         sampler_indices={k: [r["indices"][k] for r in results] for k in ("same", "per_rank")},
         dropout_masks={k: np.stack([r["masks"][k] for r in results])
-                       for k in ("same", "per_rank")}).on(results)
+                       for k in ("same", "per_rank")})

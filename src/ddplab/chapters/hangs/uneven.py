@@ -205,7 +205,7 @@ class Uneven(Result):
 
 def run(world_size: int = 2, extra_batches: int = 1, fix: str = "none", batches: int = 2,
         divide_by_initial_world_size: bool = True, batch_size: int = 4, seed: int = 0,
-        backend: str = "auto", timeout: float = 60.0, stacks: bool = False) -> Uneven:
+        timeout: float = 60.0, stacks: bool = False) -> Uneven:
     """Train with the last rank holding ``extra_batches`` more; "hung" if it never finishes.
     ``stacks``: dump every rank's stack once each has done the steps it can (py-spy)."""
     one_of("fix", fix, FIXES)
@@ -214,12 +214,13 @@ def run(world_size: int = 2, extra_batches: int = 1, fix: str = "none", batches:
     an_int("seed", seed)
     during = stack_dump.when_stuck([min(per_rank)] * world_size) if stacks else None
     watched = hang_watch.run_watched(
-        train, world_size, timeout, backend=backend, during=during,
+        train, world_size, timeout, during=during,
         batches_per_rank=per_rank, fix=fix,
         divide_by_initial_world_size=bool(divide_by_initial_world_size),
         batch_size=batch_size, seed=seed, check_in_seconds=max(0.5, timeout / 2))
     results = watched.results
-    return Uneven(
+    return Uneven.from_ranks(
+        watched,
         world_size=world_size, fix=fix,
         divide_by_initial_world_size=bool(divide_by_initial_world_size), timeout=timeout,
         outcome=watched.outcome, seconds=watched.seconds, batches_per_rank=per_rank,
@@ -229,7 +230,7 @@ def run(world_size: int = 2, extra_batches: int = 1, fix: str = "none", batches:
         final_grads=None if results is None else np.stack([r["grad"] for r in results]),
         final_params=None if results is None else np.stack([r["params"] for r in results]),
         gradient_scales=None if results is None else [r["scales"] for r in results],
-        error=watched.error, stacks=watched.during).on(watched)
+        error=watched.error, stacks=watched.during)
 
 
 # ---------------------------------------------------------------- CLI

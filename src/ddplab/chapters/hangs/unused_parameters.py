@@ -16,6 +16,7 @@ import dataclasses
 import textwrap
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -46,11 +47,19 @@ class WithAuxHead(torch.nn.Module):
 # ---------------------------------------------------------------- on every rank
 
 
-def two_steps(ctx, find_unused_parameters: bool, seed: int) -> dict:
-    """Two training steps of ``WithAuxHead`` without its aux head; DDP's error, if any."""
+def two_steps(ctx, find_unused_parameters: bool, seed: int, detail: bool = False) -> dict:
+    """Two training steps of ``WithAuxHead`` without its aux head; DDP's error, if any.
+    ``detail``: DDP built under ``TORCH_DISTRIBUTED_DEBUG=DETAIL``'s level (the reducer reads
+    it when it is made; the group stays unwrapped), so that its error names the parameters."""
     torch.manual_seed(seed)
     model = WithAuxHead().to(ctx.device)
-    ddp = DDP(model, find_unused_parameters=find_unused_parameters)
+    level = dist.get_debug_level()
+    if detail:
+        dist.set_debug_level(dist.DebugLevel.DETAIL)
+    try:
+        ddp = DDP(model, find_unused_parameters=find_unused_parameters)
+    finally:
+        dist.set_debug_level(level)  # the pool's ranks are reused
     g = torch.Generator().manual_seed(seed + ctx.rank)
     done = 0
     try:
@@ -136,19 +145,29 @@ class UnusedParameters(Result):
 
 
 def run(world_size: int = 2, layers=(32,) * 13, steps: int = 30, batch_size: int = 8,
-        seed: int = 0, backend: str = "auto", timeout: float = 60.0) -> UnusedParameters:
+        seed: int = 0, timeout: float = 60.0) -> UnusedParameters:
     int_in_range("world_size", world_size, 1, ddplab.MAX_WORLD_SIZE)
     positive_int("steps", steps)
     positive_int("batch_size", batch_size)
     an_int("seed", seed)
     layers = tuple(layers)
-    ranks = ddplab.run(error_and_step_times, world_size, backend=backend, timeout=timeout,
+    ranks = ddplab.run(error_and_step_times, world_size, timeout=timeout,
                        layers=layers, steps=steps, batch_size=batch_size, seed=seed)
     without, flagged = ranks[0]["unflagged"], ranks[0]["flagged"]  # as rank 0 saw them
     ms = {key: [1e3 * s for s in timed_step.slowest_steps([r[key] for r in ranks])]
           for key in ("without", "with")}
-    return UnusedParameters(
+    return UnusedParameters.from_ranks(
+        ranks,
         world_size=world_size, error=without["error"], steps_done=without["steps_done"],
         steps_done_with_flag=flagged["steps_done"],
         aux_grad_is_none=flagged["aux_grad_is_none"], layers=layers,
-        ms_without=ms["without"], ms_with=ms["with"]).on(ranks)
+        ms_without=ms["without"], ms_with=ms["with"])
+
+
+def named(world_size: int = 2, seed: int = 0) -> str:
+    """DDP's error for the unused head under ``TORCH_DISTRIBUTED_DEBUG=DETAIL``, rank 0's: it
+    ends by naming the parameters that got no gradient."""
+    int_in_range("world_size", world_size, 1, ddplab.MAX_WORLD_SIZE)
+    ranks = ddplab.run(two_steps, world_size, find_unused_parameters=False, seed=seed,
+                       detail=True)
+    return ranks[0]["error"]

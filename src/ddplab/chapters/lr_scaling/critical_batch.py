@@ -142,8 +142,9 @@ def run(world_size: int = 2, batch_sizes=(1, 2, 4, 8, 16, 32, 64, 128),
                             max_steps=max_steps)[0]
         steps.append([np.inf if c is None else c for c in result])
     progress_report(progress, len(batch_sizes), len(batch_sizes), "done")
-    return CriticalBatch(
+    return CriticalBatch.from_ranks(
+        ddplab.placement(),
         world_size=world_size, global_batch_sizes=[world_size * b for b in batch_sizes],
         lrs=list(lrs), seeds=list(seeds), target=target, max_steps=max_steps,
         steps=np.array(steps, float).reshape(len(batch_sizes), len(lrs), len(seeds)),
-    ).on(ddplab.placement(world_size))
+    )

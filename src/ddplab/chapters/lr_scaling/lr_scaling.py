@@ -160,7 +160,7 @@ class Training(Result):
         below = np.flatnonzero(self.population_losses <= loss)
         return int(below[0]) if below.size else None
 
-    def to_json(self) -> dict:
+    def json_fields(self) -> dict:
         return {"world_size": self.world_size, "batch_size": self.batch_size,
                 "global_batch_size": self.global_batch_size, "lr": self.lr,
                 "rule": self.rule, "factor": self.factor, "peak_lr": self.peak_lr,
@@ -185,20 +185,21 @@ class Training(Result):
 
 def run(world_size: int = 4, batch_size: int = 4, lr: float = 0.15, rule: str = "linear",
         optimizer: str = "sgd", warmup_steps: int = 0, steps: int = 60, seed: int = 0,
-        gradients: str = "mean", backend: str = "auto", timeout: float = 60.0) -> Training:
+        gradients: str = "mean", timeout: float = 60.0) -> Training:
     """Train on ``world_size`` ranks with ``batch_size`` samples each (one ``ddplab.run``)."""
     check(batch_size=batch_size, lr=lr, rule=rule, optimizer=optimizer,
           warmup_steps=warmup_steps, steps=steps, gradients=gradients)
-    results = ddplab.run(train, world_size, backend=backend, timeout=timeout,
+    results = ddplab.run(train, world_size, timeout=timeout,
                          batch_size=batch_size, lr=lr, rule=rule, optimizer=optimizer,
                          warmup_steps=warmup_steps, steps=steps, seed=seed, gradients=gradients)
     first = results[0]
-    return Training(
+    return Training.from_ranks(
+        results,
         world_size=len(results), batch_size=batch_size, lr=lr, rule=rule, optimizer=optimizer,
         warmup_steps=warmup_steps, steps=steps, seed=seed, gradients=gradients,
         lrs=np.array(lr_schedule(lr, rule, len(results), warmup_steps, steps)),
         losses=np.array(first["losses"]), population_losses=np.array(first["population_losses"]),
-        diverged_at=first["diverged_at"]).on(results)
+        diverged_at=first["diverged_at"])
 
 
 def one_process(global_batch_size: int, lr: float, optimizer: str = "sgd", steps: int = 60,

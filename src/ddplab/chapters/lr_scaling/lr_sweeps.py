@@ -64,7 +64,7 @@ def same_global_batch(global_batch_size: int = 32, world_sizes=(1, 2, 4, 8), lr:
                                     batch_size=global_batch_size // world_size, lr=lr,
                                     rule="none", optimizer=optimizer, steps=steps, seed=seed)
     progress_report(progress, len(world_sizes), len(world_sizes), "done")
-    return SameBatch(runs, reference).on(runs)
+    return SameBatch.from_ranks(runs, runs, reference)
 
 
 # ---------------------------------------------------------------- a growing global batch
@@ -194,7 +194,7 @@ def compare(largest_world_size: int = 8, batch_size: int = 4, lr: float = 0.15,
                                              lr=lr, rule=rule, optimizer=optimizer,
                                              warmup_steps=warmup_steps, steps=steps, seed=seed))
     progress_report(progress, total, total, "done")
-    return GrowingBatch(runs, target).on(runs)
+    return GrowingBatch.from_ranks(runs, runs, target)
 
 
 # ---------------------------------------------------------------- where it diverges
@@ -260,4 +260,5 @@ def divergence(world_sizes=(1, 2, 4, 8), batch_size: int = 4,
             if r.diverged:
                 break
     progress_report(progress, total, total, "done")
-    return Divergence(list(world_sizes), batch_size, optimizer, steps, lrs, diverged, base_lr).on(r)
+    return Divergence.from_ranks(r, list(world_sizes), batch_size, optimizer, steps, lrs,
+                                 diverged, base_lr)

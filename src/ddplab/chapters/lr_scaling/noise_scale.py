@@ -178,7 +178,7 @@ class NoiseScale(Result):
         w = self.window
         return float(self.exact_trace[w].mean() / self.exact_g2[w].mean())
 
-    def to_json(self) -> dict:
+    def json_fields(self) -> dict:
         w = self.window
         return {"world_size": self.world_size, "batch_size": self.batch_size,
                 "b_small": self.b_small, "b_big": self.b_big, "lr": self.lr,
@@ -200,20 +200,20 @@ class NoiseScale(Result):
 
 
 def run(world_size: int = 8, batch_size: int = 4, lr: float = 0.2, steps: int = 40,
-        seed: int = 0, target: float | None = TARGET, backend: str = "auto",
-        timeout: float = 60.0) -> NoiseScale:
+        seed: int = 0, target: float | None = TARGET, timeout: float = 60.0) -> NoiseScale:
     """Train ``steps`` DDP steps and estimate B_simple over them (up to ``target``)."""
     task.check(batch_size=batch_size, lr=lr, steps=steps)
     int_at_least("world_size", world_size, 2, "a small and a big batch")
-    results = ddplab.run(measure, world_size, backend=backend, timeout=timeout,
+    results = ddplab.run(measure, world_size, timeout=timeout,
                          batch_size=batch_size, lr=lr, steps=steps, seed=seed)
-    return NoiseScale(
+    return NoiseScale.from_ranks(
+        results,
         world_size=len(results), batch_size=batch_size, lr=lr, steps=steps, seed=seed,
         small_sq=np.array([r["small_sq"] for r in results]),
         big_sq=np.array(results[0]["big_sq"]),
         population_losses=np.array(results[0]["population_losses"]),
         exact_g2=np.array([g for g, _ in results[0]["exact"]]),
-        exact_trace=np.array([t for _, t in results[0]["exact"]]), target=target).on(results)
+        exact_trace=np.array([t for _, t in results[0]["exact"]]), target=target)
 
 
 def pooled(results, exact: bool = False) -> tuple[float, float, float]:

@@ -68,9 +68,10 @@ def allocated(device: torch.device) -> int:
     return malloc_count.in_use()
 
 
-def activation_bytes(forward, X, y) -> int:
+def activation_bytes(forward, X, y, allocated=torch.cuda.memory_allocated) -> int:
     """What ``forward(X)`` keeps for backward: the bytes allocated during the forward and not
-    yet freed when backward starts (the loss's graph holds them); backward frees them."""
+    yet freed when backward starts (the loss's graph holds them); backward frees them.
+    ``allocated(device)``: the bytes in use on the device (CUDA's caching allocator's count)."""
     gc.collect()
     before = allocated(X.device)
     loss = F.mse_loss(forward(X).float(), y)
@@ -117,7 +118,7 @@ def run(rows: int = 1024, width: int = 128, depth: int = 4, segments: int = 4,
     for way in WAYS:
         for _ in range(2):  # the first call of a way allocates torch's own lazy state: not counted
             model.zero_grad(set_to_none=True)
-            counted[way] = activation_bytes(forwards[way], X, y)
+            counted[way] = activation_bytes(forwards[way], X, y, allocated)
         grads[way] = [p.grad.clone() for p in model.parameters()]
     diff = max(float((a - b).abs().max()) for a, b in zip(grads["fp32"], grads["checkpointed"]))
     return Activations(rows, width, depth, segments,

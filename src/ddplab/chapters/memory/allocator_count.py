@@ -7,7 +7,34 @@ runtime's own host allocations are (on one H100, 821 MB "measured" against 173 M
 ``torch.cuda.memory_allocated``, the bytes of the blocks live tensors occupy (rounded up to
 512 bytes; cached but free blocks are not counted), and ``max_memory_allocated`` since
 ``reset_peak_memory_stats`` for peaks (torch/cuda/memory.py). Both are counted on the host as
-tensors are created and freed, so they need no synchronisation.
+tensors are created and freed: ``DeviceCachingAllocator::free`` lowers ``allocated_bytes`` at
+once, before it records events for a block used on other streams
+(c10/cuda/CUDACachingAllocator.cpp, pytorch main as stored by the search tool, 2026), so
+emptying the cache (``emptyCache`` -> ``release_cached_blocks`` ->
+``synchronize_and_free_events``) changes the reserved bytes, not this count.
+
+What does change it is who still holds a tensor. Two holders that are not the run's tensors,
+seen in one process on one H200 (torch 2.11.0+cu130, NCCL 2.28.9, a probe of DDP at world size
+1 on NCCL, variants in a row; ``held_after`` as it is now has not run on a GPU yet):
+
+* ProcessGroupNCCL keeps the tensors of an asynchronous collective (DDP's bucket all-reduces)
+  on a shelf until ``work.wait()``; DDP waits on the future, not the work, so its watchdog
+  thread hands the shelf over when it sees the collective finished, and the shelf is emptied
+  only by the next collective started on the rank's own thread (``TensorShelf``,
+  ``shelvesToUnstash_``, ``ProcessGroupNCCL::workEnqueue`` in ProcessGroupNCCL.cpp; the
+  watchdog looks every ``kWatchdogThreadSleepMillis``, 100 ms). A bucket DDP rebuilt or a model
+  deleted stayed counted (256 MiB of 4 x Linear(4096)) until a later call's first collective
+  released it, so the previous call's leftovers came out of the next call's count: the H200
+  record's memory rows, and ``tests/test_memory.py``'s GPU test low by the bucket of the run
+  before. ``settled`` waits for the watchdog and starts a one-element all-reduce before each
+  count, on NCCL groups only (gloo records the streams instead, and lowers the count at free);
+* a constant 65 MiB, whatever the model's width (1024 or 4096), appeared with the first
+  backward of a process and was never freed: most likely cuBLAS's workspaces (one per handle
+  and stream: forward and backward run on different threads, so different handles), which
+  torch takes from this allocator. A fresh rank counted it in its first run, a warm one did
+  not (the H100 record's 1345.3 MiB lies 65.0 MiB above the calculator's 1280.3).
+  ``warm_up`` runs one tiny Linear forward and backward before the first count, so every run
+  counts alike.
 
 The peak during ``optimizer.step()`` is measured on GPU ranks only (glibc keeps no peak): the
 default Adam on CUDA is the foreach version (``_default_to_fused_or_foreach``, torch/optim/
@@ -23,8 +50,10 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import time
 
 import torch
+import torch.distributed as dist
 
 from ddplab.chapters.memory import calculator, malloc_count
 from ddplab.common import gpu_record
@@ -68,19 +97,50 @@ class _NoWatch:
         pass
 
 
+WATCHDOG_S = 0.1  # ProcessGroupNCCL::kWatchdogThreadSleepMillis: how often it looks
+
+
+def warm_up(device) -> None:
+    """One tiny Linear forward and backward on ``device``: the cuBLAS workspaces of the calling
+    thread and of autograd's thread for the device exist from here on (see the module's
+    docstring)."""
+    layer = torch.nn.Linear(8, 8, device=device)
+    layer(torch.ones(2, 8, device=device)).sum().backward()
+
+
+def settled(device) -> int:
+    """``memory_allocated(device)`` once nothing holds tensors of finished collectives: the
+    device synchronised, and on an NCCL group the watchdog given time to hand over the shelves
+    of what finished, which a one-element all-reduce started here then empties (repeated
+    until two counts agree, at most 10 times). Every rank of the group must call it."""
+    nccl = dist.is_initialized() and dist.get_backend() == "nccl"
+    count = None
+    for _ in range(10):
+        torch.cuda.synchronize(device)
+        gc.collect()  # a warm rank still holds the previous run's garbage
+        if nccl:
+            time.sleep(1.5 * WATCHDOG_S)
+            dist.all_reduce(torch.zeros(1, device=device))  # empties the handed-over shelves
+            torch.cuda.synchronize(device)
+        last, count = count, torch.cuda.memory_allocated(device)
+        if count == last or not nccl:
+            break
+    return count
+
+
 def held_after(fn, device):
     """Run ``fn(watch)`` (it calls ``watch.attach(optimizer)``); return its result and what the
-    run left allocated, by the allocator of ``device``'s tensors (``Counted``)."""
+    run left allocated, by the allocator of ``device``'s tensors (``Counted``). On CUDA every
+    rank of the group must call it (``settled`` starts a collective)."""
     if torch.device(device).type != "cuda":
         result, allocated = malloc_count.held_after(fn, _NoWatch())
         return result, Counted("malloc", allocated)
-    gc.collect()  # a warm rank still holds the previous run's garbage
-    before = torch.cuda.memory_allocated(device)
+    warm_up(device)
+    before = settled(device)
     torch.cuda.reset_peak_memory_stats(device)
     watch = StepPeak(device)
     result = fn(watch)
-    gc.collect()
-    after = torch.cuda.memory_allocated(device)
+    after = settled(device)
     peak = max(watch.run_peak, torch.cuda.max_memory_allocated(device))
     return result, Counted("cuda", after - before, peak - before, watch.step_peak)
 

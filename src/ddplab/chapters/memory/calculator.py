@@ -34,6 +34,8 @@ Precision schemes (``PRECISIONS``), each per parameter:
 
 from __future__ import annotations
 
+import dataclasses
+
 PRECISIONS = ("autocast", "fp32", "bf16_master", "fsdp_policy")
 PRECISION_NAMES = {
     "autocast": "torch.autocast (fp32 parameters, gradients, optimizer state)",
@@ -129,3 +131,44 @@ def largest_model(memory_bytes, optimizer, strategy, world_size, precision="auto
     in_the_step = memory_bytes / (
         per + step_temporary_per_parameter(optimizer, strategy, world_size, precision))
     return with_activations if with_activations < in_the_step else in_the_step
+
+
+# The ways the chapter's decision rule goes through, in its order: (label, strategy, bucket view)
+WAYS = (("DDP", "ddp", False), ("ZeRO-1, bucket view", "zero1", True), ("FSDP", "fsdp", False))
+
+
+@dataclasses.dataclass(frozen=True)
+class Comparison:
+    """One model's bytes per rank each way (``WAYS``): held in the steady state, and during
+    the optimizer step with its temporaries; whether the larger fits ``memory_bytes``."""
+
+    parameters: float
+    optimizer: str
+    world_size: int
+    memory_bytes: float
+    held: dict
+    in_the_step: dict
+    fits: dict
+
+    def describe(self) -> str:
+        lines = [f"{self.parameters / 1e9:g} B parameters, {self.optimizer}, "
+                 f"{self.world_size} GPUs of {self.memory_bytes / 1e9:g} GB, autocast; "
+                 "GB per rank, activations not counted:"]
+        lines += [f"  {label:<22}{self.held[label] / 1e9:6.1f} held, "
+                  f"{self.in_the_step[label] / 1e9:6.1f} in the optimizer step: "
+                  + (f"fits, {(self.memory_bytes - self.held[label]) / 1e9:.1f} left for "
+                     "activations" if self.fits[label] else "does not fit")
+                  for label, *_ in WAYS]
+        return "\n".join(lines)
+
+
+def compare(parameters, optimizer, world_size, memory_bytes):
+    """``Comparison`` of ``WAYS`` for one model, under autocast (the chapter's default)."""
+    held, step, fits = {}, {}, {}
+    for label, strategy, view in WAYS:
+        held[label] = sum(bytes_per_rank(parameters, optimizer, strategy, world_size,
+                                         bucket_view=view).values())
+        step[label] = held[label] + parameters * step_temporary_per_parameter(
+            optimizer, strategy, world_size)
+        fits[label] = max(held[label], step[label]) <= memory_bytes
+    return Comparison(parameters, optimizer, world_size, memory_bytes, held, step, fits)

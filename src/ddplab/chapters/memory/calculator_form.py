@@ -90,9 +90,20 @@ def javascript() -> str:
     return "\n".join(tables + functions)
 
 
+# One click for the case readers bring most ("out of memory with a 3B model"): the values it
+# sets, by control name. The memory chapter shows the same case computed in Python.
+PRESETS = (("3 B parameters, Adam, 4 GPUs of 80 GB",
+            {"billions": "3", "optimizer": "adam", "precision": "autocast", "strategy": "ddp",
+             "world_size": "4", "activations": "0", "gpu": "80"}),)
+
+# The labels' column takes what it needs and the controls the rest, narrowed to fit (a
+# select's widest option would otherwise push the form past a phone's screen); under 480 px
+# each label sits above its control.
 _FORM = """<div id="{id}" style="border:1px solid #ddd;border-radius:4px;padding:0.5em;
-font-size:0.9em"><form onsubmit="return false" style="display:grid;
-grid-template-columns:repeat(2,max-content);gap:0.2em 1em">
+font-size:0.9em"><style>#{id} form{{display:grid;grid-template-columns:max-content
+minmax(0,1fr);gap:0.2em 1em}} #{id} select,#{id} input{{max-width:100%;box-sizing:border-box}}
+@media (max-width:480px){{#{id} form{{grid-template-columns:minmax(0,1fr)}}}}</style>
+<div style="margin-bottom:0.4em">{presets}</div><form onsubmit="return false">
 <label>parameters (billions)</label><input name="billions" type="number" value="7" min="0"
  step="any">
 <label>optimizer</label><select name="optimizer">{optimizers}</select>
@@ -127,6 +138,17 @@ _SHOW = """(function () {{
     var most = largest_model(gpu, o, s, W, pr, bv, act);
     out.push("largest model that fits, step included: " + (Math.max(0, most) / 1e9)
              .toFixed(2) + " billion parameters");
+    out.push("", "every strategy at these settings, per rank (steady state, step):");
+    {strategy_names}.forEach(function (other) {{
+      var name = "  " + (other + "      ").slice(0, 6);
+      try {{
+        var held = 0, p = bytes_per_rank(P, o, other, W, pr, bv, 0, act);
+        for (var k in p) held += p[k];
+        var step = held - act + P * step_temporary_per_parameter(o, other, W, pr);
+        out.push(name + (held / 1e9).toFixed(1) + " GB, " + (step / 1e9).toFixed(1) +
+                 " GB: " + (Math.max(held, step) <= gpu ? "fits" : "does not fit"));
+      }} catch (error) {{ out.push(name + error.message); }}
+    }});
     return out;
   }}
   function show() {{
@@ -134,7 +156,16 @@ _SHOW = """(function () {{
     try {{ text = lines().join("\\n"); }} catch (error) {{ text = error.message; }}
     root.querySelector("pre").textContent = text;
   }}
-  form.addEventListener("input", show); show();
+  form.addEventListener("input", show);
+  root.querySelectorAll("button[data-preset]").forEach(function (button) {{
+    button.addEventListener("click", function () {{
+      var values = JSON.parse(button.getAttribute("data-preset"));
+      for (var k in values) form.elements[k].value = values[k];
+      form.elements["bucket_view"].checked = false;
+      show();
+    }});
+  }});
+  show();
 }})();"""
 
 
@@ -146,11 +177,15 @@ def _options(values, chosen, labels=None) -> str:
 
 def form_html(element_id: str = "ddplab-memory-calculator") -> str:
     """The form and its script, as one HTML string."""
+    presets = "".join(f'<button type="button" data-preset="{html.escape(json.dumps(values))}">'
+                      f"{html.escape(label)}</button>" for label, values in PRESETS)
     body = _FORM.format(
-        id=element_id, optimizers=_options(("sgd", "momentum", "adam"), "adam"),
+        id=element_id, presets=presets,
+        optimizers=_options(("sgd", "momentum", "adam"), "adam"),
         precisions=_options(calculator.PRECISIONS, "autocast", calculator.PRECISION_NAMES),
         strategies=_options(calculator.CALCULATOR_STRATEGIES, "ddp"))
-    script = _SHOW.format(formulas=javascript(), id=json.dumps(element_id))
+    script = _SHOW.format(formulas=javascript(), id=json.dumps(element_id),
+                          strategy_names=json.dumps(list(calculator.CALCULATOR_STRATEGIES)))
     return f"{body}\n<script>\n{script}\n</script>"
 
 

@@ -28,6 +28,7 @@ from ddplab.chapters.memory.strategies import OPTIMIZERS, STRATEGIES, Trained
 from ddplab.common.checks import a_bool, one_of, positive_int, positive_number
 from ddplab.common.mlp import make_batch, make_model
 from ddplab.common.results import Result
+from ddplab.engine.placement import require
 
 COMMAND = "memory"  # python -m ddplab memory
 
@@ -142,14 +143,14 @@ class Memory(Result):
 
 def run(world_size: int = 2, strategy: str = "ddp", optimizer: str = "adam",
         params_millions: float = 8.0, bucket_view: bool = False, steps: int = 2,
-        batch_size: int = BATCH_SIZE, seed: int = 0, backend: str = "auto",
-        timeout: float = 120.0) -> Memory:
+        batch_size: int = BATCH_SIZE, seed: int = 0, timeout: float = 120.0) -> Memory:
     """Train with ``strategy`` on ``world_size`` ranks, count each rank's bytes, and compare
     the parameters with DDP's on the same data."""
     _check(world_size, strategy, optimizer, params_millions, bucket_view, steps)
     positive_int("batch_size", batch_size)
+    require(strategy, ddplab.placement())  # what does not run there, refused
     common = dict(optimizer=optimizer, params_millions=params_millions, steps=steps,
-                  batch_size=batch_size, seed=seed, backend=backend, timeout=timeout)
+                  batch_size=batch_size, seed=seed, timeout=timeout)
     results = ddplab.run(train, world_size, strategy=strategy, bucket_view=bucket_view,
                          return_parameters=strategy != "ddp", **common)
     diff = 0.0
@@ -158,7 +159,8 @@ def run(world_size: int = 2, strategy: str = "ddp", optimizer: str = "adam",
                                return_parameters=True, **common)[0]["parameters"]
         diff = float(np.abs(results[0]["parameters"] - reference).max())
     layers = widths(params_millions)
-    return Memory(
+    return Memory.from_ranks(
+        results,
         world_size=len(results), strategy=strategy, optimizer=optimizer,
         bucket_view=bucket_view, steps=steps, batch_size=batch_size, width=layers[0],
         parameter_count=sum(p.numel() for p in _shapes(layers)),
@@ -170,7 +172,7 @@ def run(world_size: int = 2, strategy: str = "ddp", optimizer: str = "adam",
         step_peak_bytes_per_rank=[r["counted"]["step_peak"] for r in results],
         max_param_diff_vs_ddp=diff,
         activation_bytes_per_rank=[r["activations"] for r in results],
-        torch_version=torch.__version__).on(results)
+        torch_version=torch.__version__)
 
 
 def _shapes(layers):

@@ -31,11 +31,12 @@ import torch.nn.functional as F
 import ddplab
 from ddplab.chapters.memory import accounting, calculator, malloc_count, memory
 from ddplab.chapters.memory.memory import widths
-from ddplab.chapters.memory.strategies import STRATEGIES, Trained, shard_with_fsdp
+from ddplab.chapters.memory.strategies import STRATEGIES, Trained, linear_layers, shard_with_fsdp
 from ddplab.common.checks import one_of
 from ddplab.common.ledger import local
 from ddplab.common.mlp import make_batch, make_model
 from ddplab.common.results import Result
+from ddplab.engine.placement import require
 
 COMMAND = "precision"  # python -m ddplab precision
 SCHEMES = ("autocast", "fsdp_policy")  # the calculator's schemes that are run here
@@ -51,7 +52,8 @@ class PolicySharded:
 
         policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16)
         self.model = model
-        self.module = shard_with_fsdp(model, device.type, world_size, mp_policy=policy)
+        self.module = shard_with_fsdp(model, linear_layers(model), device.type,
+                                      mp_policy=policy)
         self.optimizer = self.local_optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
 
     def bucket_buffers(self) -> list:
@@ -169,25 +171,27 @@ class Precision(Result):
 
 def run(world_size: int = 2, strategy: str = "ddp", scheme: str = "autocast",
         params_millions: float = 2.0, bucket_view: bool = False, steps: int = 2, seed: int = 0,
-        backend: str = "auto", timeout: float = 120.0) -> Precision:
+        timeout: float = 120.0) -> Precision:
     """Train under ``scheme`` on ``world_size`` ranks and count each rank's bytes."""
     one_of("scheme", scheme, SCHEMES)
     if calculator.ONLY_WITH[scheme] not in ("", strategy):
         raise ValueError(f"scheme {scheme!r} is FSDP2's MixedPrecisionPolicy: strategy "
                          f"{calculator.ONLY_WITH[scheme]!r} only, got {strategy!r}")
     memory._check(world_size, strategy, "adam", params_millions, bucket_view, steps)  # its checks
+    require(strategy, ddplab.placement())  # what does not run there, refused
     results = ddplab.run(train, world_size, strategy=strategy, scheme=scheme,
                          params_millions=params_millions, bucket_view=bucket_view, steps=steps,
-                         seed=seed, backend=backend, timeout=timeout)
+                         seed=seed, timeout=timeout)
     layers = widths(params_millions)
-    return Precision(
+    return Precision.from_ranks(
+        results,
         world_size=len(results), strategy=strategy, scheme=scheme, bucket_view=bucket_view,
         parameter_count=sum(a * b + b for a, b in zip(layers[:-1], layers[1:])),
         parameter_tensors=results[0]["tensors"],
         bytes_per_rank=[r["held"] for r in results],
         measured_bytes_per_rank=[r["allocated"] for r in results], dtypes=results[0]["dtypes"],
         output_dtype=results[0]["output_dtype"],
-        first_layer_computes_with=results[0]["first_layer_computes_with"]).on(results)
+        first_layer_computes_with=results[0]["first_layer_computes_with"])
 
 
 # ---------------------------------------------------------------- CLI

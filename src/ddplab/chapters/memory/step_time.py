@@ -16,6 +16,7 @@ from ddplab.common import timed_step
 from ddplab.common.checks import positive_int
 from ddplab.common.mlp import make_batch, make_model
 from ddplab.common.results import Result
+from ddplab.engine.placement import require
 
 # (label, strategy, gradient_as_bucket_view); DDP first: the others are ratios to it
 VARIANTS = (("ddp", "ddp", False), ("ddp, bucket view", "ddp", True),
@@ -26,15 +27,16 @@ def step_times(ctx, optimizer: str, params_millions: float, steps: int, seed: in
     """Each variant's steps on this rank, ``timed_step.timed`` records (the first, warm-up step
     left out)."""
     layers = widths(params_millions)
-    trained = {label: Trained(strategy, make_model(layers, seed=seed, init="he"), optimizer,
-                              view, ctx.world_size, ctx.device)
+    trained = {label: Trained(strategy, make_model(layers, seed=seed, init="he").to(ctx.device),
+                              optimizer, view, ctx.world_size, ctx.device)
                for label, strategy, view in VARIANTS}
     times = {label: [] for label in trained}
     rows = slice(ctx.rank * BATCH_SIZE, (ctx.rank + 1) * BATCH_SIZE)
     for step in range(steps + 1):
         X, y = make_batch(layers, BATCH_SIZE, ctx.world_size, seed, step)
+        X_rank, y_rank = X[rows].to(ctx.device), y[rows].to(ctx.device)
         for label, model in trained.items():
-            record = timed_step.timed(model.step, ctx.device, X[rows], y[rows])
+            record = timed_step.timed(model.step, ctx.device, X_rank, y_rank)
             if step:
                 times[label].append(record)
     return times
@@ -62,9 +64,12 @@ def run(world_size: int = 2, optimizer: str = "adam", params_millions: float = 8
         steps: int = 5, seed: int = 0, timeout: float = 300.0) -> StepTimes:
     positive_int("world_size", world_size)
     positive_int("steps", steps)
+    for _, strategy, _ in VARIANTS:  # what does not run there, refused before any rank starts
+        require(strategy, ddplab.placement())
     results = ddplab.run(step_times, world_size, timeout=timeout, optimizer=optimizer,
                          params_millions=params_millions, steps=steps, seed=seed)
-    return StepTimes(world_size=world_size, optimizer=optimizer,
-                     params_millions=params_millions,
-                     step_s={label: timed_step.median_step([r[label] for r in results])["step"]
-                             for label in results[0]}).on(results)
+    return StepTimes.from_ranks(results, world_size=world_size, optimizer=optimizer,
+                                params_millions=params_millions,
+                                step_s={label: timed_step.median_step(
+                                            [r[label] for r in results])["step"]
+                                        for label in results[0]})

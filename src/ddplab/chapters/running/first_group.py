@@ -57,13 +57,13 @@ class FirstGroup(Result):
         return "\n".join(lines)
 
 
-def run(world_size: int, backend: str = "auto", timeout: float = 60.0) -> FirstGroup:
+def run(world_size: int, timeout: float = 60.0) -> FirstGroup:
     """Run ``report`` on every rank and check the sums against N(N-1)/2."""
-    reports = ddplab.run(report, world_size, backend=backend, timeout=timeout)
+    reports = ddplab.run(report, world_size, timeout=timeout)
     n = len(reports)
     expected = n * (n - 1) // 2
-    return FirstGroup(world_size=n, expected_rank_sum=expected,
-                      ok=all(r["rank_sum"] == expected for r in reports), ranks=reports).on(reports)
+    return FirstGroup.from_ranks(reports, world_size=n, expected_rank_sum=expected,
+                                 ok=all(r["rank_sum"] == expected for r in reports), ranks=reports)
 
 
 LAYERS = (16, 4)  # ddp_step's model: mlp.make_model(LAYERS, seed), one Linear(16, 4)

@@ -160,7 +160,7 @@ class Sharding(Result):
     def same_order_every_epoch(self) -> bool:
         return all(self.indices[e] == self.indices[0] for e in range(self.epochs))
 
-    def to_json(self) -> dict:
+    def json_fields(self) -> dict:
         return {**{f.name: getattr(self, f.name) for f in dataclasses.fields(self)},
                 "global_batch_size": self.global_batch_size,
                 "samples_per_epoch": [self.samples_per_epoch(e) for e in range(self.epochs)]}
@@ -190,8 +190,7 @@ def expected_samples_per_rank(dataset_size: int, world_size: int, drop_last: boo
 
 def run(dataset_size: int = 10, world_size: int = 4, batch_size: int = 2, epochs: int = 2,
         shuffle: bool = True, drop_last: bool = False, set_epoch: bool = True, seed: int = 0,
-        loader_drop_last: bool = False, sampler: bool = True, backend: str = "auto",
-        timeout: float = 60.0) -> Sharding:
+        loader_drop_last: bool = False, sampler: bool = True, timeout: float = 60.0) -> Sharding:
     """Run the sampler and loader on ``world_size`` ranks and record every batch drawn.
 
     Allowed: any positive dataset size, world size (1 to 64), batch size and number of epochs,
@@ -214,21 +213,22 @@ def run(dataset_size: int = 10, world_size: int = 4, batch_size: int = 2, epochs
     if per_rank * world_size * epochs > MAX_DRAWS:
         raise ValueError(f"{per_rank * world_size * epochs} indices would be drawn; at most "
                          f"{MAX_DRAWS} (a smaller dataset_size or fewer epochs)")
-    results = ddplab.run(draws, world_size, backend=backend, timeout=timeout,
+    results = ddplab.run(draws, world_size, timeout=timeout,
                          dataset_size=dataset_size, batch_size=batch_size, epochs=epochs,
                          shuffle=shuffle, drop_last=drop_last, set_epoch=set_epoch, seed=seed,
                          loader_drop_last=loader_drop_last, sampler=sampler)
     if sampler and [r["sampler_view"] for r in results] != \
             [[len(results), r] for r in range(len(results))]:
         raise AssertionError("a sampler saw a world size or rank other than its group's")
-    return Sharding(
+    return Sharding.from_ranks(
+        results,
         dataset_size=dataset_size, world_size=len(results), batch_size=batch_size,
         epochs=epochs, shuffle=shuffle, drop_last=drop_last, set_epoch=set_epoch, seed=seed,
         loader_drop_last=loader_drop_last, sampler=sampler,
         samples_per_rank=results[0]["samples_per_rank"],
         steps_per_epoch=results[0]["steps_per_epoch"],
         indices=[[r["indices"][e] for r in results] for e in range(epochs)],
-        global_batch_sizes=results[0]["global_batch_sizes"]).on(results)
+        global_batch_sizes=results[0]["global_batch_sizes"])
 
 
 def _check(dataset_size, world_size, batch_size, epochs, seed, loader_drop_last, **flags):

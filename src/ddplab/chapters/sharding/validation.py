@@ -109,7 +109,7 @@ class Evaluation(Result):
 
 
 def run(dataset_size: int = 10, world_size: int = 4, batch_size: int = 2, seed: int = 0,
-        backend: str = "auto", timeout: float = 60.0) -> Evaluation:
+        timeout: float = 60.0) -> Evaluation:
     """Validate one fixed classifier on ``world_size`` ranks, padded, dropped and exact."""
     for name, value in (("dataset_size", dataset_size), ("world_size", world_size),
                         ("batch_size", batch_size)):
@@ -118,13 +118,14 @@ def run(dataset_size: int = 10, world_size: int = 4, batch_size: int = 2, seed: 
     if dataset_size < world_size:
         raise ValueError(f"dataset_size {dataset_size} < world_size {world_size}: the "
                          "sampler's drop_last would leave every rank without samples")
-    results = ddplab.run(validation_counts, world_size, backend=backend, timeout=timeout,
+    results = ddplab.run(validation_counts, world_size, timeout=timeout,
                          dataset_size=dataset_size, batch_size=batch_size, seed=seed)
     X, y, model = make_validation(seed, dataset_size)
     per_sample = correct(model, X, y).numpy()
-    return Evaluation(
+    return Evaluation.from_ranks(
+        results,
         dataset_size=dataset_size, world_size=len(results), batch_size=batch_size, seed=seed,
         reference_correct=int(per_sample.sum()),
         correct={m: results[0][m]["correct"] for m in METHODS},
         count={m: results[0][m]["count"] for m in METHODS},
-        ids={m: [r[m]["ids"] for r in results] for m in METHODS}, per_sample=per_sample).on(results)
+        ids={m: [r[m]["ids"] for r in results] for m in METHODS}, per_sample=per_sample)

@@ -117,10 +117,11 @@ def gradients(ctx, layers, batch_size: int, count: int, seed: int, mistake,
     return runs
 
 
-def reference_gradient(layers, batch_size: int, k: int, world_size: int, seed: int):
-    """One process, no DDP: the mean loss over all ``world_size x k x batch_size`` samples."""
+def reference_gradient(layers, batch_size: int, count: int, world_size: int, seed: int):
+    """One process, no DDP: the mean loss over all ``world_size x count x batch_size`` samples
+    (``count`` micro-batches of every rank)."""
     model = mlp.make_model(layers, seed)
-    batches = [mlp.make_batch(layers, batch_size, world_size, seed, m) for m in range(k)]
+    batches = [mlp.make_batch(layers, batch_size, world_size, seed, m) for m in range(count)]
     X = torch.cat([b[0] for b in batches])
     y = torch.cat([b[1] for b in batches])
     F.mse_loss(model(X), y).backward()
@@ -175,8 +176,8 @@ class Accumulation(Result):
         scale = self.micro_batches if self.mistake == "loss not divided" else 1
         return float(np.abs(self.grads - scale * self.reference_grad).max())
 
-    def to_json(self) -> dict:
-        data = super().to_json()
+    def json_fields(self) -> dict:
+        data = super().json_fields()
         data.pop("grads")
         return data
 
@@ -194,26 +195,27 @@ class Accumulation(Result):
 
 def run(world_size: int = 2, batch_size: int = 8, micro_batches: int = 4, seed: int = 0,
         layers=mlp.DEFAULT_LAYERS, mistake: str | None = None, warmup: bool = True,
-        backend: str = "auto", timeout: float = 60.0) -> Accumulation:
+        timeout: float = 60.0) -> Accumulation:
     """Accumulate ``micro_batches`` micro-batches per rank; compare with one process."""
     layers = mlp.check_layers(layers)
     for name, value in (("batch_size", batch_size), ("micro_batches", micro_batches)):
         positive_int(name, value)
     one_of("mistake", mistake, MISTAKES)
-    ranks = ddplab.run(gradients, world_size, backend=backend, timeout=timeout, layers=layers,
+    ranks = ddplab.run(gradients, world_size, timeout=timeout, layers=layers,
                        batch_size=batch_size, count=micro_batches, seed=seed, mistake=mistake,
                        warmup=bool(warmup))
     first = ranks[0]
     with one_thread():  # 10 against 16-20 ms on two threads here, idle (common.threads)
         reference = reference_gradient(layers, batch_size, micro_batches, len(ranks), seed)
-    return Accumulation(
+    return Accumulation.from_ranks(
+        ranks,
         world_size=len(ranks), batch_size=batch_size, micro_batches=micro_batches,
         mistake=mistake,
         param_names=first["names"],
         grads=np.stack([r["no_sync"]["grad"] for r in ranks]),
         reference_grad=reference,
         launches=first["no_sync"]["launches"],
-        launches_without_no_sync=first["every micro-batch"]["launches"]).on(ranks)
+        launches_without_no_sync=first["every micro-batch"]["launches"])
 
 
 # ---------------------------------------------------------------- CLI

@@ -89,6 +89,7 @@ def run(world_size: int = 2, batch_size: int = 8, micro_batches=(1, 2, 4, 8), la
         for way, steps in out.items():
             steps.append(timed_step.median_step([r[way] for r in ranks])["step"])
     progress_report(progress, len(micro_batches), len(micro_batches), "done")
-    return Timing(world_size=world_size, batch_size=batch_size, params=mlp.param_count(layers),
-                  micro_batches=list(micro_batches), no_sync_s=out["no_sync"],
-                  every_micro_batch_s=out["every micro-batch"]).on(ranks)
+    return Timing.from_ranks(ranks, world_size=world_size, batch_size=batch_size,
+                             params=mlp.param_count(layers),
+                             micro_batches=list(micro_batches), no_sync_s=out["no_sync"],
+                             every_micro_batch_s=out["every micro-batch"])

@@ -167,17 +167,18 @@ def _parse_size(text: str) -> int:
 
 
 def run(world_size: int = 2, sizes=SIZES, repeats: int = 7, copy_bytes: int = COPY_BYTES,
-        backend: str = "auto", timeout: float = 60.0) -> AllReduce:
+        timeout: float = 60.0) -> AllReduce:
     """Time all-reduces of every size in ``sizes`` (bytes) on ``world_size`` ranks."""
     sizes = check_sizes(sizes)
     positive_int("repeats", repeats)
     positive_int("copy_bytes", copy_bytes)
-    ranks = ddplab.run(measure, world_size, backend=backend, timeout=timeout, sizes=sizes,
+    ranks = ddplab.run(measure, world_size, timeout=timeout, sizes=sizes,
                        repeats=repeats, copy_bytes=copy_bytes - copy_bytes % 4)
-    return AllReduce(world_size=len(ranks), sizes_bytes=list(sizes),
-                     seconds=[max(r["seconds"][i] for r in ranks) for i in range(len(sizes))],
-                     copy_bytes=copy_bytes - copy_bytes % 4,
-                     copy_seconds=ranks[0]["copy_seconds"]).on(ranks)
+    return AllReduce.from_ranks(ranks, world_size=len(ranks), sizes_bytes=list(sizes),
+                                seconds=[max(r["seconds"][i] for r in ranks)
+                                         for i in range(len(sizes))],
+                                copy_bytes=copy_bytes - copy_bytes % 4,
+                                copy_seconds=ranks[0]["copy_seconds"])
 
 
 def sweep(world_sizes=(2, 4), sizes=SIZES, repeats: int = 7, progress=None) -> dict:

@@ -142,4 +142,5 @@ def run(caps=(100, 8, 4, 2, 1, 0.001), world_size: int = 2, batch_size: int = 32
         runs.append(step_time.run(world_size, batch_size, layers, bucket_cap_mb=cap,
                         iterations=iterations))
     progress_report(progress, len(caps), len(caps), "done")
-    return BucketSweep(list(caps), [bucket_count(layers, cap) for cap in caps], runs).on(runs)
+    return BucketSweep.from_ranks(runs, list(caps), [bucket_count(layers, cap) for cap in caps],
+                                  runs)

@@ -113,13 +113,13 @@ def run(world_sizes=(1, 2), batch_size: int = 32, layers=step_time.LAYERS, round
             measured[w].append(ddp.median("step"))
     progress_report(progress, total, total, "done")
     median = statistics.median
-    return Calibration(
+    return Calibration.from_ranks((fits, alone),
         params=mlp.param_count(layers), batch_size=batch_size,
         alpha_s=median(f.alpha_s for f in fits),
         bandwidth=median(f.bandwidth_bytes_per_s for f in fits),
         copy_bandwidth=median(f.copy_bandwidth_bytes_per_s for f in fits),
         seconds_per_sample={w: median((a.median("forward") + a.median("backward")) / batch_size
-                                      for a in runs) for w, runs in alone.items()},
+                                                 for a in runs) for w, runs in alone.items()},
         optimizer_s={w: median(a.median("optimizer") for a in runs)
                      for w, runs in alone.items()},
-        measured_s={w: median(m) for w, m in measured.items()}, rounds=rounds).on(fits, alone)
+        measured_s={w: median(m) for w, m in measured.items()}, rounds=rounds)

@@ -33,6 +33,26 @@ there a distributed collective mismatch in your code?``): it issues its second a
 all-reduces (P, Q) from callbacks when the one before has finished, on gloo's thread, while
 DDP's autograd thread hands it the next bucket, so two ranks can issue their collectives in
 different orders. With one bucket, 15 of 15 ran.
+
+**With gloo on CUDA tensors** (one GPU, ranks sharing it) PowerSGD was refused until the GPU
+round of issue 37, for one observation: on an H100 (torch 2.11, issue 27) "the PowerSGD hook
+gave no result within 120 s", from a script of that session that is not kept, written before
+ddplab offered gloo on CUDA, so its bucket layout is unknown. On an H200 (torch 2.11.0+cu130)
+torch's hook alone ran with gloo on CUDA: two ranks on cuda:0, ``Linear(64, 64)`` and
+``Linear(64, 8)``, one bucket, ``PowerSGDState(matrix_approximation_rank=1,
+start_powerSGD_iter=2)``, four steps, the last two compressed. What this run does beyond that
+probe: 16 ``Linear(512, 512)`` with biases (16 matrices compressed, each P and Q all-reduced
+as one buffer, the biases uncompressed: the same three all-reduces per bucket), one bucket
+here too, the counting wrapper around ``dist.all_reduce``, a barrier and a device
+synchronisation per iteration, a second DDP on the same group run once at the end, and the
+pool's kept group and 60 s timeout. Both keep torch's defaults for error feedback and warm
+start, and both reach ``torch.cuda.synchronize(device)`` in ``decompress`` (powerSGD_hook.py,
+torch 2.13 lines 630-631), on gloo's thread, since CUDA is available in both. With one bucket each
+rank issues the three all-reduces of a step one after the other, each from the callback of the
+one before, and the next step's first collective only after backward has waited for the last:
+the same order on every rank, which the two-bucket abort above lacks. So nothing known stops it,
+and the refusal is lifted; ``tests/test_placement.py``'s GPU test and ``make gpu-check``'s
+``compress --hook powersgd`` on gloo with CUDA tensors confirm it on a GPU.
 """
 
 from __future__ import annotations
@@ -53,7 +73,7 @@ from ddplab.common import clock, mlp
 from ddplab.common.checks import int_at_least, one_of, positive_int
 from ddplab.common.progress import report as progress_report
 from ddplab.common.results import Result
-from ddplab.engine.backend import require
+from ddplab.engine.placement import require
 
 COMMAND = "compress"  # python -m ddplab compress
 
@@ -190,7 +210,7 @@ class Compression(Result):
 
 
 def run(world_size: int = 2, hook: str = "fp16", seed: int = 0, layers=None,
-        powersgd_rank: int = 1, iterations: int = 4, batch_size: int = 32, backend: str = "auto",
+        powersgd_rank: int = 1, iterations: int = 4, batch_size: int = 32,
         timeout: float = 60.0) -> Compression:
     """Train ``iterations`` steps' gradients with ``hook`` and report its last one."""
     layers = mlp.check_layers(LAYERS if layers is None else layers)
@@ -198,15 +218,15 @@ def run(world_size: int = 2, hook: str = "fp16", seed: int = 0, layers=None,
     for name, value in (("powersgd_rank", powersgd_rank), ("batch_size", batch_size)):
         positive_int(name, value)
     int_at_least("iterations", iterations, 3, "PowerSGD compresses from its third")
-    require(hook, ddplab.placement(world_size, backend))  # what does not run there, refused
-    ranks = ddplab.run(compressed_steps, world_size, backend=backend, timeout=timeout,
+    require(hook, ddplab.placement())  # what does not run there, refused
+    ranks = ddplab.run(compressed_steps, world_size, timeout=timeout,
                        layers=layers, hook=hook, powersgd_rank=powersgd_rank, iterations=iterations,
                        batch_size=batch_size, seed=seed)
     params = mlp.param_count(layers)
-    return Compression(hook=hook, world_size=len(ranks), params=params,
-                       bytes_uncompressed=4 * params, refused=ranks[0]["refused"],
-                       iterations=ranks[0]["iterations"],
-                       grad_rel_error=max(r["rel_error"] for r in ranks)).on(ranks)
+    return Compression.from_ranks(ranks, hook=hook, world_size=len(ranks), params=params,
+                                  bytes_uncompressed=4 * params, refused=ranks[0]["refused"],
+                                  iterations=ranks[0]["iterations"],
+                                  grad_rel_error=max(r["rel_error"] for r in ranks))
 
 
 # compare(reuse=True)'s results by what each run depended on, the newest REUSED: a panel that
@@ -225,8 +245,9 @@ def compare(hooks=HOOKS, world_size: int = 2, powersgd_rank: int = 1, seed: int 
     instead of running again, so a move of the rank runs PowerSGD alone, and the others are
     on screen before it starts."""
     out, kept = {}, {}
+    where = ddplab.placement()  # a run on another placement is another run
     for i, hook in enumerate(hooks):
-        key = (hook, world_size, seed, powersgd_rank if hook == "powersgd" else None)
+        key = (where, hook, world_size, seed, powersgd_rank if hook == "powersgd" else None)
         again = reuse and key in _LAST
         partial = {h: out.get(h) for h in hooks} if out and not again else None
         progress_report(progress, i, len(hooks), hook, partial=partial)

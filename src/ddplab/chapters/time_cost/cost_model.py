@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import textwrap
 
 GB = 1e9
 MiB = 2 ** 20
@@ -137,6 +138,20 @@ ACCELERATORS = {a.name: a for a in (
 FLOPS_PER_PARAM = 6
 # Backward costs twice the forward (the 4 of the 6 above), so it is 2/3 of the computation.
 BACKWARD_SHARE = 2 / 3
+
+
+def sources() -> str:
+    """Each constant the model predicts clusters from, with its source, one paragraph each
+    (wrapped for a page's column): the links inside a node and across nodes, the
+    accelerators, the FLOPs per parameter."""
+    links = [f"{link.name}: alpha {1e6 * link.alpha_s:.1f} us per step, "
+             f"{link.bandwidth / GB:g} GB/s; source: {link.source}"
+             for table in (INTRA_NODE, INTER_NODE) for link in table.values()]
+    chips = [f"{chip.name}: {chip.source}" for chip in ACCELERATORS.values()]
+    flops = (f"{FLOPS_PER_PARAM} FLOPs per parameter and token (Kaplan et al. 2020), at the "
+             "model FLOPs utilisation below")
+    return "\n".join(textwrap.fill(text, 78, subsequent_indent="    ")
+                     for text in [*links, *chips, flops])
 
 
 def seconds_per_sample(params: float, accelerator: Accelerator, tokens_per_sample: int,

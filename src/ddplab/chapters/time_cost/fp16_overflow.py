@@ -50,8 +50,8 @@ class Overflow(Result):
 
 def run(value: float = 70000.0, world_size: int = 2, timeout: float = 60.0) -> Overflow:
     """All-reduce a gradient entry of ``value`` with and without ``fp16_compress_hook``."""
-    exact = ddplab.run(averaged_gradient, world_size, backend="gloo", timeout=timeout,
+    exact = ddplab.run(averaged_gradient, world_size, timeout=timeout,
                        value=value, hook=False)
-    hooked = ddplab.run(averaged_gradient, world_size, backend="gloo", timeout=timeout,
+    hooked = ddplab.run(averaged_gradient, world_size, timeout=timeout,
                         value=value, hook=True)
-    return Overflow(value, world_size, exact[0][0], hooked[0][0]).on(exact, hooked)
+    return Overflow.from_ranks((exact, hooked), value, world_size, exact[0][0], hooked[0][0])

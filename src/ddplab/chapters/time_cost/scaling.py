@@ -97,5 +97,5 @@ def run(world_sizes=(1, 2, 4), batch_size: int = 32, global_batch_size: int = 64
     progress_report(progress, 1, 2, "strong scaling")
     strong = {w: get(w, global_batch_size // w)[1] for w in world_sizes}
     progress_report(progress, 2, 2, "done")
-    return Scaling(batch_size, global_batch_size, weak, strong, get(1, batch_size)[0],
-                   get(1, global_batch_size)[0], cores()).on(weak, strong)
+    return Scaling.from_ranks((weak, strong), batch_size, global_batch_size, weak, strong,
+                              get(1, batch_size)[0], get(1, global_batch_size)[0], cores())

@@ -110,8 +110,8 @@ class StepTime(Result):
     def samples_per_s(self) -> float:
         return self.world_size * self.batch_size / self.median("step")
 
-    def to_json(self) -> dict:
-        data = super().to_json()
+    def json_fields(self) -> dict:
+        data = super().json_fields()
         data.pop("ranks")
         data["step_ms_per_iteration"] = [1e3 * s for s in timed_step.slowest_steps(self.ranks)]
         return data
@@ -129,17 +129,17 @@ class StepTime(Result):
 
 def run(world_size: int = 2, batch_size: int = 32, layers=LAYERS, bucket_cap_mb=None,
         communicate: bool = True, iterations: int = 7, warmup: int = 2, seed: int = 0,
-        backend: str = "auto", timeout: float = 60.0) -> StepTime:
+        timeout: float = 60.0) -> StepTime:
     """Time ``iterations`` SGD steps of the MLP ``layers`` on ``world_size`` ranks."""
     return _timed(world_size, batch_size, layers, bucket_cap_mb, (bool(communicate),),
-                  iterations, warmup, seed, backend, timeout)[0]
+                  iterations, warmup, seed, timeout)[0]
 
 
 def paired(world_size: int = 2, batch_size: int = 32, layers=LAYERS, bucket_cap_mb=None,
            iterations: int = 7, warmup: int = 2, seed: int = 0) -> tuple[StepTime, StepTime]:
     """``(alone, ddp)``: the same steps without DDP and with it, alternating in one run."""
     alone, ddp = _timed(world_size, batch_size, layers, bucket_cap_mb, (False, True),
-                        iterations, warmup, seed, "auto", 60.0)
+                        iterations, warmup, seed, 60.0)
     return alone, ddp
 
 
@@ -153,18 +153,18 @@ def describe_pair(pair: tuple[StepTime, StepTime]) -> str:
 
 
 def _timed(world_size, batch_size, layers, bucket_cap_mb, modes, iterations, warmup, seed,
-           backend, timeout) -> list[StepTime]:
+           timeout) -> list[StepTime]:
     layers = mlp.check_layers(layers)
     for name, value in (("batch_size", batch_size), ("iterations", iterations)):
         positive_int(name, value)
     int_at_least("warmup", warmup, 2, "DDP rebuilds its buckets after iteration 0")
     bucket_rule.check_cap(bucket_cap_mb)
-    ranks = ddplab.run(timed_steps, world_size, backend=backend, timeout=timeout, layers=layers,
+    ranks = ddplab.run(timed_steps, world_size, timeout=timeout, layers=layers,
                        batch_size=batch_size, bucket_cap_mb=bucket_cap_mb, modes=modes,
                        iterations=iterations, warmup=warmup, seed=seed)
-    return [StepTime(layers=layers, world_size=len(ranks), batch_size=batch_size,
-                     bucket_cap_mb=bucket_cap_mb, communicate=communicate,
-                     params=mlp.param_count(layers), ranks=[r[m] for r in ranks]).on(ranks)
+    return [StepTime.from_ranks(ranks, layers=layers, world_size=len(ranks), batch_size=batch_size,
+                                bucket_cap_mb=bucket_cap_mb, communicate=communicate,
+                                params=mlp.param_count(layers), ranks=[r[m] for r in ranks])
             for m, communicate in enumerate(modes)]
 
 

@@ -3,10 +3,14 @@ assumption.
 
 The cost model turns FLOPs into seconds at a model FLOPs utilisation (MFU). Large runs report
 40-50% (PaLM: 46.2%, Chowdhery et al. 2022, table 3), but a model of a few hundred million
-parameters keeps a GPU far less busy: on one H100, GPT-2 shapes measured 10-21% eager and
-22-38% under ``torch.compile`` from 124 M to 1.3 B parameters (``ddplab.common.gpu_record``,
-the record of issue 27's run). A flat 40% made small models' computation look 1.4 to 4 times
-faster than it is, and so their communication look larger.
+parameters keeps a GPU far less busy: GPT-2 shapes from 124 M to 1.3 B parameters measured
+10-21% eager and 22-38% under ``torch.compile`` on one H100 (issue 27's run), and 17-36% and
+34-47% on one H200 (``benchmarks/gpu.py``; ``ddplab.common.gpu_record``: the two records were
+not made by the same script). A flat 40% made the computation of 124 M-355 M models look
+1.4-4.1 times faster than the H100 measured, 1.0-2.4 times than the H200 did, and so their
+communication look larger. Without a name, the newest record
+is used; every value's source names its card. The H200 and the H100 SXM have the same dense
+BF16 peak (989 TFLOP/s), so a fraction measured on one is a rate on the other's peak too.
 
 ``from_record`` interpolates the record's MFU linearly in ``log(params)`` between the two
 recorded sizes around ``params`` (MFU rose roughly evenly per doubling of size in the record).
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import textwrap
 
 from ddplab.common import gpu_record
 from ddplab.common.checks import positive_number
@@ -88,3 +93,11 @@ def describe_record(record: str | None = None) -> str:
         lines.append(f"{params:>14,} {next(iter(by_mode.values()))['batch_size']:>6} "
                      f"{cells[0]:>7} {cells[1]:>9}")
     return "\n".join(lines)
+
+
+def describe_sizes(sizes, compiled: bool = True, record: str | None = None) -> str:
+    """For each model size (parameters), the utilisation :func:`from_record` gives and where
+    it comes from, one paragraph each, wrapped for a page's column."""
+    return "\n".join(textwrap.fill(f"{params / 1e6:,.0f} M parameters: "
+                                   f"{from_record(params, compiled, record).source}", 78,
+                                   subsequent_indent="    ") for params in sizes)

@@ -105,18 +105,18 @@ def first_line(error: BaseException) -> str:
     return line.split("Error: ", 1)[1]
 
 
-def run(world_size: int = 2, setup: str = "reentrant", seed: int = 0, backend: str = "auto",
+def run(world_size: int = 2, setup: str = "reentrant", seed: int = 0,
         timeout: float = 60.0) -> Checkpointing:
     one_of("setup", setup, SETUPS)
     int_in_range("world_size", world_size, 1, 64)
     try:
-        results = ddplab.run(checkpointed_step, world_size, backend=backend, timeout=timeout,
+        results = ddplab.run(checkpointed_step, world_size, timeout=timeout,
                              setup=setup, seed=seed)
     except ddplab.RankError as exc:
-        placement = ddplab.placement(world_size, backend)  # the run raised: no Ranks came back
-        return Checkpointing(world_size, setup, first_line(exc), None).on(placement)
+        placement = ddplab.placement()  # the run raised: no Ranks came back
+        return Checkpointing.from_ranks(placement, world_size, setup, first_line(exc), None)
     model = make_model(LAYERS, seed)
     X, y = make_batch(LAYERS, BATCH, world_size, seed, 0)
     F.mse_loss(model(X), y).backward()
     diff = np.abs(np.stack([r["grad"] for r in results]) - flat_grad(model).numpy()).max()
-    return Checkpointing(world_size, setup, None, float(diff)).on(results)
+    return Checkpointing.from_ranks(results, world_size, setup, None, float(diff))

@@ -156,8 +156,8 @@ class Clip(Result):
     def max_param_diff_reduced_again_vs_one_process(self) -> float:
         return self._diff(self.params_reduced_again)
 
-    def to_json(self) -> dict:
-        data = super().to_json()
+    def json_fields(self) -> dict:
+        data = super().json_fields()
         for name in ("params_one_process", "params", "params_local", "params_reduced_again"):
             del data[name]
         return data
@@ -185,23 +185,24 @@ def one_process(world_size: int, max_norm: float, batch_size: int, seed: int):
 
 
 def run(world_size: int = 2, max_norm: float = 0.5, batch_size: int = 4, seed: int = 0,
-        backend: str = "auto", timeout: float = 60.0) -> Clip:
+        timeout: float = 60.0) -> Clip:
     """One clipped SGD step on ``world_size`` ranks, three ways, and one process's."""
     int_in_range("world_size", world_size, 1, 64)
     positive_number("max_norm", max_norm)
     positive_int("batch_size", batch_size)
     an_int("seed", seed)
-    results = ddplab.run(clip_ranks, world_size, backend=backend, timeout=timeout,
+    results = ddplab.run(clip_ranks, world_size, timeout=timeout,
                          max_norm=float(max_norm), batch_size=batch_size, seed=seed)
     norm, params = one_process(len(results), float(max_norm), batch_size, seed)
-    return Clip(
+    return Clip.from_ranks(
+        results,
         world_size=len(results), max_norm=float(max_norm), norm_one_process=norm,
         norm_per_rank=[r["norm"] for r in results],
         norm_local_per_rank=[r["local_norm"] for r in results],
         norm_reduced_again_per_rank=[r["norm_again"] for r in results],
         params_one_process=params, params=np.stack([r["params"] for r in results]),
         params_local=np.stack([r["params_local"] for r in results]),
-        params_reduced_again=np.stack([r["params_again"] for r in results])).on(results)
+        params_reduced_again=np.stack([r["params_again"] for r in results]))
 
 
 @dataclasses.dataclass
@@ -222,8 +223,7 @@ class Accumulation(Result):
 
 
 def accumulate(world_size: int = 2, max_norm: float = 0.5, batch_size: int = 4,
-               micro_batches: int = 2, seed: int = 0, backend: str = "auto",
-               timeout: float = 60.0) -> Accumulation:
+               micro_batches: int = 2, seed: int = 0, timeout: float = 60.0) -> Accumulation:
     """One clipped step with accumulation on ``world_size`` ranks, clipped two ways."""
     int_in_range("world_size", world_size, 1, 64)
     positive_number("max_norm", max_norm)
@@ -231,16 +231,17 @@ def accumulate(world_size: int = 2, max_norm: float = 0.5, batch_size: int = 4,
     if batch_size % micro_batches:
         raise ValueError(f"batch_size ({batch_size}) must be a multiple of micro_batches "
                          f"({micro_batches})")
-    results = ddplab.run(accumulation_ranks, world_size, backend=backend, timeout=timeout,
+    results = ddplab.run(accumulation_ranks, world_size, timeout=timeout,
                          max_norm=float(max_norm), batch_size=batch_size,
                          micro_batches=micro_batches, seed=seed)
     _, reference = one_process(world_size, float(max_norm), batch_size, seed)
-    return Accumulation(
+    return Accumulation.from_ranks(
+        results,
         world_size=world_size, micro_batches=micro_batches, max_norm=float(max_norm),
         max_diff_clip_every_micro_batch=float(max(np.abs(r["every"] - reference).max()
                                                   for r in results)),
         max_diff_clip_at_last=float(max(np.abs(r["last"] - reference).max()
-                                        for r in results))).on(results)
+                                        for r in results)))
 
 
 # ---------------------------------------------------------------- CLI

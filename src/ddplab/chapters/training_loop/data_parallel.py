@@ -103,8 +103,8 @@ class DataParallelVsDDP(Result):
         """Largest |DDP's averaged gradient - DataParallel's| over ranks and entries."""
         return float(np.abs(self.ddp_grads - self.dp_grad).max())
 
-    def to_json(self) -> dict:
-        data = super().to_json()
+    def json_fields(self) -> dict:
+        data = super().json_fields()
         data.pop("dp_grad"), data.pop("ddp_grads")
         return data
 
@@ -121,21 +121,22 @@ class DataParallelVsDDP(Result):
             f"  {self.max_grad_diff:.1e}"])
 
 
-def run(world_size: int = 2, batch_size: int = 4, seed: int = 0, backend: str = "auto",
+def run(world_size: int = 2, batch_size: int = 4, seed: int = 0,
         timeout: float = 60.0) -> DataParallelVsDDP:
     """One step under DataParallel here and under DDP on ``world_size`` ranks."""
     int_in_range("world_size", world_size, 1, ddplab.MAX_WORLD_SIZE)
     positive_int("batch_size", batch_size)
     an_int("seed", seed)
     dp = data_parallel_step(world_size, batch_size, seed)
-    ranks = ddplab.run(ddp_step, world_size, backend=backend, timeout=timeout,
+    ranks = ddplab.run(ddp_step, world_size, timeout=timeout,
                        batch_size=batch_size, seed=seed)
-    return DataParallelVsDDP(
+    return DataParallelVsDDP.from_ranks(
+        ranks,
         world_size=world_size, batch_size=batch_size, caller_pid=os.getpid(),
         dp_device_ids=dp["device_ids"], dp_output_is_module=dp["output_is_module"],
         dp_grad=dp["grad"], ddp_pids=[r["pid"] for r in ranks],
         ddp_grads=np.stack([r["grad"] for r in ranks]),
-        ddp_allreduces=[r["allreduces"] for r in ranks]).on(ranks)
+        ddp_allreduces=[r["allreduces"] for r in ranks])
 
 
 # ---------------------------------------------------------------- CLI

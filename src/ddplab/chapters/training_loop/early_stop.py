@@ -111,8 +111,7 @@ class EarlyStop(Result):
 
 
 def run(world_size: int = 2, fix: str = "none", steps: int = 4, bad_step: int = 1,
-        batch_size: int = 4, seed: int = 0, backend: str = "auto",
-        timeout: float = 60.0) -> EarlyStop:
+        batch_size: int = 4, seed: int = 0, timeout: float = 60.0) -> EarlyStop:
     """Train with the last rank's loss not finite at ``bad_step``; "hung" if it never ends."""
     one_of("fix", fix, FIXES)
     int_in_range("world_size", world_size, 2, 64)
@@ -121,7 +120,7 @@ def run(world_size: int = 2, fix: str = "none", steps: int = 4, bad_step: int = 
     positive_int("batch_size", batch_size)
     an_int("seed", seed)
     watched = hang_watch.run_watched(
-        train, world_size, timeout, backend=backend, steps=steps, bad_step=bad_step, fix=fix,
+        train, world_size, timeout, steps=steps, bad_step=bad_step, fix=fix,
         batch_size=batch_size, seed=seed, check_in_seconds=max(0.5, timeout / 2))
     # a finished run reports itself; a hung one is read from the ranks' notes (the pool's logs)
     if watched.results is not None:
@@ -131,12 +130,13 @@ def run(world_size: int = 2, fix: str = "none", steps: int = 4, bad_step: int = 
         stopped = [next((n["stopped_at"] for n in notes if "stopped_at" in n), None)
                    for notes in watched.notes]
         completed = watched.steps_completed_per_rank
-    return EarlyStop(
+    return EarlyStop.from_ranks(
+        watched,
         world_size=world_size, fix=fix, timeout=timeout, bad_step=bad_step,
         outcome=watched.outcome, seconds=watched.seconds, stopped_at_step_per_rank=stopped,
         steps_completed_per_rank=completed,
         missing_ranks=hang_watch.missing_ranks(watched.check_in_messages),
-        check_in_messages=watched.check_in_messages, error=watched.error).on(watched)
+        check_in_messages=watched.check_in_messages, error=watched.error)
 
 
 # ---------------------------------------------------------------- CLI

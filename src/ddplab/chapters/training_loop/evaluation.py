@@ -133,7 +133,7 @@ class GatherMetric(Result):
             f"({self.padded_predictions} predictions)"])
 
 
-def run(world_size: int = 3, dataset_size: int = 10, seed: int = 0, backend: str = "auto",
+def run(world_size: int = 3, dataset_size: int = 10, seed: int = 0,
         timeout: float = 60.0) -> GatherMetric:
     int_in_range("world_size", world_size, 1, 64)
     positive_int("dataset_size", dataset_size)
@@ -141,17 +141,18 @@ def run(world_size: int = 3, dataset_size: int = 10, seed: int = 0, backend: str
     if dataset_size < 2 * world_size:
         raise ValueError(f"dataset_size must be at least 2 * world_size ({2 * world_size}), "
                          f"got {dataset_size}")
-    results = ddplab.run(evaluate, world_size, backend=backend, timeout=timeout,
+    results = ddplab.run(evaluate, world_size, timeout=timeout,
                          dataset_size=dataset_size, seed=seed)
     scores, labels = validation_set(dataset_size, seed)
-    return GatherMetric(
+    return GatherMetric.from_ranks(
+        results,
         world_size=world_size, dataset_size=dataset_size,
         metric_one_process=auc(scores, labels), metric_gathered=results[0]["auc"],
         metric_all_gather_object=results[0]["auc_object"],
         metric_mean_of_ranks=float(np.nanmean([r["local_auc"] for r in results])),
         metric_padded_sampler=results[0]["auc_padded"],
         predictions_per_rank=[r["count"] for r in results],
-        padded_predictions=world_size * results[0]["padded_count"]).on(results)
+        padded_predictions=world_size * results[0]["padded_count"])
 
 
 def unequal_all_gather_error(world_size: int = 3, dataset_size: int = 10,

@@ -143,7 +143,7 @@ class LoaderWorkers(Result):
 
 def run(world_size: int = 2, num_workers: int = 2, persistent_workers: bool = False,
         dataset_size: int = 16, batch_size: int = 2, num_epochs: int = 2, seed: int = 0,
-        backend: str = "auto", timeout: float = 60.0) -> LoaderWorkers:
+        timeout: float = 60.0) -> LoaderWorkers:
     """Read ``dataset_size`` samples on ``world_size`` ranks for ``num_epochs`` epochs."""
     int_in_range("world_size", world_size, 1, ddplab.MAX_WORLD_SIZE)
     int_in_range("num_workers", num_workers, 0, 8)
@@ -154,14 +154,14 @@ def run(world_size: int = 2, num_workers: int = 2, persistent_workers: bool = Fa
                         ("num_epochs", num_epochs)):
         positive_int(name, value)
     an_int("seed", seed)
-    ranks = ddplab.run(epochs, world_size, backend=backend, timeout=timeout,
+    ranks = ddplab.run(epochs, world_size, timeout=timeout,
                        dataset_size=dataset_size, batch_size=batch_size,
                        num_workers=num_workers, persistent_workers=persistent_workers,
                        num_epochs=num_epochs, seed=seed)
-    return LoaderWorkers(world_size=world_size, num_workers=num_workers,
-                         persistent_workers=persistent_workers,
-                         rank_pids=[r["rank_pid"] for r in ranks],
-                         ranks=[r["epochs"] for r in ranks]).on(ranks)
+    return LoaderWorkers.from_ranks(ranks, world_size=world_size, num_workers=num_workers,
+                                    persistent_workers=persistent_workers,
+                                    rank_pids=[r["rank_pid"] for r in ranks],
+                                    ranks=[r["epochs"] for r in ranks])
 
 
 @dataclasses.dataclass
@@ -186,8 +186,8 @@ class Orders(Result):
 def orders(world_size: int = 2, num_workers=(0, 1, 3), **params) -> Orders:
     """:func:`run` for each of ``num_workers``; the order each rank read its samples in."""
     runs = [run(world_size, n, **params) for n in num_workers]
-    return Orders(world_size=world_size, num_workers=list(num_workers),
-                  orders=[[r.orders(e) for e in range(len(r.ranks[0]))] for r in runs]).on(runs)
+    return Orders.from_ranks(runs, world_size=world_size, num_workers=list(num_workers),
+                             orders=[[r.orders(e) for e in range(len(r.ranks[0]))] for r in runs])
 
 
 # ---------------------------------------------------------------- CLI

@@ -97,21 +97,22 @@ class MixedPrecision(Result):
             f"replicas equal: {self.replicas_equal_without_ddp}"])
 
 
-def run(world_size: int = 2, overflow_rank: int = 1, seed: int = 0, backend: str = "auto",
+def run(world_size: int = 2, overflow_rank: int = 1, seed: int = 0,
         timeout: float = 60.0) -> MixedPrecision:
     int_in_range("world_size", world_size, 1, 64)
     int_in_range("overflow_rank", overflow_rank, -1, world_size - 1)
-    results = ddplab.run(overflow_step, world_size, backend=backend, timeout=timeout,
+    results = ddplab.run(overflow_step, world_size, timeout=timeout,
                          overflow_rank=overflow_rank, seed=seed)
 
     def equal(name):
         return bool(all(np.array_equal(r[name]["params"], results[0][name]["params"])
                         for r in results))
 
-    return MixedPrecision(
+    return MixedPrecision.from_ranks(
+        results,
         world_size=world_size, overflow_rank=overflow_rank,
         skipped_per_rank=[r["ddp"]["skipped"] for r in results],
         scale_per_rank=[r["ddp"]["scale"] for r in results],
         skipped_without_ddp_per_rank=[r["local"]["skipped"] for r in results],
         replicas_equal=equal("ddp"), replicas_equal_without_ddp=equal("local"),
-        computed_in=results[0]["ddp"]["computed_in"]).on(results)
+        computed_in=results[0]["ddp"]["computed_in"])

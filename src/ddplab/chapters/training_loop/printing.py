@@ -37,7 +37,7 @@ from ddplab.common.checks import an_int, int_in_range, positive_int
 from ddplab.common.mlp import make_batch, make_model
 from ddplab.common.results import Result
 from ddplab.common.threads import one_thread
-from ddplab.engine import hang_watch
+from ddplab.engine import hang_watch, notes
 
 LAYERS = (8, 16, 1)
 LR = 0.1
@@ -100,7 +100,7 @@ def printed_lines(call_id: str, world_size: int) -> dict[str, list[list[str]]]:
     for rank, text in enumerate(ddplab.logs()[:world_size]):
         way = None
         for line in text.splitlines():
-            entry = hang_watch.parsed_note(line)
+            entry = notes.parse(line)
             if entry:
                 way = entry.get("printing") if entry["call"] == call_id else None
             elif way is not None and LINE.match(line):
@@ -177,17 +177,17 @@ def one_process(world_size: int, batch_size: int, steps: int, seed: int) -> list
 
 
 def run(world_size: int = 3, steps: int = 3, batch_size: int = 4, seed: int = 0,
-        backend: str = "auto", timeout: float = 60.0) -> Printing:
+        timeout: float = 60.0) -> Printing:
     """Train and print each way on ``world_size`` ranks; read back what every rank printed."""
     int_in_range("world_size", world_size, 1, ddplab.MAX_WORLD_SIZE)
     int_in_range("steps", steps, 1, 100)
     positive_int("batch_size", batch_size)
     an_int("seed", seed)
     call_id = uuid.uuid4().hex
-    ranks = ddplab.run(train_and_print, world_size, backend=backend, timeout=timeout,
+    ranks = ddplab.run(train_and_print, world_size, timeout=timeout,
                        call_id=call_id, steps=steps, batch_size=batch_size, seed=seed)
     with one_thread():  # a tiny model: a second thread only waits (common.threads)
         losses = one_process(world_size, batch_size, steps, seed)
-    return Printing(world_size=world_size, batch_size=batch_size, steps=steps,
-                    printed=printed_lines(call_id, world_size),
-                    losses_one_process=losses).on(ranks)
+    return Printing.from_ranks(ranks, world_size=world_size, batch_size=batch_size, steps=steps,
+                               printed=printed_lines(call_id, world_size),
+                               losses_one_process=losses)

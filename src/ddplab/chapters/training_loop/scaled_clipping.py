@@ -40,6 +40,7 @@ OPTIMIZERS = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam}
 
 
 def fp16_loss(ddp, X, y):
+    """The loss under fp16 autocast, as ``scaled_clipped_step`` computes it."""
     with torch.autocast(X.device.type, dtype=torch.float16):
         return F.mse_loss(ddp(X).float(), y)
 
@@ -47,7 +48,9 @@ def fp16_loss(ddp, X, y):
 def scaled_clipped_step(ddp, optimizer, scaler, X, y, max_norm: float) -> float:
     """The step to copy under fp16: scaled backward, unscale, clip, the scaler's step."""
     optimizer.zero_grad()
-    scaler.scale(fp16_loss(ddp, X, y)).backward()  # DDP all-reduces the scaled gradients
+    with torch.autocast(X.device.type, dtype=torch.float16):  # "cuda" on a GPU rank
+        loss = F.mse_loss(ddp(X).float(), y)  # your loss here
+    scaler.scale(loss).backward()  # DDP all-reduces the scaled gradients
     scaler.unscale_(optimizer)  # divide them by the scale, in place, before measuring them
     norm = torch.nn.utils.clip_grad_norm_(ddp.parameters(), max_norm)
     scaler.step(optimizer)  # skips the step if a gradient is inf or NaN; does not unscale again
@@ -127,7 +130,7 @@ def run(world_size: int = 2, max_norm: float = 0.5, seed: int = 0,
     one_of("optimizer", optimizer, tuple(OPTIMIZERS))
     per_rank = ddplab.run(steps, world_size, max_norm=max_norm, seed=seed,
                           optimizer_name=optimizer)
-    return ScaledClipping(world_size, max_norm, optimizer, per_rank[0]["scale"],
-                          per_rank[0]["norm"],
-                          {way: max(r["diff"][way] for r in per_rank) for way in WAYS},
-                          per_rank[0]["step"]).on(per_rank)
+    return ScaledClipping.from_ranks(per_rank, world_size, max_norm, optimizer,
+                                     per_rank[0]["scale"], per_rank[0]["norm"],
+                                     {way: max(r["diff"][way] for r in per_rank) for way in WAYS},
+                                     per_rank[0]["step"])

@@ -107,15 +107,15 @@ class Seeds(Result):
 
 
 def run(world_size: int = 2, seeding: str = "same", seed: int = 0, samples: int = 4,
-        workers: int = 2, backend: str = "auto", timeout: float = 60.0) -> Seeds:
+        workers: int = 2, timeout: float = 60.0) -> Seeds:
     int_in_range("world_size", world_size, 1, 64)
     one_of("seeding", seeding, SEEDINGS)
     an_int("seed", seed)
     int_in_range("samples", samples, 1, 64)
     int_in_range("workers", workers, 0, 4)
-    results = ddplab.run(draws, world_size, backend=backend, timeout=timeout, seeding=seeding,
+    results = ddplab.run(draws, world_size, timeout=timeout, seeding=seeding,
                          seed=seed, samples=samples)
-    return Seeds(world_size=world_size, seeding=seeding, workers=workers,
-                 main_per_rank=[r["main"] for r in results],
-                 workers_per_rank=[worker_draws(rank, seeding, seed, samples, workers)
-                                   for rank in range(world_size)]).on(results)
+    return Seeds.from_ranks(results, world_size=world_size, seeding=seeding, workers=workers,
+                            main_per_rank=[r["main"] for r in results],
+                            workers_per_rank=[worker_draws(rank, seeding, seed, samples, workers)
+                                              for rank in range(world_size)])

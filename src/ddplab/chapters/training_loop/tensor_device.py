@@ -74,5 +74,6 @@ def run(world_size: int = 2, group: str = "cuda-only") -> TensorDevice:
     world_size = int_in_range("world_size", world_size, 1, 8)
     group = one_of("group", group, tuple(GROUPS))
     per_rank = ddplab.run(mean_on_group, world_size=world_size, group_backend=GROUPS[group])
-    return TensorDevice(world_size, group, GROUPS[group], [r["mean"] for r in per_rank],
-                        [r["error"] for r in per_rank]).on(per_rank)
+    return TensorDevice.from_ranks(per_rank, world_size, group, GROUPS[group],
+                                   [r["mean"] for r in per_rank],
+                                   [r["error"] for r in per_rank])

@@ -145,8 +145,8 @@ class Compile(Result):
 
 
 def run(world_size: int = 2, bucket_cap_mb: float = 1.0, optimize_ddp: bool = True,
-        outside: bool = False, seed: int = 0, backend: str = "auto",
-        timeout: float = 120.0, model_kind: str = "sequential") -> Compile:
+        outside: bool = False, seed: int = 0, timeout: float = 120.0,
+        model_kind: str = "sequential") -> Compile:
     """Compile DDP's module with a counting backend; compare graphs with buckets."""
     int_in_range("world_size", world_size, 1, 64)
     positive_number("bucket_cap_mb", bucket_cap_mb)
@@ -156,21 +156,22 @@ def run(world_size: int = 2, bucket_cap_mb: float = 1.0, optimize_ddp: bool = Tr
     a_bool("optimize_ddp", optimize_ddp)
     a_bool("outside", outside)
     one_of("model_kind", model_kind, MODEL_KINDS)
-    results = ddplab.run(compiled_step, world_size, backend=backend, timeout=timeout,
+    results = ddplab.run(compiled_step, world_size, timeout=timeout,
                          bucket_cap_mb=float(bucket_cap_mb), optimize_ddp=optimize_ddp,
                          outside=outside, seed=seed, model_kind=model_kind)
     model = build_model(model_kind, seed)
     X, y = make_batch(LAYERS, 4, world_size, seed, 1)
     F.mse_loss(model(X), y).backward()
     reference = torch.cat([p.grad.flatten() for p in model.parameters()]).numpy()
-    return Compile(
+    return Compile.from_ranks(
+        results,
         world_size=world_size, bucket_cap_mb=float(bucket_cap_mb), optimize_ddp=optimize_ddp,
         outside=outside, model_kind=model_kind, graphs=results[0]["graphs"],
         graph_breaks=results[0]["graph_breaks"], saved_key=results[0]["saved_key"],
         buckets=len(results[0]["bucket_bytes"]),
         bucket_bytes=results[0]["bucket_bytes"],
         max_diff_vs_one_process=float(max(abs(r["grad"] - reference).max() for r in results)),
-    ).on(results)
+    )
 
 
 def small_cap_error(world_size: int = 2, bucket_cap_mb: float = 0.5, seed: int = 0,

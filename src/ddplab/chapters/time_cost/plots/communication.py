@@ -1,5 +1,6 @@
 """Figures of what the chapter "The time cost" measures of communication: the all-reduce
-against message size, and DDP's communication hooks. Each has an ``update`` for a lab's slider
+against message size, DDP's communication hooks, and the exposed communication against the
+bucket count. Each has an ``update`` for a lab's slider
 panel (``screen.live_figure``): a move redraws the kept figure in place."""
 
 from __future__ import annotations
@@ -7,7 +8,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import numpy as np
 
-from ddplab.screen.style import LEGEND_SIZE, PAGE_WIDTH, rank_color
+from ddplab.screen.style import LEGEND_SIZE, PAGE_WIDTH, figure, rank_color
 
 
 def allreduce(results, axes=None):
@@ -142,3 +143,23 @@ def _compression_bars(axes, results) -> None:
     axes[0].set_xlim(min(mib) / 3, 3 * max(mib))  # a log axis: room on both sides
     axes[1].set_xlim(1e-5, 2)
     axes[2].set_xlim(0, 1.1 * max([r.forward_backward_ms for r in done] or [1.0]))
+
+
+def bucket_tradeoff(sweep, model, ax=None):
+    """Measured exposed communication against the bucket count (``bucket_size.BucketSweep``),
+    beside the model (``bucket_size.Tradeoff``)."""
+    fig, ax = figure(ax, (PAGE_WIDTH, 3.0))
+    ax.semilogx(sweep.buckets, [1e3 * e for e in sweep.exposed_s], "o-", color="tab:blue",
+                base=2, label="measured: waiting after the last gradient (median)")
+    ax.plot(model.buckets, [1e3 * e for e in model.exposed_s], "--", color="tab:red", lw=1.2,
+            label=f"model S/(n_b w) + n_b o: w {model.bandwidth / 1e9:.2f} GB/s, "
+                  f"o {1e6 * model.overhead_s:.0f} us")
+    ax.axvline(model.best, color="tab:red", lw=0.8, ls=":")
+    ax.text(model.best, 0.97, f" model's best: {model.best:.1f}", color="tab:red",
+            fontsize=8, transform=ax.get_xaxis_transform(), va="top")
+    ax.set_xticks(sweep.buckets, [str(n) for n in sweep.buckets])
+    ax.set_xlabel("buckets per step (from bucket_cap_mb)", fontsize=9)
+    ax.set_ylabel("exposed communication, ms", fontsize=9)
+    ax.set_ylim(0, None)
+    ax.legend(fontsize=LEGEND_SIZE, loc="upper center")
+    return fig

@@ -1,0 +1,93 @@
+"""``python -m ddplab doctor``: the command line of :mod:`ddplab.doctor`.
+
+    python -m ddplab doctor [--world-size N] [--steps K] [--json] [--out DIR] [--timeout S] \\
+        train.py [script args]
+    torchrun --nproc-per-node N -m ddplab doctor train.py [script args]
+
+The doctor's options come before the script; everything after the script is the script's
+own (as with torchrun). Exit 0: no error found; 1: an error found (or a hang); 2: bad input
+(a missing file, a folder, a syntax error) or a script that fails on its own (its traceback
+is shown).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+HELP = "run your training script on instrumented ranks and name its DDP mistakes"
+
+
+def add_command(commands) -> None:
+    """``doctor`` in ``python -m ddplab``'s list of commands."""
+    add_arguments(commands.add_parser("doctor", help=HELP, description=__doc__,
+                                      formatter_class=argparse.RawDescriptionHelpFormatter))
+
+
+def parser() -> argparse.ArgumentParser:
+    """The doctor's own parser: ``python -m ddplab doctor`` builds no other (it loads no
+    chapter: its ranks run the reader's script, not the book's)."""
+    top = argparse.ArgumentParser(prog="python -m ddplab doctor", description=__doc__,
+                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(top)
+    return top
+
+
+def run(argv) -> int:
+    """``python -m ddplab doctor ARGV``; the exit status."""
+    from ddplab.engine import forkserver
+
+    forkserver.end_forkserver()  # `import ddplab` started the book's pool: the doctor needs none
+    return main(parser().parse_args(argv))
+
+
+def add_arguments(sub) -> None:
+    from ddplab.doctor.diagnose import DEFAULT_BATCHES, DEFAULT_STEPS, DEFAULT_TIMEOUT
+
+    sub.add_argument("--world-size", type=int, default=None,
+                     help="ranks to start (default 2; under torchrun: torchrun's)")
+    sub.add_argument("--steps", type=int, default=DEFAULT_STEPS,
+                     help=f"stop every rank after this many optimizer steps (default "
+                          f"{DEFAULT_STEPS}; two epochs end the run sooner)")
+    sub.add_argument("--batches", type=int, default=DEFAULT_BATCHES,
+                     help=f"training batches per epoch the run goes through (default "
+                          f"{DEFAULT_BATCHES})")
+    sub.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
+                     help=f"seconds a rank may wait in a collective before it is a hang "
+                          f"(default {DEFAULT_TIMEOUT:g})")
+    sub.add_argument("--json", action="store_true", help="print the diagnosis as JSON")
+    sub.add_argument("--out", default=None, metavar="DIR",
+                     help="also write DIR/doctor.html (one self-contained page) and "
+                          "DIR/doctor.json")
+    sub.add_argument("script", help="the training script, run as `python script.py` would")
+    sub.add_argument("script_args", nargs=argparse.REMAINDER, help="the script's arguments")
+
+
+def main(args) -> int:
+    from ddplab.doctor.diagnose import diagnose
+    from ddplab.engine.torchrun import under_torchrun
+
+    if under_torchrun():
+        from ddplab.doctor import torchrun
+
+        return torchrun.main(args)
+    try:
+        diagnosis = diagnose(args.script, args.script_args, world_size=args.world_size or 2,
+                             steps=args.steps, timeout=args.timeout, batches=args.batches)
+    except ValueError as exc:  # bad input: nothing started
+        print(f"python -m ddplab doctor: error: {exc}", file=sys.stderr)
+        return 2
+    show(diagnosis, args)
+    return diagnosis.exit_code()
+
+
+def show(diagnosis, args) -> None:
+    from ddplab.doctor import page, text
+
+    data = diagnosis.to_json()
+    print(json.dumps(data, indent=1) if args.json else text.report(diagnosis))
+    if args.out:
+        paths = page.write(diagnosis, args.out)
+        print(f"written: {paths['html']} and {paths['json']}",
+              file=sys.stderr if args.json else sys.stdout)

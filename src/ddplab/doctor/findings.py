@@ -1,0 +1,121 @@
+"""What the doctor says: a finding (a mistake, with its numbers, its line and its fix), each
+check's verdict, and the whole diagnosis (text, JSON, exit status)."""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import dataclasses
+import functools
+import os
+
+SCHEMA_VERSION = 1
+KINDS = ("error", "waste", "advisory")  # a wrong result or a hang; slower or more memory; a note
+BOOK = "https://github.com/ddplab/ddplab/blob/main/book/"
+ROOT = contextvars.ContextVar("root", default=None)  # the folder paths are shown from
+
+
+def shown_path(path: str | None) -> str | None:
+    """A path as a linter shows it: relative to the folder the script ran in (the current
+    folder, for the command line) when inside it."""
+    if not path:
+        return path
+    relative = os.path.relpath(path, ROOT.get() or os.getcwd())
+    return path if relative.startswith("..") else relative
+
+
+def paths_from_root(render):
+    """``render(diagnosis)`` with paths shown from the folder the script ran in."""
+    @functools.wraps(render)
+    def rendered(diagnosis, *args, **kwargs):
+        with shown_from(diagnosis.root):
+            return render(diagnosis, *args, **kwargs)
+    return rendered
+
+
+@contextlib.contextmanager
+def shown_from(folder: str | None):
+    """Paths inside the block are shown relative to ``folder``."""
+    token = ROOT.set(folder)
+    try:
+        yield
+    finally:
+        ROOT.reset(token)
+
+
+def place(file: str | None, line: int | None) -> str:
+    return f"{shown_path(file)}:{line}" if file else "?"
+
+
+@dataclasses.dataclass
+class Finding:
+    id: str
+    kind: str
+    message: str
+    evidence: dict
+    file: str | None
+    line: int | None
+    section: str  # the book's label, e.g. "sharding-shuffling"
+    url: str
+    fix: str
+    explains: bool = False  # it is why the run hung or crashed
+
+    def to_json(self) -> dict:
+        data = dataclasses.asdict(self)
+        data["file"] = shown_path(self.file)
+        return data
+
+
+@dataclasses.dataclass
+class Verdict:
+    """One check on this run: ``passed``, ``not applicable`` or ``found`` (with findings)."""
+
+    id: str
+    kind: str
+    status: str
+    why: str
+    findings: list = dataclasses.field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {"id": self.id, "kind": self.kind, "status": self.status, "why": self.why}
+
+
+@dataclasses.dataclass
+class Diagnosis:
+    script: str
+    world_size: int | None
+    backend_requested: str | None
+    backend_used: str | None
+    steps_run: int
+    outcome: str  # "finished", "stopped", "hang", "crashed", "no group"
+    checks: list
+    crash: dict | None = None  # {"rank", "error", "traceback", "explained"}
+    hang: dict | None = None
+    seconds: float = 0.0
+    output: dict = dataclasses.field(default_factory=dict)
+    root: str | None = None  # the folder the script ran in: paths are shown from there
+
+    @property
+    def findings(self) -> list:
+        return [f for verdict in self.checks for f in verdict.findings]
+
+    def errors(self) -> list:
+        return [f for f in self.findings if f.kind == "error"]
+
+    def exit_code(self) -> int:
+        """0: no error; 1: an error found; 2: the script failed on its own (no check explains
+        it) or never started a process group."""
+        if (self.crash is not None and not self.crash.get("explained")) or \
+                self.outcome == "no group":
+            return 2
+        return 1 if self.errors() else 0
+
+    @paths_from_root
+    def to_json(self) -> dict:
+        return {"schema_version": SCHEMA_VERSION, "script": shown_path(self.script),
+                "world_size": self.world_size, "backend_requested": self.backend_requested,
+                "backend_used": self.backend_used, "steps_run": self.steps_run,
+                "outcome": self.outcome, "exit_code": self.exit_code(),
+                "checks": [v.to_json() for v in self.checks],
+                "findings": [f.to_json() for f in self.findings],
+                "crash": self.crash, "hang": self.hang, "seconds": round(self.seconds, 2)}

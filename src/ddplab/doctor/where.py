@@ -1,0 +1,65 @@
+""""The line": the innermost stack frame inside the reader's own files.
+
+The reader's files are those under the script's folder, except installed packages and ddplab
+itself. A call into torch from ``Trainer._run_batch`` in ``train.py`` is reported at the line
+of ``train.py`` that made it, however deep in torch the doctor noticed it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+_ROOT = {"dir": None}
+_CACHE: dict[str, bool] = {}
+_OWN = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # ddplab's own package
+
+
+def set_reader_dir(path: str) -> None:
+    _ROOT["dir"] = os.path.realpath(path)
+    _CACHE.clear()
+
+
+def reader_dir() -> str | None:
+    return _ROOT["dir"]
+
+
+def is_reader_file(filename: str) -> bool:
+    known = _CACHE.get(filename)
+    if known is None:
+        root = _ROOT["dir"]
+        path = os.path.realpath(filename) if not filename.startswith("<") else ""
+        known = bool(root and path.startswith(root + os.sep)
+                     and "site-packages" not in path and "dist-packages" not in path
+                     and not path.startswith(_OWN + os.sep))
+        _CACHE[filename] = known
+    return known
+
+
+def frame_line(frame) -> tuple[str, int] | None:
+    """(file, line) of the innermost reader frame at or above ``frame``."""
+    while frame is not None:
+        code = frame.f_code
+        if is_reader_file(code.co_filename):
+            return os.path.realpath(code.co_filename), frame.f_lineno
+        frame = frame.f_back
+    return None
+
+
+def line() -> tuple[str, int] | None:
+    """(file, line) of the innermost reader frame calling into the doctor's hook."""
+    return frame_line(sys._getframe(1))
+
+
+def inner_call(frame, depth: int = 12) -> str:
+    """What a stuck frame is doing, named by its innermost function outside the reader's files
+    and the doctor (``all_reduce``, ``backward``, ``wait``): a hint for a roll call."""
+    names = []
+    while frame is not None and len(names) < depth:
+        code = frame.f_code
+        if is_reader_file(code.co_filename):
+            break
+        if not code.co_filename.startswith(_OWN + os.sep):
+            names.append(code.co_name)
+        frame = frame.f_back
+    return names[0] if names else ""

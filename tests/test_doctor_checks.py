@@ -1,0 +1,78 @@
+"""The doctor's registry of checks: one record per check, every id the issue asks for, each
+pointing at a section of the book that exists, with a fix that is Python."""
+
+from __future__ import annotations
+
+import pathlib
+import re
+
+from ddplab.doctor.checks import CHECKS, SECTIONS
+from ddplab.doctor.findings import KINDS
+
+BOOK = pathlib.Path(__file__).parent.parent / "book"
+ASKED = {"sampler-set-epoch", "no-distributed-sampler", "collective-on-some-ranks",
+         "cpu-tensor-nccl", "clip-before-unscale", "metric-mean-of-means",
+         "accumulation-no-sync", "accumulation-unsynced-step", "accumulation-loss-not-divided",
+         "replicas-diverge", "every-rank-writes", "find-unused-parameters", "uneven-inputs",
+         "lr-not-scaled"}
+
+
+def github_anchor(heading: str) -> str:
+    """The id GitHub gives a Markdown heading: lower case, punctuation dropped, spaces to
+    hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def headings() -> dict:
+    """label -> (page, the heading right after ``(label)=``) over the book's pages."""
+    found = {}
+    for page in BOOK.glob("*.md"):
+        lines = page.read_text().splitlines()
+        for i, line in enumerate(lines[:-1]):
+            match = re.fullmatch(r"\((.+)\)=", line)
+            if match:
+                found[match.group(1)] = (page.name, lines[i + 1].lstrip("#").strip())
+    return found
+
+
+def test_one_record_per_check_and_every_asked_id():
+    ids = [c.id for c in CHECKS]
+    assert len(ids) == len(set(ids))
+    assert ASKED <= set(ids)
+    assert all(c.kind in KINDS for c in CHECKS)
+    assert {c.id: c.kind for c in CHECKS}["accumulation-no-sync"] == "waste"
+    assert {c.id: c.kind for c in CHECKS}["lr-not-scaled"] == "advisory"
+
+
+def test_each_check_links_a_section_of_the_book():
+    found = headings()
+    for check in CHECKS:
+        page, heading = found[check.section]
+        assert SECTIONS[check.section] == (page, github_anchor(heading)), check.id
+        assert check.url.endswith(f"{page}#{github_anchor(heading)}")
+
+
+def test_each_fix_is_python():
+    for check in CHECKS:
+        compile(check.fix, check.id, "exec", dont_inherit=True)
+
+
+def test_the_doctor_is_self_contained():
+    """It runs the reader's script on processes of its own: no chapter, no report, and of the
+    engine only what under-torchrun means and the book's pool to end (``command.run``)."""
+    import ast
+
+    allowed = {"ddplab.common.checks", "ddplab.common.html_page", "ddplab.engine.torchrun",
+               "ddplab.engine", "ddplab.engine.forkserver"}
+    doctor = pathlib.Path(__file__).parent.parent / "src" / "ddplab" / "doctor"
+    found = set()
+    for path in doctor.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                found |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+            elif isinstance(node, ast.Import):
+                found |= {a.name for a in node.names}
+    outside = {m for m in found if m.startswith("ddplab.") and not m.startswith("ddplab.doctor")}
+    assert outside and outside <= allowed | {f"{m}.{n}" for m in allowed for n in (
+        "int_in_range", "positive_int", "positive_number", "head", "table", "under_torchrun",
+        "forkserver")}

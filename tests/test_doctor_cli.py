@@ -1,0 +1,109 @@
+"""``python -m ddplab doctor`` from the command line: bad input (exit 2 before anything
+starts), a hang named within the timeout with no process left, the JSON and the page."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from ddplab.doctor import diagnose as diagnose_module
+from ddplab.doctor.inputs import BadInput
+from doctor_support import CORPUS, MARK, new_mark, processes_with
+
+
+def doctor(*args, cwd, mark=None, timeout=300):
+    env = dict(os.environ, **({MARK: mark} if mark else {}))
+    return subprocess.run([sys.executable, "-m", "ddplab", "doctor", *map(str, args)],
+                          capture_output=True, text=True, cwd=cwd, env=env, timeout=timeout)
+
+
+@pytest.fixture
+def no_zygote(monkeypatch):
+    """Bad input must be refused before any process starts: starting one fails the test."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("a process was started for bad input")
+    monkeypatch.setattr(diagnose_module, "Zygote", refuse)
+
+
+@pytest.mark.parametrize("make,words", [
+    (lambda d: d / "missing.py", "no such file"),
+    (lambda d: d, "is a folder"),
+    (lambda d: (d / "broken.py").write_text("def f(:\n") and d / "broken.py",
+     "does not compile"),
+])
+def test_bad_script_is_refused_before_anything_starts(tmp_path, no_zygote, make, words):
+    with pytest.raises(BadInput, match=words):
+        diagnose_module.diagnose(str(make(tmp_path)))
+
+
+def test_bad_numbers_are_refused(tmp_path, no_zygote):
+    script = CORPUS / "plain_clean.py"
+    for settings in ({"world_size": 0}, {"steps": 0}, {"timeout": -1}):
+        with pytest.raises(ValueError):
+            diagnose_module.diagnose(str(script), **settings)
+
+
+def test_cli_exit_2_on_bad_input(tmp_path):
+    (tmp_path / "broken.py").write_text("x = (\n")
+    done = doctor("broken.py", cwd=tmp_path)
+    assert done.returncode == 2
+    assert "broken.py:1" in done.stderr and "does not compile" in done.stderr
+    assert doctor("missing.py", cwd=tmp_path).returncode == 2
+
+
+def test_a_hang_is_named_and_nothing_is_left(tmp_path):
+    mark = new_mark()
+    started = time.perf_counter()
+    done = doctor("--timeout", 2, CORPUS / "plain_rank0_barrier.py", cwd=tmp_path, mark=mark)
+    seconds = time.perf_counter() - started
+    print(f"the doctor named the hang and ended in {seconds:.1f} s (timeout 2 s)")
+    assert done.returncode == 1, done.stdout + done.stderr
+    said = " ".join(done.stdout.split())  # the lines are wrapped
+    assert "error collective-on-some-ranks" in said
+    assert "rank 0 waits in barrier #1 at" in said
+    assert "rank 1 has finished the script" in said
+    assert processes_with(mark) == []
+
+
+def test_json_and_page(tmp_path):
+    out = tmp_path / "report"
+    done = doctor("--json", "--out", out, CORPUS / "tutorial_torchrun.py", 3, 1, cwd=tmp_path)
+    assert done.returncode == 1, done.stderr
+    data = json.loads(done.stdout)
+    assert data["schema_version"] == 1 and data["world_size"] == 2
+    assert data["backend_requested"] == data["backend_used"] == "gloo"
+    assert data["steps_run"] == 8 and data["exit_code"] == 1
+    assert {"id", "status"} <= set(data["checks"][0])
+    f = next(f for f in data["findings"] if f["id"] == "sampler-set-epoch")
+    assert {"id", "kind", "message", "evidence", "file", "line", "section", "fix"} <= set(f)
+    assert json.loads((out / "doctor.json").read_text()) == data
+    page = (out / "doctor.html").read_text()
+    assert "sampler-set-epoch" in page and "sampler.set_epoch(epoch)" in page
+    assert "<script" not in page and "src=\"http" not in page and "src='http" not in page
+    assert (tmp_path / "snapshot.pt").exists()  # the script ran here, as it would
+    assert not (CORPUS / "snapshot.pt").exists()
+
+
+def test_a_script_without_a_process_group(tmp_path):
+    (tmp_path / "single.py").write_text("import torch\nprint(torch.ones(2).sum().item())\n")
+    done = doctor("single.py", cwd=tmp_path)
+    assert done.returncode == 2
+    assert "never joined a process group" in done.stdout
+
+
+def test_under_torchrun(tmp_path):
+    """Every process torchrun starts runs the script; rank 0 judges and writes the page."""
+    torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
+    out = tmp_path / "report"
+    done = subprocess.run([torchrun, "--standalone", "--nproc-per-node", "2", "-m", "ddplab",
+                           "doctor", "--out", str(out), str(CORPUS / "tutorial_torchrun.py"),
+                           "3", "1"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    data = json.loads((out / "doctor.json").read_text())
+    assert {f["id"] for f in data["findings"] if f["kind"] == "error"} == {"sampler-set-epoch"}
+    assert data["world_size"] == 2 and data["steps_run"] == 8
+    assert done.returncode != 0  # rank 0's exit status 1, passed on by torchrun

@@ -1,0 +1,253 @@
+"""The doctor over its corpus: scripts written the way readers write them (the PyTorch DDP
+tutorial's torchrun and mp.spawn scripts, nanoGPT's loop, a Hugging Face-style manual loop,
+plain ones), each with known mistakes or none.
+
+Every script runs once, under the doctor, on 2 real gloo ranks (two at a time, forked from one
+shared zygote); each test then reads its diagnosis. A buggy script gives exactly its errors
+(and its waste and advisories), a clean one none, and each test shows from the run's own
+evidence, against torch computed here, that the bug is real.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import hashlib
+import math
+import os
+import subprocess
+import sys
+import tempfile
+
+import pytest
+from torch.utils.data.distributed import DistributedSampler
+
+from ddplab.doctor import launcher
+from ddplab.doctor.diagnose import diagnose
+from ddplab.doctor.processes import Zygote
+from doctor_support import CORPUS, MARK, new_mark, processes_with
+
+# script -> (arguments, errors, other findings (waste, advisory), doctor settings)
+EXPECTED = {
+    "tutorial_torchrun.py": (["3", "1"], {"sampler-set-epoch"}, {"lr-not-scaled"}, {}),
+    "tutorial_torchrun_clean.py": (["3", "1"], set(), set(), {}),
+    "tutorial_spawn.py": (["3", "1"], {"every-rank-writes"}, set(), {}),
+    "tutorial_spawn_clean.py": (["3", "1"], set(), set(), {}),
+    "nanogpt_clean.py": ([], set(), set(), {}),
+    "nanogpt_unsynced.py": ([], {"accumulation-unsynced-step"}, set(), {}),
+    "nanogpt_two_bugs.py": ([], {"accumulation-loss-not-divided", "every-rank-writes"}, set(),
+                           {}),
+    "hf_loop.py": ([], set(), {"accumulation-no-sync", "lr-not-scaled"}, {}),
+    "hf_loop_metric.py": ([], {"metric-mean-of-means"}, set(), {}),
+    "hf_loop_two_bugs.py": ([], {"clip-before-unscale", "metric-mean-of-means"},
+                            {"lr-not-scaled"}, {}),
+    "plain_clean.py": ([], set(), set(), {}),
+    "plain_no_sampler.py": ([], {"no-distributed-sampler"}, set(), {}),
+    "plain_rank0_barrier.py": ([], {"collective-on-some-ranks"}, {"lr-not-scaled"},
+                               {"timeout": 3.0}),
+    "plain_nccl_cpu.py": ([], {"cpu-tensor-nccl"}, {"lr-not-scaled"}, {}),
+    "plain_amp_clip.py": ([], {"clip-before-unscale"}, {"lr-not-scaled"}, {}),
+    "plain_eval_padded.py": ([], {"metric-mean-of-means"}, set(), {}),
+    "plain_bn_buffers.py": ([], {"replicas-diverge"}, set(), {}),
+    "plain_ema_copy.py": ([], {"replicas-diverge"}, set(), {}),
+    "plain_load_rank0.py": ([], {"replicas-diverge"}, set(), {}),
+    "plain_unused_param.py": ([], {"find-unused-parameters"}, set(), {}),
+    "plain_find_unused_true.py": ([], set(), {"find-unused-parameters"}, {}),
+    "plain_uneven.py": ([], {"uneven-inputs"}, set(), {}),
+    "plain_crash.py": ([], set(), set(), {}),
+}
+
+
+def _digest(path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def diagnoses():
+    """Every corpus script's diagnosis, and the processes left behind (none, we hope)."""
+    before = {p.name: _digest(p) for p in CORPUS.glob("*.py")}
+    mark = new_mark()
+    os.environ[MARK] = mark
+    try:
+        with tempfile.TemporaryDirectory() as logs:
+            zygote = Zygote(launcher.base_environment(), os.path.join(logs, "zygote.log"))
+            try:
+                with concurrent.futures.ThreadPoolExecutor(2) as pool:
+                    futures = {name: pool.submit(_diagnose, name, zygote, logs)
+                               for name in EXPECTED}
+                    found = {name: f.result() for name, f in futures.items()}
+            finally:
+                zygote.close()
+    finally:
+        del os.environ[MARK]
+    after = {p.name: _digest(p) for p in CORPUS.glob("*.py")}
+    return {"by_script": found, "left": processes_with(mark), "unchanged": before == after}
+
+
+def _diagnose(name, zygote, logs):
+    args, _, _, settings = EXPECTED[name]
+    cwd = os.path.join(logs, name)  # what the script writes lands here
+    os.makedirs(cwd)
+    return diagnose(str(CORPUS / name), args, zygote=zygote, cwd=cwd, **settings)
+
+
+def ids(diagnosis, errors: bool) -> set[str]:
+    return {f.id for f in diagnosis.findings if (f.kind == "error") == errors}
+
+
+def finding(diagnosis, check_id: str):
+    return next(f for f in diagnosis.findings if f.id == check_id)
+
+
+@pytest.mark.parametrize("name", sorted(set(EXPECTED) - {"plain_crash.py"}))
+def test_exactly_its_findings(diagnoses, name):
+    _, errors, others, _ = EXPECTED[name]
+    diagnosis = diagnoses["by_script"][name]
+    assert diagnosis.crash is None or diagnosis.crash["explained"], diagnosis.crash
+    assert ids(diagnosis, errors=True) == errors
+    assert ids(diagnosis, errors=False) == others
+    assert diagnosis.exit_code() == (1 if errors else 0)
+    for f in diagnosis.findings:  # each finding names a line of the script and a fix
+        assert f.file == str(CORPUS / name) or f.file.startswith(str(CORPUS))
+        assert f.line > 0 and f.fix and f.url.startswith("https://") and f.message
+
+
+def test_nothing_left_and_nothing_changed(diagnoses):
+    assert diagnoses["left"] == []
+    assert diagnoses["unchanged"]
+
+
+def test_clean_script_checked_everything(diagnoses):
+    diagnosis = diagnoses["by_script"]["plain_clean.py"]
+    assert diagnosis.findings == []
+    statuses = {v.id: v.status for v in diagnosis.checks}
+    assert set(statuses.values()) <= {"passed", "not applicable"}
+    for check in ("sampler-set-epoch", "no-distributed-sampler", "replicas-diverge",
+                  "metric-mean-of-means", "every-rank-writes", "lr-not-scaled"):
+        assert statuses[check] == "passed", check
+
+
+def test_set_epoch_same_order_both_epochs(diagnoses):
+    f = finding(diagnoses["by_script"]["tutorial_torchrun.py"], "sampler-set-epoch")
+    first, second = f.evidence["first_indices"]
+    assert first == second and f.evidence["epochs"] == [0, 0]
+    sampler = DistributedSampler(range(64), num_replicas=2, rank=0, shuffle=True, seed=0)
+    assert list(sampler)[:8] == first  # torch's epoch-0 order, seen twice
+    sampler.set_epoch(1)
+    assert list(sampler)[:8] != first  # what set_epoch(1) would have given
+
+
+def test_no_sampler_every_rank_the_whole_dataset(diagnoses):
+    f = finding(diagnoses["by_script"]["plain_no_sampler.py"], "no-distributed-sampler")
+    assert f.evidence["samples_per_rank_per_epoch"] == f.evidence["dataset_len"] == 64
+
+
+def test_rank0_barrier_hangs_and_is_named(diagnoses):
+    diagnosis = diagnoses["by_script"]["plain_rank0_barrier.py"]
+    assert diagnosis.outcome == "hang"
+    f = finding(diagnosis, "collective-on-some-ranks")
+    alarm = f.evidence["hang"]["alarm"]
+    assert alarm["rank"] == 0 and alarm["what"] == "barrier" and alarm["line"] == f.line
+    assert alarm["waited"] >= 3.0  # the timeout passed: a real wait, not a guess
+    assert f.evidence["counts"] == {0: 1, 1: 0}
+    assert "rank 1 has finished the script" in f.message
+
+
+def test_cpu_tensor_under_nccl_is_refused(diagnoses):
+    """The doctor's evidence: a CPU tensor in a collective of a group that asked for NCCL.
+    Real: a group with no CPU backend (NCCL's shape, here gloo for CUDA only) refuses it."""
+    f = next(f for f in diagnoses["by_script"]["plain_nccl_cpu.py"].findings
+             if f.evidence.get("op") == "all_reduce")
+    assert f.evidence["devices"] == ["cpu"] and f.evidence["requested"] == "nccl"
+    code = ("import torch, torch.distributed as d\n"
+            "d.init_process_group('cuda:gloo', store=d.HashStore(), rank=0, world_size=1)\n"
+            "try:\n    d.all_reduce(torch.tensor(1.0))\n"
+            "except RuntimeError as e:\n    print(e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, env=dict(os.environ, CUDA_VISIBLE_DEVICES=""))
+    assert "No backend type associated with device type cpu" in out.stdout
+
+
+def test_clip_before_unscale_clips_the_scaled_norm(diagnoses):
+    f = finding(diagnoses["by_script"]["plain_amp_clip.py"], "clip-before-unscale")
+    e = f.evidence
+    assert math.isclose(e["measured_norm"] / e["scale"], e["true_norm"], rel_tol=1e-6)
+    assert e["true_norm"] < e["max_norm"] < e["measured_norm"]  # clipped, though not needed
+
+
+def test_mean_of_means_differs_from_the_sample_mean(diagnoses):
+    f = finding(diagnoses["by_script"]["hf_loop_metric.py"], "metric-mean-of-means")
+    samples, values = f.evidence["samples"], f.evidence["values"]
+    assert samples == {0: 21, 1: 20}  # 41 samples, rank r takes r, r + 2, ...
+    plain = sum(values.values()) / 2
+    weighted = sum(values[r] * samples[r] for r in samples) / 41
+    assert plain == pytest.approx(f.evidence["mean_of_means"])
+    assert weighted == pytest.approx(f.evidence["sample_mean"]) and weighted != plain
+
+
+def test_padded_evaluation_counts_a_sample_twice(diagnoses):
+    f = finding(diagnoses["by_script"]["plain_eval_padded.py"], "metric-mean-of-means")
+    assert f.evidence["padded_to"] == 46 and f.evidence["dataset_len"] == 45
+    shards = [list(DistributedSampler(range(45), num_replicas=2, rank=r, shuffle=False))
+              for r in range(2)]
+    seen = shards[0] + shards[1]
+    assert len(seen) == 46 and seen.count(0) == 2  # sample 0 evaluated by both ranks
+
+
+def test_accumulation_findings(diagnoses):
+    waste = finding(diagnoses["by_script"]["hf_loop.py"], "accumulation-no-sync")
+    assert waste.kind == "waste" and waste.evidence["allreduces_per_step"] == 2
+    unsynced = finding(diagnoses["by_script"]["nanogpt_unsynced.py"],
+                       "accumulation-unsynced-step")
+    assert unsynced.evidence["synced"] == [True, False]  # the first micro-step only
+    norms = unsynced.evidence["gradient_norms"]
+    assert unsynced.evidence["differing_gradients"] and norms[0] != norms[1]
+    summed = finding(diagnoses["by_script"]["nanogpt_two_bugs.py"],
+                     "accumulation-loss-not-divided")
+    assert summed.evidence["loss_factor"] == 1.0 and summed.evidence["micro_steps"] == 2
+
+
+@pytest.mark.parametrize("name,what", [("plain_bn_buffers.py", "buffer"),
+                                       ("plain_ema_copy.py", "parameter"),
+                                       ("plain_load_rank0.py", "parameter")])
+def test_replicas_differ(diagnoses, name, what):
+    f = finding(diagnoses["by_script"][name], "replicas-diverge")
+    sums = [v["sum"] for v in f.evidence["per_rank"].values()]
+    assert f.evidence["what"] == what and sums[0] != sums[1]
+
+
+def test_every_rank_writes_the_same_file(diagnoses):
+    for name in ("tutorial_spawn.py", "nanogpt_two_bugs.py"):
+        f = finding(diagnoses["by_script"][name], "every-rank-writes")
+        assert f.evidence["ranks"] == [0, 1]
+
+
+def test_unused_parameters_both_ways(diagnoses):
+    crashed = diagnoses["by_script"]["plain_unused_param.py"]
+    f = finding(crashed, "find-unused-parameters")
+    assert f.evidence["unused"] == ["aux_head.bias", "aux_head.weight"]
+    assert "Expected to have finished reduction" in crashed.crash["traceback"]  # DDP's own
+    assert crashed.crash["explained"] and crashed.exit_code() == 1
+    waste = finding(diagnoses["by_script"]["plain_find_unused_true.py"],
+                    "find-unused-parameters")
+    assert waste.kind == "waste" and waste.evidence["backwards_checked"] >= 2
+
+
+def test_uneven_inputs_from_the_lengths(diagnoses):
+    f = finding(diagnoses["by_script"]["plain_uneven.py"], "uneven-inputs")
+    shards = [len(range(r, 65, 2)) for r in range(2)]  # 33 and 32 samples
+    assert f.evidence["batches_per_rank"] == {r: math.ceil(n / 8) for r, n in enumerate(shards)}
+
+
+def test_lr_not_scaled_numbers(diagnoses):
+    f = finding(diagnoses["by_script"]["hf_loop.py"], "lr-not-scaled")
+    assert f.kind == "advisory"
+    assert f.evidence["global_batch"] == 2 * f.evidence["global_batch_one_rank"] == 32
+
+
+def test_a_script_that_fails_on_its_own(diagnoses):
+    diagnosis = diagnoses["by_script"]["plain_crash.py"]
+    assert diagnosis.exit_code() == 2 and not diagnosis.crash["explained"]
+    assert "Expected input batch_size (16) to match target batch_size (15)" in \
+        diagnosis.crash["traceback"]
+    assert "plain_crash.py" in diagnosis.crash["traceback"]
+    assert "ddplab" not in diagnosis.crash["traceback"]  # the reader's frames only

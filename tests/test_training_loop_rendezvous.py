@@ -1,0 +1,24 @@
+"""A group that never forms: each error made on loopback, in a fresh interpreter, as a
+launcher meets it (``training_loop.rendezvous``)."""
+
+import pytest
+
+from ddplab.chapters.training_loop import rendezvous
+
+
+def test_a_port_in_use():
+    message = rendezvous.port_in_use()
+    assert message.startswith("The server socket has failed to listen on any local network")
+    assert "EADDRINUSE" in message
+
+
+def test_nobody_at_the_address():
+    assert rendezvous.nobody_listening(timeout=1.0).startswith(
+        "The client socket has timed out after 1000ms while trying to connect to (127.0.0.1,")
+    with pytest.raises(ValueError, match="timeout"):
+        rendezvous.nobody_listening(timeout=0)
+
+
+def test_no_such_interface():
+    assert rendezvous.no_such_interface("nosuch7").endswith(
+        "Unable to find address for: nosuch7")
