@@ -16,6 +16,7 @@ import ddplab  # noqa: E402
 import rank_fns  # noqa: E402
 from ddplab.chapters.averaging import averaging, plots  # noqa: E402
 from ddplab.common.results import to_json  # noqa: E402
+from ddplab.engine.placement import Placement  # noqa: E402
 from ddplab.screen import ahead, ahead_worker, widgets  # noqa: E402
 from ddplab.screen.kept import Entry, Kept, key_of  # noqa: E402
 
@@ -47,7 +48,7 @@ def until(condition, timeout=120.0):
 def test_a_kept_neighbour_is_a_real_run_of_exactly_those_values_and_is_shown_at_once(worker):
     panel = widgets.explore(averaging.run, plots.gradients, world_size=(1, 4),
                             batch_size=(1, 8), reduction=["mean", "sum"])
-    controls, note, status, image = panel.children
+    controls, note, status, image = panel.children[0], *panel.children[-3:]
     assert "run ahead" in note.value
     settle(worker)
     computed = panel.computed
@@ -56,17 +57,18 @@ def test_a_kept_neighbour_is_a_real_run_of_exactly_those_values_and_is_shown_at_
     neighbours = [(v["world_size"], v["batch_size"]) for v in computed.neighbours()]
     assert neighbours == expected
     for values in computed.neighbours():
-        entry = computed.kept.get(key_of(values))
+        entry = computed.kept.get(computed.key(values))
         assert entry is not None and entry.ahead and entry.png.startswith(b"\x89PNG")
         fresh = averaging.run(**values)
         assert to_json(entry.result) == to_json(fresh)  # the same run, not a neighbour's
-    assert to_json(computed.kept.get(key_of({"world_size": 3, "batch_size": 8,
-                                             "reduction": "mean"})).result) \
+    assert to_json(computed.kept.get(computed.key({"world_size": 3, "batch_size": 8,
+                                                   "reduction": "mean"})).result) \
         != to_json(averaging.run(world_size=4, batch_size=8))  # the comparison can fail
     runs = worker.started
     world_size.value = 3
-    shown = computed.kept.get(key_of(computed.values()))
+    shown = computed.kept.get(computed.key(computed.values()))
     assert bytes(image.value) == shown.png and "run ahead while you read" in status.value
+    assert status.value.endswith(f", {ddplab.placement()}")  # where it ran, as a run says
     assert worker.started == runs  # shown, not run again
 
 
@@ -117,15 +119,15 @@ def test_a_sweep_run_ahead_stops_between_its_calls_once_it_is_no_neighbour(worke
     settle(worker)
     assert ended_ahead(log, 2) <= 1, log  # stopped after the call under way
     computed = panel.computed
-    assert key_of({"x": 2}) not in computed.kept
-    assert key_of({"x": 5}) in computed.kept and key_of({"x": 3}) in computed.kept
+    assert computed.key({"x": 2}) not in computed.kept
+    assert computed.key({"x": 5}) in computed.kept and computed.key({"x": 3}) in computed.kept
 
 
 def test_a_move_to_the_value_under_way_waits_for_it_rather_than_running_it_again(worker):
     log = []
     panel = widgets.explore(logged_sweep(log, seconds=0.5), plots.gradients, x=(0, 10))
     (slider,) = panel.children[0].children
-    status = panel.children[2]
+    status = panel.children[-2]
     seen = []
     status.observe(lambda change: seen.append(change["new"]), names="value")
     until(lambda: ("start", "ddplab-ahead", 6, 0) in log)  # up first
@@ -155,7 +157,7 @@ def test_a_panel_that_may_hang_on_purpose_is_never_run_ahead(worker):
         return averaging.run(world_size=world_size, timeout=timeout)
 
     panel = widgets.explore(run, plots.gradients, world_size=(1, 4), timeout=[3.0])
-    assert len(panel.children) == 3  # no line about running ahead
+    assert ahead.NOTE not in [getattr(w, "value", None) for w in panel.children]  # no note
     slider = panel.children[0].children[0]
     slider.value = 3
     time.sleep(0.5)  # ten times the worker's quiet time
@@ -176,6 +178,8 @@ def test_a_panel_keeps_its_newest_results_only():
 def test_the_key_holds_every_value_and_tells_their_types_apart():
     assert key_of({"a": 1, "b": None}) != key_of({"a": True, "b": None})
     assert key_of({"a": [1, 2]}) == key_of({"a": [1, 2]})  # unhashable: by its repr
+    here, there = Placement("gloo", "cpu"), Placement("gloo", "cuda")
+    assert key_of({"a": 1}, here) != key_of({"a": 1}, there)  # another placement, another run
 
 
 KERNEL_CELL = """
@@ -184,7 +188,6 @@ import ddplab, rank_fns
 from ddplab.chapters.averaging import averaging, plots
 from ddplab.common.results import to_json
 from ddplab.screen import widgets
-from ddplab.screen.kept import key_of
 
 def note(line):
     with open(LOG, "a") as f:
@@ -253,8 +256,8 @@ def test_in_a_kernel_a_move_shows_what_ran_ahead_at_once_and_nothing_outlives_it
         assert lines() == before  # shown while the call of 3 s ran on: it did not wait
         out, error = execute(client, (
             "c = panel.computed\n"
-            "print(panel.children[2].value)\n"
-            "print(all(to_json(c.kept.get(key_of(dict(world_size=w, batch_size=b))).result)\n"
+            "print(panel.children[-2].value)\n"
+            "print(all(to_json(c.kept.get(c.key(dict(world_size=w, batch_size=b))).result)\n"
             "          == to_json(averaging.run(world_size=w, batch_size=b))\n"
             "          for w, b in [(3, 8), (4, 7), (4, 8)]))"))
         assert error is None and "run ahead while you read" in out, out
@@ -291,3 +294,42 @@ def test_the_panel_used_last_runs_ahead_first_the_moved_direction_first(worker):
     first.children[0].children[0].value = 6  # kept: shown, and first is the panel used now
     settle(worker)
     assert log[5:] == [("first", 7)]
+
+
+def test_a_run_kept_on_one_placement_is_not_shown_on_another(worker):
+    panel = widgets.explore(averaging.run, plots.gradients, world_size=(1, 4))
+    settle(worker)
+    computed, status = panel.computed, panel.children[-2]
+    assert computed.key({"world_size": 3}) in computed.kept
+    worker.cell_starts()  # as the cell that places the process elsewhere pauses the thread
+    try:
+        with ddplab.placed(backend="gloo", device="cuda"):
+            assert computed.key({"world_size": 3}) not in computed.kept
+            panel.children[0].children[0].value = 3
+            assert not status.value.startswith("shown in")  # run there, not gloo on cpu's
+    finally:
+        worker.cell_ends()
+
+
+def test_a_capped_slider_s_neighbours_stay_within_what_the_placement_serves(worker,
+                                                                             monkeypatch):
+    """A panel made where NCCL serves 2 ranks (2 GPUs, read by the panel as given here; its
+    runs still go to this process's placement): no value above 2 ranks is run ahead, from a
+    world-size slider or from two controls whose product is the world size."""
+    monkeypatch.setattr(widgets, "placement", lambda: Placement("nccl", "cuda"))
+    monkeypatch.setattr(widgets, "gpu_count", lambda: 2)
+    ran = []
+
+    def grid(rows=1, cols=2):
+        if threading.current_thread().name == "ddplab-ahead":
+            ran.append(rows * cols)
+        return averaging.run(world_size=rows * cols)
+
+    grid.world_size_of = lambda rows=1, cols=2, **_: rows * cols
+    capped = widgets.explore(averaging.run, plots.gradients, world_size=(1, 4))
+    both = widgets.explore(grid, plots.gradients, rows=(1, 3), cols=(1, 3))
+    assert capped.children[0].children[0].max == 2
+    settle(worker)
+    assert [v["world_size"] for v in capped.computed.neighbours()] == [2]  # 1, up to the cap
+    assert both.computed.neighbours() == [{"rows": 1, "cols": 1}]  # not 1 x 3, nor 2 x 2
+    assert ran == [1]

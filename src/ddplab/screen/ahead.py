@@ -5,8 +5,11 @@ latency"); the warm pool sits idle while the reader reads. So, in a Jupyter kern
 background thread (:class:`Worker`, one per kernel) runs each panel's neighbouring values,
 every slider one step up and one step down from where it stands, and draws their figures on a
 figure of its own; each result is kept with its PNG, keyed by every control's value
-(:mod:`ddplab.screen.kept`). A move to a value kept shows it at once; any other move runs as
-before. Every figure shown is still a real run of exactly those values.
+and the placement (:mod:`ddplab.screen.kept`). A move to a value kept shows it at once; any
+other move runs as before. Every figure shown is still a real run of exactly those values.
+The thread's runs go where the process is placed (``ddplab.placed``), as the reader's do; a
+run on another placement is another run, so the key names the placement, and a neighbour is
+never one the panel would refuse to run (a slider stops at what the placement serves).
 
 Whose turn it is, the reader's first:
 
@@ -44,7 +47,7 @@ import time
 
 import ipywidgets
 
-from ddplab.engine import pool
+from ddplab.engine import placement, pool
 from ddplab.screen.ahead_worker import Worker
 from ddplab.screen.kept import Entry, Kept, key_of
 from ddplab.screen.live_figure import LiveFigure
@@ -58,10 +61,12 @@ class Panel:
 
     ``worker`` None (outside a kernel) makes every turn a plain run; ``ahead`` False (a panel
     whose run may hang on purpose) keeps nothing and runs nothing ahead, but its runs still
-    take their turn, so nothing runs beside them."""
+    take their turn, so nothing runs beside them. ``fits(values)`` says whether the panel
+    would run ``values`` here (a neighbour it would refuse is not run ahead)."""
 
-    def __init__(self, worker, run, plot, controls: dict, ahead: bool = True):
+    def __init__(self, worker, run, plot, controls: dict, ahead: bool = True, fits=None):
         self.worker, self.run, self.controls = worker, run, controls
+        self.fits = fits or (lambda values: True)
         self.ahead = worker is not None and ahead
         self.kept = Kept()
         self.failed = set()  # keys whose run raised in the thread: not tried again
@@ -74,9 +79,13 @@ class Panel:
     def values(self) -> dict:
         return {name: w.value for name, w in self.controls.items()}
 
+    def key(self, values: dict) -> tuple:
+        """What a run of ``values`` is kept by: every value, and the process's placement."""
+        return key_of(values, placement.placement())
+
     def neighbours(self) -> list[dict]:
         """The values one step either side of each slider: the slider moved last first, in
-        the direction it moved."""
+        the direction it moved; none the panel would not run."""
         values = self.values()
         sliders = [name for name, w in self.controls.items()
                    if isinstance(w, ipywidgets.IntSlider)]
@@ -87,8 +96,9 @@ class Panel:
             w = self.controls[name]
             way = direction if name == first else 1  # the others: up first
             for step in (way * w.step, -way * w.step):
-                if w.min <= values[name] + step <= w.max:
-                    found.append({**values, name: values[name] + step})
+                moved = {**values, name: values[name] + step}
+                if w.min <= moved[name] <= w.max and self.fits(moved):
+                    found.append(moved)
         return found
 
     def turn(self, values: dict, change=None):
@@ -98,7 +108,9 @@ class Panel:
             old, new = change.get("old"), change.get("new")
             if isinstance(old, int) and isinstance(new, int) and new != old:
                 self.moved = (name, 1 if new > old else -1)
-        turn = Turn(self.worker, self, key_of(values), by_reader=change is not None)
+        where = placement.placement()
+        turn = Turn(self.worker, self, key_of(values, where), where,
+                    by_reader=change is not None)
         if self.worker is None:
             return contextlib.nullcontext(turn)
         return self.worker.turn(self, turn)
@@ -107,8 +119,8 @@ class Panel:
 class Turn:
     """A reader's move: what is kept for its values, waiting for the thread, keeping its run."""
 
-    def __init__(self, worker, panel: Panel, key, by_reader: bool = True):
-        self.worker, self.panel, self.key = worker, panel, key
+    def __init__(self, worker, panel: Panel, key, where, by_reader: bool = True):
+        self.worker, self.panel, self.key, self.where = worker, panel, key, where
         self.by_reader = by_reader  # a move, not the panel's first run (made by its cell)
         self.alone_asked = False
 
@@ -120,7 +132,7 @@ class Turn:
         if entry is None:
             return False
         image.value = entry.png
-        status.value = shown_text(entry, time.perf_counter() - start)
+        status.value = shown_text(entry, time.perf_counter() - start, self.where)
         return True
 
     def kept(self, status=None) -> Entry | None:
@@ -147,11 +159,13 @@ class Turn:
             self.panel.kept.put(self.key, Entry(result, png, run_s, draw_s, ahead=False))
 
 
-def shown_text(entry: Entry, elapsed: float) -> str:
-    """A panel's status line for a kept result shown."""
+def shown_text(entry: Entry, elapsed: float, where) -> str:
+    """A panel's status line for a kept result shown, ending with its placement as a run's
+    does."""
     how = "run ahead while you read" if entry.ahead else "kept from before"
     return (f"shown in {1e3 * elapsed:.0f} ms: a real DDP run of these values, {how} "
-            f"(its run took {1e3 * entry.run_s:.0f} ms, its draw {1e3 * entry.draw_s:.0f})")
+            f"(its run took {1e3 * entry.run_s:.0f} ms, its draw {1e3 * entry.draw_s:.0f}), "
+            f"{where}")
 
 
 def shown(panel: Panel | None) -> None:

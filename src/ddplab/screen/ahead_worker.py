@@ -18,7 +18,7 @@ import weakref
 from typing import TYPE_CHECKING
 
 from ddplab.engine import turns
-from ddplab.screen.kept import KEPT, Entry, key_of
+from ddplab.screen.kept import KEPT, Entry
 
 if TYPE_CHECKING:
     from ddplab.screen.ahead import Panel, Turn
@@ -178,7 +178,7 @@ class Worker:
         # reads down a lab; at its start, the first panel first).
         for panel in alive[start:] + alive[:start]:
             for values in panel.neighbours():
-                key = key_of(values)
+                key = panel.key(values)
                 if key not in panel.kept and key not in panel.failed:
                     return panel, key, values
         return None
@@ -190,7 +190,7 @@ class Worker:
         if self._waited == (panel, key):  # a reader waits for this very run
             return False
         return bool(self._paused or self._alone
-                    or key not in {key_of(v) for v in panel.neighbours()})
+                    or key not in {panel.key(v) for v in panel.neighbours()})
 
     def _compute(self, panel: Panel, key, values: dict) -> None:
         start = time.perf_counter()

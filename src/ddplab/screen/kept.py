@@ -1,6 +1,6 @@
 """A panel's kept results: each run's result and its drawn figure, keyed by every control's
-value, the newest :data:`KEPT` (``screen.ahead`` fills it ahead of the reader; a reader's own
-runs go in too, so a move back shows at once)."""
+value and the placement, the newest :data:`KEPT` (``screen.ahead`` fills it ahead of the
+reader; a reader's own runs go in too, so a move back shows at once)."""
 
 from __future__ import annotations
 
@@ -22,9 +22,10 @@ class Entry:
     ahead: bool  # run ahead in the background, not by the reader's own move
 
 
-def key_of(values: dict) -> tuple:
-    """Every control's value, by name, as a key (a value that cannot be hashed by its repr)."""
-    key = []
+def key_of(values: dict, where=None) -> tuple:
+    """Every control's value, by name, and ``where`` (the placement the run went to), as a key
+    (a value that cannot be hashed by its repr)."""
+    key = [where]
     for name, value in values.items():
         try:
             hash(value)

@@ -17,6 +17,10 @@ for its largest world size, in its first cell), read when the panel is made, and
 line names it. A rank-count control (:data:`RANK_CONTROLS`) stops at what that placement serves
 (one rank per GPU on NCCL), and the panel says why; a run whose ranks come from several
 controls (:func:`ranks_of`) and would need more is not started, and the panel says why.
+
+In a kernel, the values one step either side of each slider are run while the reader reads, on
+the same placement and within the same limit, and a move there shows the kept run at once
+(``screen.ahead``); the panel says so in a line of its own.
 """
 
 from __future__ import annotations
@@ -53,7 +57,8 @@ def explore(run, plot, **controls) -> ipywidgets.Widget:
     status = ipywidgets.HTML()
     # In a kernel, the values next to each slider are run while the reader reads (a panel
     # whose run may hang on purpose excepted: its point is the wait); see screen.ahead.
-    computed = ahead.Panel(ahead.worker(), run, plot, widgets, ahead="timeout" not in widgets)
+    computed = ahead.Panel(ahead.worker(), run, plot, widgets, ahead="timeout" not in widgets,
+                           fits=lambda values: ranks_of(run, values) <= most)
 
     def update(change=None):
         values = {name: w.value for name, w in widgets.items()}
