@@ -41,7 +41,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from ddplab.chapters.memory import allocator_count, calculator
 from ddplab.common import gpt, gpu_record
-from ddplab.report.machine import nccl_version
+from ddplab.report.stages.machine import nccl_version
 
 # Dense BF16 tensor-core peaks, by a piece of torch.cuda.get_device_name() (NVIDIA datasheets:
 # H100 SXM 989.4, H100 NVL 835, H100 PCIe 756, H200 989, A100 312, L4 121 TFLOP/s; the

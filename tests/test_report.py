@@ -19,6 +19,7 @@ from ddplab.__main__ import main, parser
 from ddplab.chapters.memory import memory
 from ddplab.chapters.time_cost import calibration, latency_fit
 from ddplab.report import command, schema, stages
+from ddplab.report.stages.allreduce import sizes_that_fit
 
 KiB = 1024
 
@@ -62,9 +63,9 @@ def test_allreduce_sizes_are_capped_by_the_memory_free():
     sizes = [4 * KiB * 4 ** i for i in range(10)]
     machine = {"available_memory": {"value": 64 * 2 ** 20, "unit": "bytes"},
                "device_memory": None, "ranks_per_host": {"node": 2}}
-    assert max(stages.sizes_that_fit(sizes, machine)) == 4 * 2 ** 20
+    assert max(sizes_that_fit(sizes, machine)) == 4 * 2 ** 20
     machine["available_memory"] = None  # unknown: nothing capped
-    assert stages.sizes_that_fit(sizes, machine) == sizes
+    assert sizes_that_fit(sizes, machine) == sizes
 
 
 # ---------------------------------------------------------------- a report at two ranks
@@ -90,7 +91,7 @@ def test_accumulation_is_modelled_with_the_time_per_sample_at_the_micro_batch(tw
 def test_json_has_every_section_and_every_prediction_has_its_ratio_and_unit(two_ranks):
     data, _, _ = two_ranks
     assert schema.problems(data) == []
-    assert [k for k in schema.TOP_LEVEL if k in data] == list(schema.TOP_LEVEL)
+    assert [k for k in schema.top_level() if k in data] == list(schema.top_level())
     figures = dict(schema.compared_figures(data))
     assert len(figures) > 20  # all-reduce sizes, step phases, caps, accumulation, memory
     assert data["failure"] is None
@@ -163,7 +164,7 @@ def test_html_is_one_file_with_every_figure_inline(two_ranks):
 def test_progress_is_one_line_per_stage_when_not_a_terminal(two_ranks):
     _, _, stderr = two_ranks
     lines = [line for line in stderr.splitlines() if line.startswith("ddplab report: [")]
-    assert len(lines) == 8  # seven stages and "done"
+    assert len(lines) == len(stages.STAGES) + 1  # each stage and "done"
     assert "\r" not in stderr
 
 
@@ -207,39 +208,47 @@ def test_a_model_too_large_for_memory_is_a_clear_error(tmp_path):
 
 
 class Fault:
-    """A progress function that, when the all-reduce stage starts, kills one rank (SIGKILL) or
-    stops it (SIGSTOP: it never reaches the next collective). That stage passes the report's
-    --timeout on (step_time.paired, which the step stage calls, keeps its own 60 s)."""
+    """A progress function that, when one stage starts, kills one rank (SIGKILL) or stops it
+    (SIGSTOP: it never reaches the next collective)."""
 
-    def __init__(self, pid: int, how: str):
-        self.pid, self.how = pid, how
+    def __init__(self, pid: int, how: str, stage):
+        self.pid, self.how, self.stage = pid, how, stage
 
     def __call__(self, done, total, label):
-        if label.startswith("all-reduce"):
+        if label == self.stage.what:
             os.kill(self.pid, signal.SIGKILL if self.how == "dies" else signal.SIGSTOP)
 
 
-@pytest.mark.parametrize("fault", ["dies", "never arrives"])
-def test_a_rank_that_dies_or_hangs_ends_the_report_with_a_clear_message(tmp_path, fault):
+NAMED = {stage.name: stage for stage in stages.STAGES}
+# the stages that run ranks (the prediction computes from the calibrated model alone)
+RUN_RANKS = ["machine", "allreduce", "step", "buckets", "accumulation", "memory"]
+
+
+@pytest.mark.parametrize("fault, name", [("dies", "allreduce")] + [
+    ("never arrives", name) for name in RUN_RANKS])
+def test_a_rank_that_dies_or_hangs_ends_the_report_with_a_clear_message(tmp_path, fault, name):
     """The command says which stage failed, exits 1, still writes what it measured with the
-    rest named missing, and leaves no rank process behind."""
+    rest named missing, and leaves no rank process behind. Every stage that runs ranks waits
+    for a stopped one as long as --timeout says (6 s here; the drivers' own default is 60)."""
+    stage = NAMED[name]
     pids = [r["pid"] for r in ddplab.run(rank_fns.identify, 2)]  # the pool's ranks 0 and 1
     args = parser().parse_args(["report", "--world-size", "2", "--quick", "--timeout", "6",
                                 "--out", str(tmp_path)])
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = command.main(args, progress=Fault(pids[1], fault))
+        code = command.main(args, progress=Fault(pids[1], fault, stage))
     stderr = err.getvalue()
     assert code == 1, stderr
-    assert "all-reduce against message size (allreduce) failed" in stderr, stderr
+    assert f"{stage.what} ({stage.name}) failed" in stderr, stderr
     assert "partial report" in stderr
-    # a stopped rank: the pool's TimeoutError, or gloo's own timeout in the rank waiting on it
-    said = "killed by SIGKILL" if fault == "dies" else r"TimeoutError|timed out"
+    # a stopped rank: the pool's TimeoutError after --timeout, or gloo's own timeout (the
+    # group's, also --timeout) in the rank waiting on it
+    said = "killed by SIGKILL" if fault == "dies" else r"after 6 s|\b6000 ?ms"
     assert re.search(said, stderr, re.I), stderr
     data = json.loads((tmp_path / "report.json").read_text())
-    assert data["failure"] and data["machine"]["world_size"] == 2
-    assert [m["part"] for m in data["missing"]] == [  # named, not dropped
-        "allreduce", "step", "buckets", "buckets.accumulation", "memory", "prediction"]
+    assert data["failure"]
+    later = [s.key for s in stages.STAGES][list(NAMED).index(name):]
+    assert [m["part"] for m in data["missing"]] == later  # named, not dropped
     assert schema.problems(data) == []
     deadline = time.monotonic() + 10
     while any(alive(pid) for pid in pids) and time.monotonic() < deadline:

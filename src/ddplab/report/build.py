@@ -1,5 +1,6 @@
-"""The report's driver: run every stage in order, on the local pool or under torchrun, and
-collect one JSON document (``report.json``) and the results its figures draw.
+"""The report's driver: run every stage of ``stages.STAGES`` in order, on the local pool or under
+torchrun, each given the sections of the earlier stages it names in ``needs``, and collect one
+JSON document (``report.json``) and the sections its figures draw.
 
     from ddplab import report
     made = report.run(world_size=2, quick=True)
@@ -21,8 +22,9 @@ import time
 from ddplab.common.progress import report as progress_report
 from ddplab.common.results import to_json
 from ddplab.engine.torchrun import is_reporting_process, launched_world_size, under_torchrun
+from ddplab.report import stages
 from ddplab.report.settings import Settings
-from ddplab.report.stages import STAGES
+from ddplab.report.stage import Section, check
 from ddplab.report.summary import summary_lines
 
 SCHEMA_VERSION = 1
@@ -31,7 +33,7 @@ SCHEMA_VERSION = 1
 @dataclasses.dataclass
 class Report:
     data: dict  # what report.json holds
-    found: dict  # the chapters' results, for the figures (not in the JSON)
+    sections: dict[str, Section]  # stage name -> what it measured, for the figures
 
     @property
     def failure(self) -> str | None:
@@ -72,36 +74,41 @@ def run(world_size: int | None = None, params_millions: float | None = None,
     if world_size is None:
         world_size = launched_world_size() if under_torchrun() else 2
     settings = Settings(world_size, params_millions, quick, timeout)
-    data = {"schema_version": SCHEMA_VERSION, "settings": settings.to_json(), "machine": None,
-            "allreduce": None, "step": None, "buckets": None, "memory": None,
-            "prediction": None, "missing": [], "failure": None, "seconds": None}
-    found = {}
+    registry = check(stages.STAGES)
+    data = {"schema_version": SCHEMA_VERSION, "settings": settings.to_json(),
+            **{stage.key: None for stage in registry if stage.parent is None},
+            "missing": [], "failure": None, "seconds": None}
+    sections = {}
     start = time.perf_counter()
-    for i, (name, key, what, stage) in enumerate(STAGES):
-        progress_report(progress, i, len(STAGES), what)
+    for i, stage in enumerate(registry):
+        progress_report(progress, i, len(registry), stage.what)
         try:
-            section = stage(settings, found)
+            section = stage.measure(settings, **{need: sections[need] for need in stage.needs})
         except ValueError:  # bad input (too little memory too), refused before ranks ran it
             raise
         except (Exception, KeyboardInterrupt) as exc:  # a rank failed, died or never arrived
-            data["failure"] = (f"{what} ({name}) failed: {type(exc).__name__}: "
+            data["failure"] = (f"{stage.what} ({stage.name}) failed: {type(exc).__name__}: "
                                f"{first_line(exc)}")
-            for _, later, _, _ in STAGES[i:]:
-                data["missing"].append({"part": later, "why": f"not measured: {what} "
-                                                              f"failed"})
+            data["missing"] += [{"part": later.key, "why": f"not measured: {stage.what} failed"}
+                                for later in registry[i:]]
             if isinstance(exc, KeyboardInterrupt):
                 raise
             break
-        found.setdefault("sections", {})[name] = section
-        if key == "buckets.accumulation":
-            data["buckets"]["accumulation"] = section
-        else:
-            data[key] = section
-        if section.get("missing"):
-            data["missing"].append({"part": key, "why": section["missing"]})
-    progress_report(progress, len(STAGES), len(STAGES), "done")
+        sections[stage.name] = section
+        place(data, stage.key, section.data)
+        if section.missing:
+            data["missing"].append({"part": stage.key, "why": section.missing})
+    progress_report(progress, len(registry), len(registry), "done")
     data["seconds"] = time.perf_counter() - start
-    return Report(data, found)
+    return Report(data, sections)
+
+
+def place(data: dict, key: str, part: dict) -> None:
+    """Put a stage's part at its (dotted) key: "buckets.accumulation" inside "buckets"."""
+    *outer, last = key.split(".")
+    for name in outer:
+        data = data[name]
+    data[last] = part
 
 
 def first_line(exc: BaseException) -> str:

@@ -67,7 +67,7 @@ def main(args, progress=None) -> int:
     from ddplab import report
     from ddplab.engine.placement import placed, range_of
     from ddplab.engine.torchrun import launched_world_size, under_torchrun
-    from ddplab.report.stages import NotEnoughMemory
+    from ddplab.report.stages.machine import NotEnoughMemory
 
     reporting = is_reporting_process()
     try:

@@ -1,11 +1,18 @@
-"""What ``report.json`` must hold, checked by the tests and by CI's runs of the command."""
+"""What ``report.json`` must hold, checked by the tests and by CI's runs of the command: a part
+for every stage (``stages.STAGES``), or the stage named as missing."""
 
 from __future__ import annotations
 
-TOP_LEVEL = ("schema_version", "machine", "allreduce", "step", "buckets", "memory",
-             "prediction")
+from ddplab.report import stages
+from ddplab.report.stage import part_of
+
 UNITS = ("s", "bytes", "bytes/s", "samples/s", "1", "buckets", "MiB")
 COMPARED = ("measured", "predicted", "ratio", "unit")
+
+
+def top_level() -> tuple[str, ...]:
+    """The keys report.json always has: its schema's version, then each top-level stage's."""
+    return ("schema_version", *(stage.key for stage in stages.STAGES if stage.parent is None))
 
 
 def compared_figures(value, path: str = ""):
@@ -23,7 +30,7 @@ def compared_figures(value, path: str = ""):
 
 def problems(data: dict) -> list[str]:
     """What is wrong with a report's JSON: [] when nothing is."""
-    found = [f"no top-level key {key!r}" for key in TOP_LEVEL if key not in data]
+    found = [f"no top-level key {key!r}" for key in top_level() if key not in data]
     for path, figure in compared_figures(data):
         if set(figure) != set(COMPARED):
             found.append(f"{path}: keys {sorted(figure)}, not {sorted(COMPARED)}")
@@ -32,8 +39,8 @@ def problems(data: dict) -> list[str]:
         elif figure["predicted"] and abs(figure["ratio"] - figure["measured"] /
                                          figure["predicted"]) > 1e-9 * abs(figure["ratio"]):
             found.append(f"{path}: ratio {figure['ratio']} is not measured/predicted")
-    for section in TOP_LEVEL[1:]:
-        if data.get(section) is None and not any(
-                m["part"].split(".")[0] == section for m in data.get("missing", [])):
-            found.append(f"{section} is empty and not named as missing")
+    named = {m["part"] for m in data.get("missing", [])}
+    for stage in stages.STAGES:
+        if part_of(data, stage.key) is None and stage.key not in named:
+            found.append(f"{stage.key} is empty and not named as missing")
     return found

@@ -72,7 +72,7 @@ class Timing(Result):
 
 
 def run(world_size: int = 2, batch_size: int = 8, micro_batches=(1, 2, 4, 8), layers=None,
-        iterations: int = 3, warmup: int = 2, progress=None) -> Timing:
+        iterations: int = 3, warmup: int = 2, progress=None, timeout: float = 60.0) -> Timing:
     """Time optimizer steps of each number of ``micro_batches``, with and without
     synchronising every micro-batch (one ``ddplab.run`` per number, the two ways alternating)."""
     layers = mlp.check_layers(LAYERS if layers is None else layers)
@@ -84,8 +84,9 @@ def run(world_size: int = 2, batch_size: int = 8, micro_batches=(1, 2, 4, 8), la
     out = {"no_sync": [], "every micro-batch": []}
     for i, count in enumerate(micro_batches):
         progress_report(progress, i, len(micro_batches), f"{count} micro-batches")
-        ranks = ddplab.run(timed_steps, world_size, layers=layers, batch_size=batch_size,
-                           count=count, iterations=iterations, warmup=warmup, seed=0)
+        ranks = ddplab.run(timed_steps, world_size, timeout=timeout, layers=layers,
+                           batch_size=batch_size, count=count, iterations=iterations,
+                           warmup=warmup, seed=0)
         for way, steps in out.items():
             steps.append(timed_step.median_step([r[way] for r in ranks])["step"])
     progress_report(progress, len(micro_batches), len(micro_batches), "done")

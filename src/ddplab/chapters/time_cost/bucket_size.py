@@ -133,14 +133,15 @@ class BucketSweep(Result):
 
 
 def run(caps=(100, 8, 4, 2, 1, 0.001), world_size: int = 2, batch_size: int = 32,
-                 layers=step_time.LAYERS, iterations: int = 7, progress=None) -> BucketSweep:
+                 layers=step_time.LAYERS, iterations: int = 7, progress=None,
+                 timeout: float = 60.0) -> BucketSweep:
     """Time DDP's steps with each ``bucket_cap_mb`` in ``caps``."""
     layers = mlp.check_layers(layers)
     runs = []
     for i, cap in enumerate(caps):
         progress_report(progress, i, len(caps), f"bucket_cap_mb {cap}")
         runs.append(step_time.run(world_size, batch_size, layers, bucket_cap_mb=cap,
-                        iterations=iterations))
+                        iterations=iterations, timeout=timeout))
     progress_report(progress, len(caps), len(caps), "done")
     return BucketSweep.from_ranks(runs, list(caps), [bucket_count(layers, cap) for cap in caps],
                                   runs)

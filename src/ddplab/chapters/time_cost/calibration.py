@@ -38,6 +38,30 @@ MARGIN = 2.0
 FIT_SIZES = allreduce.SIZES[:7]  # 4 KiB to 16 MiB: the chapter's gradients are 16 MiB
 
 
+@dataclasses.dataclass(frozen=True)
+class Calibrated:
+    """The model with its inputs measured on one machine, and its step from them: the one
+    ``predict`` this chapter's check and ``ddplab report`` share."""
+
+    params: int
+    batch_size: int
+    seconds_per_sample: float  # forward and backward, per sample, measured without DDP
+    optimizer_s: float
+    copy_bandwidth: float | None  # bytes copied per second (DDP's copies into buckets and back)
+    link: cost_model.Link | None  # the all-reduce's link; None where one rank all-reduces nothing
+
+    def predict(self, ranks: int, batch_size: int | None = None, bucket_mb: float = 25.0,
+                accumulation: int = 1) -> cost_model.Step:
+        """The model's DDP step at ``ranks`` ranks, every link like the one measured."""
+        if ranks > 1 and self.link is None:
+            raise ValueError("a prediction for several ranks needs the all-reduce's link")
+        return cost_model.predict_step(
+            self.params, batch_size or self.batch_size, self.seconds_per_sample,
+            gpus_per_node=ranks, intra=self.link, bucket_mb=bucket_mb,
+            accumulation=accumulation, optimizer_s=self.optimizer_s,
+            copy_bandwidth=self.copy_bandwidth)
+
+
 @dataclasses.dataclass
 class Calibration(Result):
     """The model's inputs as measured here, and measured against predicted step times."""
@@ -63,11 +87,12 @@ class Calibration(Result):
         computation measured at ``computed_at`` ranks (default: ``world_size`` where it was
         measured, else 1)."""
         key = computed_at or (world_size if world_size in self.seconds_per_sample else 1)
-        return cost_model.predict_step(
-            self.params, batch_size or self.batch_size, self.seconds_per_sample[key],
-            gpus_per_node=world_size, intra=self.link, bucket_mb=bucket_mb,
-            accumulation=accumulation, optimizer_s=self.optimizer_s[key],
-            copy_bandwidth=self.copy_bandwidth)
+        return self.calibrated(key).predict(world_size, batch_size, bucket_mb, accumulation)
+
+    def calibrated(self, computed_at: int) -> Calibrated:
+        """The model's inputs with the computation measured at ``computed_at`` ranks."""
+        return Calibrated(self.params, self.batch_size, self.seconds_per_sample[computed_at],
+                          self.optimizer_s[computed_at], self.copy_bandwidth, self.link)
 
     def ratio(self, world_size: int) -> float:
         """Measured over predicted step time."""

@@ -136,10 +136,11 @@ def run(world_size: int = 2, batch_size: int = 32, layers=LAYERS, bucket_cap_mb=
 
 
 def paired(world_size: int = 2, batch_size: int = 32, layers=LAYERS, bucket_cap_mb=None,
-           iterations: int = 7, warmup: int = 2, seed: int = 0) -> tuple[StepTime, StepTime]:
+           iterations: int = 7, warmup: int = 2, seed: int = 0,
+           timeout: float = 60.0) -> tuple[StepTime, StepTime]:
     """``(alone, ddp)``: the same steps without DDP and with it, alternating in one run."""
     alone, ddp = _timed(world_size, batch_size, layers, bucket_cap_mb, (False, True),
-                        iterations, warmup, seed, 60.0)
+                        iterations, warmup, seed, timeout)
     return alone, ddp
 
 

@@ -1,15 +1,20 @@
-"""The machine a report was measured on: hosts, ranks per host, devices, versions, NCCL's
-environment; and the memory one host has free, to refuse a model that cannot fit before any
-rank trains it."""
+"""The report's first stage, the machine it was measured on: hosts, ranks per host, devices,
+versions, NCCL's environment; and the memory one host has free, to refuse a model that cannot
+fit before any rank trains it."""
 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import os
 
 import torch
 
 import ddplab
+from ddplab.chapters.memory import calculator
+from ddplab.common import mlp
+from ddplab.report.settings import Settings
+from ddplab.report.stage import Section, Stage, Table
 
 GiB = 2 ** 30
 
@@ -79,3 +84,64 @@ def describe(world_size: int, timeout: float = 60.0) -> dict:
         "ranks": ranks,
     }
 
+
+class NotEnoughMemory(ValueError):
+    """The model asked for cannot fit in what the machine has free."""
+
+
+@dataclasses.dataclass
+class MachineSection(Section):
+    @property
+    def world_size(self) -> int:
+        return self.data["world_size"]
+
+    @property
+    def nodes(self) -> int:
+        return len(self.data["hosts"])
+
+
+def measure(s: Settings) -> MachineSection:
+    section = MachineSection(describe(s.world_size, s.timeout))
+    check_memory(s, section.data)
+    return section
+
+
+def bytes_needed_per_rank(s: Settings) -> float:
+    """The largest stage's bytes on one rank: the step stage holds the model twice (with and
+    without DDP, ``step_time.paired``) with gradients and DDP's buckets, the memory stage one
+    Adam model (the calculator's count); activations and buffers taken as the same again."""
+    step = 5 * 4 * mlp.param_count(s.layers)
+    adam = sum(calculator.bytes_per_rank(s.memory_params_millions * 1e6, "adam", "ddp",
+                                         s.world_size).values())
+    return 2 * max(step, adam)
+
+
+def check_memory(s: Settings, section: dict) -> None:
+    free = section["available_memory"]
+    if free is None:
+        return
+    per_host = max(section["ranks_per_host"].values())
+    on_gpu = section["device_memory"] is not None  # a GPU per rank: its own memory
+    need = bytes_needed_per_rank(s) * (1 if on_gpu else per_host)
+    if need > free["value"]:
+        where = "one GPU" if on_gpu else f"one host ({per_host} ranks)"
+        raise NotEnoughMemory(
+            f"too little memory: a model of {mlp.param_count(s.layers) / 1e6:,.1f} M parameters "
+            f"needs about {need / 1e9:,.1f} GB on {where}, and {free['value'] / 1e9:,.1f} GB is "
+            f"free; choose a smaller --params-millions")
+
+
+def table(machine: dict) -> Table:
+    return Table(("", ""), [
+        ("hosts", ", ".join(machine["hosts"])),
+        ("ranks per host", ", ".join(f"{h}: {n}" for h, n in machine["ranks_per_host"].items())),
+        ("devices", ", ".join(machine["devices"])), ("backend", machine["backend"]),
+        ("torch / CUDA / NCCL", f"{machine['torch']} / {machine['cuda']} / {machine['nccl']}"),
+        ("NCCL_* variables", ", ".join(f"{k}={v}" for k, v in machine["nccl_env"].items())
+         or "none set")])
+
+
+STAGE = Stage(
+    name="machine", key="machine", what="the machine", measure=measure,
+    title="The machine", about="Where the ranks ran, and what sets NCCL's choices.",
+    book="running.md", table=table)
