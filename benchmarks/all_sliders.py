@@ -1,7 +1,7 @@
 """Every integer slider of every lab, moved in a real kernel: what each move costs.
 
     python benchmarks/all_sliders.py [labs/01_averaging.ipynb ...] [--moves 4]
-                                     [--baseline REV] [--profile N]
+                                     [--baseline REV] [--profile N] [--reading SECONDS]
 
 Each lab runs top to bottom in a real kernel (this venv's ``python3``), from a folder that
 holds only that notebook. Then every ``IntSlider`` the kernel holds (found by walking
@@ -9,10 +9,28 @@ ipywidgets' live widget objects, so no cell index is named here) is moved one st
 ``--moves`` times in all, from the kernel: setting ``value`` runs the panel's own observer,
 the real run and the draw, as a person's move does (less the trip to the page, which
 ``scripts/lab_in_browser.py`` times). It prints each slider's median move in ms, with the
-run/draw split its panel reports, and the share of sliders at or under 150 ms.
+run/draw split its panel reports (of the moves that ran), how many moves were shown from what
+the panel kept (a move back, to a value shown before: ``ddplab.screen.ahead``), and the share
+of sliders at or under 150 ms.
 
 After each lab it prints that lab's share of sliders within the goal (and, with a baseline,
 the baseline's), then the share over every lab.
+
+``--reading SECONDS`` moves as a reader who reads each figure: it waits until the lab has
+run and then SECONDS before the first move, and SECONDS after each figure before the next,
+while the kernel runs ahead the values next to each slider (``ddplab.screen.ahead``). Each
+move is the message the page sends (a ``comm_msg`` that sets the slider's value, not a cell:
+a cell would pause the running ahead), one step on in the same direction, turning at the
+slider's end, so each is a value not shown before. Its time runs from sending the message to
+the kernel going idle after it. Per slider it prints how many moves were answered from what
+was run ahead, kept from before, or run, and the kernel's own time for them (the status line's
+"shown in" or "drawn in"); per lab, the moves answered from what was run ahead and their
+times. Without ``--reading`` the moves are today's: at once, one step and back, from a cell.
+
+``--no-ahead`` sets ``DDPLAB_AHEAD=0`` in this checkout's kernel: nothing is run ahead or
+kept, so every move runs, as before ``screen.ahead``: with ``--baseline``, runs against runs.
+Running ahead on, this checkout's kernel is idle while the baseline's moves, often long enough
+to start a run ahead, and its next move (a cell) then first waits for that call to end.
 
 ``--baseline REV`` runs a second kernel on ``src/`` as of git revision REV and moves its
 sliders alternately with this checkout's, move by move, so that both see the same load on a
@@ -24,124 +42,17 @@ from __future__ import annotations
 
 import argparse
 import glob
-import json
 import os
+import re
 import shutil
 import statistics
-import subprocess
-import tempfile
+import sys
+import time
 
-import nbformat
-from jupyter_client import KernelManager
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from lab_kernel import ROOT, Kernel, close, lab_folder, source_at  # noqa: E402
 
 LIMIT_MS = 150
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-# Runs in the kernel, after the lab: works with ipywidgets 7 (Colab) and 8.
-KERNEL_CODE = r'''
-def _bench_setup():
-    import re, statistics, time, ipywidgets
-    from ipywidgets.widgets import widget as _w
-    instances = getattr(_w, "_instances", None) or ipywidgets.Widget.widgets
-    live = list(instances.values())
-    boxes = [b for b in live if isinstance(b, ipywidgets.Box)]
-    parent = {id(c): b for b in boxes for c in b.children}
-    def panel_of(w):
-        while id(w) in parent:
-            w = parent[id(w)]
-            if isinstance(w, ipywidgets.VBox) and len(w.children) >= 3 and \
-                    isinstance(w.children[-1], ipywidgets.Image):
-                return w
-        return None
-    panels, sliders = [], []
-    for s in live:
-        if isinstance(s, ipywidgets.IntSlider) and panel_of(s) is not None:
-            p = panel_of(s)
-            if p not in panels:
-                panels.append(p)
-            sliders.append((f"panel {panels.index(p) + 1} {s.description}", s, p))
-    def move(i, k):
-        name, s, p = sliders[i]
-        start = s.value
-        if k % 2 == 0:  # forth (down where up would leave the range), then back
-            s._bench_from = start
-            target = start + s.step if start + s.step <= s.max else start - s.step
-        else:
-            target = s._bench_from
-        t = time.perf_counter()
-        s.value = target
-        ms = 1e3 * (time.perf_counter() - t)
-        status = p.children[-2].value
-        split = re.search(r"run (\d+), draw (\d+)", status)
-        return ms, [int(x) for x in split.groups()] if split else None
-    return [name for name, _, _ in sliders], move
-_bench_names, _bench_move = _bench_setup()
-print("BENCH" + __import__("json").dumps(_bench_names))
-'''
-
-
-class Kernel:
-    """A ``python3`` kernel (this Python's) in ``folder``, ``pythonpath`` first on its path."""
-
-    def __init__(self, folder: str, pythonpath: str = ""):
-        self.folder = folder
-        env = dict(os.environ, MPLBACKEND="module://matplotlib_inline.backend_inline")
-        if pythonpath:
-            env["PYTHONPATH"] = pythonpath
-        self.manager = KernelManager(kernel_name="python3")
-        # The kernel's own warnings (TCP without encryption) would cut into the table.
-        self.manager.start_kernel(cwd=folder, env=env, stderr=subprocess.DEVNULL)
-        self.client = self.manager.client()
-        self.client.start_channels()
-        self.client.wait_for_ready(timeout=120)
-
-    def run(self, code: str, timeout: float = 600) -> str:
-        """Execute ``code``; its stdout, or RuntimeError with the kernel's traceback."""
-        out, errors = [], []
-
-        def hook(msg):
-            kind, content = msg["msg_type"], msg["content"]
-            if kind == "stream" and content["name"] == "stdout":
-                out.append(content["text"])
-            elif kind == "error":
-                errors.append("\n".join(content["traceback"]))
-
-        self.client.execute_interactive(code, timeout=timeout, output_hook=hook)
-        if errors:
-            raise RuntimeError(errors[0])
-        return "".join(out)
-
-    def run_lab(self, path: str) -> list[str]:
-        """Every code cell of the notebook at ``path``, then the sliders' names."""
-        for cell in nbformat.read(path, as_version=4).cells:
-            if cell.cell_type == "code":
-                self.run(cell.source)
-        out = self.run(KERNEL_CODE)
-        return json.loads(out[out.index("BENCH") + 5:].splitlines()[0])
-
-    def move(self, i: int, k: int) -> tuple[float, list | None]:
-        return tuple(json.loads(self.run(f"print(__import__('json').dumps(_bench_move({i}, "
-                                         f"{k})))")))
-
-    def close(self) -> None:
-        self.client.stop_channels()
-        self.manager.shutdown_kernel(now=False)
-
-
-def lab_folder(lab: str) -> str:
-    """A new folder holding only a copy of ``lab``."""
-    folder = tempfile.mkdtemp(prefix="ddplab-bench-")
-    shutil.copy(lab, folder)
-    return folder
-
-
-def source_at(rev: str) -> str:
-    """``src/`` as of git revision ``rev``, in a temporary folder: its path."""
-    folder = tempfile.mkdtemp(prefix="ddplab-base-")
-    archive = subprocess.run(["git", "-C", ROOT, "archive", rev, "src"], check=True,
-                             capture_output=True).stdout
-    subprocess.run(["tar", "-x", "-C", folder], input=archive, check=True)
-    return os.path.join(folder, "src")
 
 
 def profile(kernel: Kernel, i: int, moves: int) -> str:
@@ -160,14 +71,27 @@ def main() -> None:
     parser.add_argument("--profile", type=int, default=0, help="moves per slider to profile")
     parser.add_argument("--installed", action="store_true",
                         help="the kernel imports the ddplab installed in its Python, not src/")
+    parser.add_argument("--no-ahead", action="store_true",
+                        help="nothing run ahead or kept in this checkout's kernel "
+                             "(DDPLAB_AHEAD=0): every move runs, as before")
+    parser.add_argument("--reading", type=float, default=0.0, metavar="SECONDS",
+                        help="wait as a reader would after each figure (e.g. 3), moving by "
+                             "the page's messages; 0: today's moves, at once")
     args = parser.parse_args()
+    if args.reading:
+        if args.baseline or args.profile or args.no_ahead:
+            parser.error("--reading moves one kernel, running ahead: no --baseline, "
+                         "--profile or --no-ahead with it")
+        reading(args)
+        return
     base_src = source_at(args.baseline) if args.baseline else None
     rows = []
-    head = f"{'lab':<16} {'slider':<30} {'ms':>6} {'run':>5} {'draw':>5}"
+    head = f"{'lab':<16} {'slider':<30} {'ms':>6} {'run':>5} {'draw':>5} {'kept':>4}"
     print(head + (f" {'base ms':>8} {'ratio':>6}" if base_src else ""))
     for lab in args.labs:
         name = os.path.basename(lab)[:-6]
-        kernels = [Kernel(lab_folder(lab), pythonpath="" if args.installed else f"{ROOT}/src")]
+        kernels = [Kernel(lab_folder(lab), pythonpath="" if args.installed else f"{ROOT}/src",
+                          ahead=not args.no_ahead)]
         if base_src:
             kernels.append(Kernel(lab_folder(lab), pythonpath=base_src))
         lab_rows, lab_base = [], []
@@ -181,13 +105,14 @@ def main() -> None:
                     for which, kernel in enumerate(kernels):
                         j = i if which == 0 else sliders[1].index(slider)
                         moves[which].append(kernel.move(j, k))
-                ms = statistics.median(m for m, _ in moves[0])
-                splits = [s for _, s in moves[0] if s]
+                ms = statistics.median(m for m, _, _ in moves[0])
+                splits = [s for _, s, _ in moves[0] if s]
                 run = statistics.median(s[0] for s in splits) if splits else float("nan")
                 draw = statistics.median(s[1] for s in splits) if splits else float("nan")
-                line = f"{name:<16} {slider:<30} {ms:6.0f} {run:5.0f} {draw:5.0f}"
+                kept = sum(k for _, _, k in moves[0])  # shown from what the panel kept
+                line = f"{name:<16} {slider:<30} {ms:6.0f} {run:5.0f} {draw:5.0f} {kept:4d}"
                 if base_src:
-                    base = statistics.median(m for m, _ in moves[1])
+                    base = statistics.median(m for m, _, _ in moves[1])
                     line += f" {base:8.0f} {base / ms:5.1f}x"
                     lab_base.append(base)
                 print(line, flush=True)
@@ -204,11 +129,67 @@ def main() -> None:
     print(f"all labs: {share(rows)}")
 
 
-def close(kernels: list) -> None:
-    """Shut ``kernels`` down and remove the folders their labs were copied to."""
-    for kernel in kernels:
-        kernel.close()
-        shutil.rmtree(kernel.folder, ignore_errors=True)
+def source_of(status: str) -> str:
+    """Where a move's figure came from, by its panel's status line (``screen.ahead``)."""
+    if "run ahead while you read" in status:
+        return "ahead"
+    if "kept from before" in status:
+        return "kept"
+    return "ran" if "real DDP run and drawn in" in status else "error"
+
+
+def kernel_ms(status: str) -> float:
+    """The kernel's own time for a move, from its status line."""
+    found = re.search(r"(?:shown|drawn) in (\d+) ms", status)
+    return float(found.group(1)) if found else float("nan")
+
+
+def reading(args) -> None:
+    """``--reading``: each lab's sliders moved one step on at a time, SECONDS apart."""
+    print(f"{'lab':<16} {'slider':<30} {'ms':>6} {'kernel':>6}  ahead kept  ran  (median ms "
+          f"from the message to idle; the kernel's own)")
+    rows, everywhere = [], []
+    for lab in args.labs:
+        name = os.path.basename(lab)[:-6]
+        kernel = Kernel(lab_folder(lab), pythonpath="" if args.installed else f"{ROOT}/src")
+        lab_moves, lab_rows = [], []
+        try:
+            sliders = kernel.run_lab(lab)
+            time.sleep(args.reading)  # the reader reads before the first move too
+            for i, slider in enumerate(sliders):
+                ids, direction, moves = kernel.ids[i], 1, []
+                for _ in range(args.moves):
+                    if not ids["min"] <= ids["value"] + direction * ids["step"] <= ids["max"]:
+                        direction = -direction
+                    ids["value"] += direction * ids["step"]
+                    ms, status = kernel.send_move(i, ids["value"])
+                    moves.append((ms, kernel_ms(status), source_of(status)))
+                    time.sleep(args.reading)
+                counts = [sum(m[2] == what for m in moves) for what in ("ahead", "kept", "ran")]
+                ms = statistics.median(m[0] for m in moves)
+                print(f"{name:<16} {slider:<30} {ms:6.0f} "
+                      f"{statistics.median(m[1] for m in moves):6.0f}  "
+                      f"{counts[0]:5d} {counts[1]:4d} {counts[2]:4d}", flush=True)
+                lab_rows.append(ms)
+                lab_moves += moves
+        finally:
+            close([kernel])
+        rows += lab_rows
+        everywhere += lab_moves
+        print(f"{name:<16} {answered(lab_moves)}; {share(lab_rows)}", flush=True)
+    print(f"all labs: {answered(everywhere)}; {share(rows)}")
+
+
+def answered(moves: list) -> str:
+    """The moves answered from what was run ahead, and their times, as a line."""
+    ahead = [ms for ms, _, source in moves if source == "ahead"]
+    ran = [ms for ms, _, source in moves if source == "ran"]
+    line = f"{len(ahead)} of {len(moves)} moves answered from what was run ahead"
+    if ahead:
+        line += f" (median {statistics.median(ahead):.0f} ms, max {max(ahead):.0f})"
+    if ran:
+        line += f", {len(ran)} ran (median {statistics.median(ran):.0f} ms)"
+    return line
 
 
 def share(times: list) -> str:

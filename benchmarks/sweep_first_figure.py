@@ -23,7 +23,7 @@ import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from all_sliders import ROOT, Kernel, close, lab_folder, source_at  # noqa: E402
+from lab_kernel import ROOT, Kernel, close, lab_folder, source_at  # noqa: E402
 
 # Runs in the kernel, after the lab.
 KERNEL_CODE = r'''
@@ -70,7 +70,8 @@ def main() -> None:
     parser.add_argument("--baseline", help="a git revision to compare with, move by move")
     args = parser.parse_args()
     base_src = source_at(args.baseline) if args.baseline else None
-    kernels = [Kernel(lab_folder(args.lab), pythonpath=f"{ROOT}/src")]
+    # Nothing run ahead: a move back would show the kept sweep, not time a run.
+    kernels = [Kernel(lab_folder(args.lab), pythonpath=f"{ROOT}/src", ahead=False)]
     if base_src:
         kernels.append(Kernel(lab_folder(args.lab), pythonpath=base_src))
     print(f"{'slider':<32} {'first ms':>8} {'end ms':>7} {'figures':>7}"

@@ -18,16 +18,19 @@ FLOORS = {
                       "checks, results, GPU records", {}),
     "ddplab.chapters": ("the finder: `names()`, `experiment_modules()`, `commands()`", {}),
     "ddplab.engine": ("the warm pool, forkserver and preload, the rank side, torchrun, messages, "
-                      "placement, hang watching and the ranks' notes", {
+                      "placement, hang watching, the ranks' notes and turns at the pool (work "
+                      "run ahead gives way)", {
                           "ddplab.common": "",
                           "ddplab.chapters": "`preload.py` only: the forkserver loads every "
                                              "chapter's rank functions through the finder",
                       }),
     "ddplab": ("the face: `run`, `Cluster`, `logs`, `RankError`, `placed`, `placement`",
                {"ddplab.engine": ""}),
-    "ddplab.screen": ("what a reader sees: sliders, live figures, static panels, style, "
-                      "quoted errors, the status line, the predict-then-run input", {
-                          "ddplab.common": "", "ddplab.engine": "the ranks' notes"}),
+    "ddplab.screen": ("what a reader sees: sliders (their neighbouring values run ahead), live "
+                      "figures, static panels, style, quoted errors, the status line, the "
+                      "predict-then-run input", {
+                          "ddplab.common": "", "ddplab.engine": "the placement, the ranks' "
+                                                                "notes, turns at the pool"}),
     "ddplab.exercises": ("write-it-yourself exercises and their checker",
                          {"ddplab": "", "ddplab.common": "", "ddplab.engine": ""}),
     CHAPTER: ("one chapter: its experiments (rank functions, drivers, results) and plots", {

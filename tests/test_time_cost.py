@@ -265,6 +265,11 @@ def test_a_move_of_the_powersgd_rank_runs_powersgd_alone_when_the_panel_reuses()
     assert second["powersgd"].bytes_sent > first["powersgd"].bytes_sent
     fresh = compression.compare(hooks=("none",), powersgd_rank=2)  # the book's: runs anew
     assert fresh["none"] is not second["none"]
+    # A world size next door, run ahead by the lab (screen.ahead), keeps these as they were.
+    other = compression.compare(hooks=("none",), world_size=3, reuse=True)
+    again = compression.compare(hooks=("none", "powersgd"), powersgd_rank=2, reuse=True)
+    assert again["none"] is first["none"] and again["powersgd"] is second["powersgd"]
+    assert other["none"] is not first["none"] and other["none"].world_size == 3
 
 
 def test_cli_accumulate_and_compress_print_the_named_fields():

@@ -37,7 +37,7 @@ import types
 
 import cloudpickle
 
-from ddplab.engine import messages, placement, pool, torchrun
+from ddplab.engine import messages, placement, pool, torchrun, turns
 from ddplab.engine.errors import GUARD_HINT, RankError
 from ddplab.engine.forkserver import prestart
 from ddplab.engine.placement import MAX_WORLD_SIZE, Placement, Ranks, placed
@@ -63,8 +63,9 @@ def run(fn, world_size: int, *, timeout: float = DEFAULT_TIMEOUT, **params) -> R
         where = placement.serving(world_size)
         return Ranks(torchrun.run(fn, world_size, where, timeout, params), where)
     check_call(fn, world_size, timeout, params)
-    return pool.shared().run(ship(fn, params), world_size, placement.serving(world_size),
-                             timeout)
+    where = placement.serving(world_size)
+    with turns.call():  # work computed ahead gives way to any other call (engine.turns)
+        return pool.shared().run(ship(fn, params), world_size, where, timeout)
 
 
 def logs() -> list[str]:

@@ -17,6 +17,10 @@ for its largest world size, in its first cell), read when the panel is made, and
 line names it. A rank-count control (:data:`RANK_CONTROLS`) stops at what that placement serves
 (one rank per GPU on NCCL), and the panel says why; a run whose ranks come from several
 controls (:func:`ranks_of`) and would need more is not started, and the panel says why.
+
+In a kernel, the values one step either side of each slider are run while the reader reads, on
+the same placement and within the same limit, and a move there shows the kept run at once
+(``screen.ahead``); the panel says so in a line of its own.
 """
 
 from __future__ import annotations
@@ -27,7 +31,9 @@ import time
 import ipywidgets
 from ipywidgets import fixed
 
+from ddplab.engine import turns
 from ddplab.engine.placement import gpu_count, placement
+from ddplab.screen import ahead
 from ddplab.screen.live_figure import LiveFigure
 from ddplab.screen.while_running import WhileRunning
 
@@ -49,12 +55,26 @@ def explore(run, plot, **controls) -> ipywidgets.Widget:
     image = ipywidgets.Image(format="png", layout=ipywidgets.Layout(max_width="100%"))
     figure = LiveFigure(plot)
     status = ipywidgets.HTML()
+    # In a kernel, the values next to each slider are run while the reader reads (a panel
+    # whose run may hang on purpose excepted: its point is the wait); see screen.ahead.
+    computed = ahead.Panel(ahead.worker(), run, plot, widgets, ahead="timeout" not in widgets,
+                           fits=lambda values: ranks_of(run, values) <= most)
 
-    def update(_change=None):
+    def update(change=None):
         values = {name: w.value for name, w in widgets.items()}
         if ranks_of(run, values) > most:
             status.value = f"<b>not run</b>: {ranks_of(run, values)} ranks; {limit}"
             return
+        with computed.turn(values, change) as turn:
+            if turn.show_kept(image, status):  # run ahead, or shown before: at once
+                getattr(run, "shown_kept", lambda: None)()  # explore_sweep: its bar
+                return
+            turn.alone()  # nothing runs beside the reader's run
+            ran = run_and_draw(values)
+            if ran is not None:
+                turn.keep(*ran)
+
+    def run_and_draw(values):
         status.value = "<i>running...</i>"
         start = time.perf_counter()
         try:
@@ -62,13 +82,15 @@ def explore(run, plot, **controls) -> ipywidgets.Widget:
             with WhileRunning(status, timeout=timeout_of(values)):
                 result = run(**values)
             ran = time.perf_counter()
-            image.value = figure.png(result)
+            png = figure.png(result)
+            image.value = png
         except Exception as exc:  # shown in the panel: the next move must still work
             status.value = f"<b>{type(exc).__name__}</b>: {exc}"
-            return
+            return None
         end = time.perf_counter()
         status.value = (f"real DDP run and drawn in {1e3 * (end - start):.0f} ms (run "
                         f"{1e3 * (ran - start):.0f}, draw {1e3 * (end - ran):.0f}), {where}")
+        return result, png, ran - start, end - ran
 
     limit = where.limit_note(gpus)
     for widget in widgets.values():
@@ -79,8 +101,11 @@ def explore(run, plot, **controls) -> ipywidgets.Widget:
     if cut:  # a slider stops short of the lab's range: say why, once, above the status
         rows.append(ipywidgets.HTML(f"<small>{', '.join(cut)} stops at {most}: {limit}"
                                     f"</small>"))
+    if computed.ahead:
+        rows.append(ipywidgets.HTML(ahead.NOTE))
     panel = ipywidgets.VBox([*rows, status, image])
     panel.show = lambda result: setattr(image, "value", figure.png(result))  # explore_sweep
+    panel.computed = computed  # choose: a panel shown is run ahead first
     return panel
 
 
@@ -177,14 +202,24 @@ def explore_sweep(run, plot, **controls) -> ipywidgets.Widget:
             panel.show(partial)
 
     def run_reporting(**values):
+        if turns.in_background():  # run ahead (screen.ahead): the bar is the reader's
+            return run(**values, progress=None)
         report(0, bar.max, "starting")  # at once: the page shows the move was taken
         return run(**values, progress=report)
+
+    def shown_kept():  # a sweep kept whole (screen.ahead): the bar full
+        bar.value = bar.max
+        label.value = "<small>every run done</small>"
+
+    run_reporting.shown_kept = shown_kept
 
     signature = inspect.signature(run)  # explore reads its defaults from the signature
     run_reporting.__signature__ = signature.replace(
         parameters=[p for p in signature.parameters.values() if p.name != "progress"])
     panel = explore(run_reporting, plot, **controls)
-    return ipywidgets.VBox([ipywidgets.HBox([bar, label]), panel])
+    outer = ipywidgets.VBox([ipywidgets.HBox([bar, label]), panel])
+    outer.computed = panel.computed  # choose
+    return outer
 
 
 def choose(label: str = "pitfall", **panels) -> ipywidgets.Widget:
@@ -197,6 +232,8 @@ def choose(label: str = "pitfall", **panels) -> ipywidgets.Widget:
 
     def show(_change=None):
         box.children = [panels[dropdown.value]]
+        ahead.shown(getattr(panels[dropdown.value], "computed", None))  # its values first
 
     dropdown.observe(show, names="value")
+    show()
     return ipywidgets.VBox([dropdown, box])

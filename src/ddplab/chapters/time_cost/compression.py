@@ -229,7 +229,10 @@ def run(world_size: int = 2, hook: str = "fp16", seed: int = 0, layers=None,
                                   grad_rel_error=max(r["rel_error"] for r in ranks))
 
 
-_LAST: dict = {}  # the last compare(reuse=True)'s results, by what each run depended on
+# compare(reuse=True)'s results by what each run depended on, the newest REUSED: a panel that
+# runs ahead (screen.ahead) runs the world size next door too, which must not drop this one's.
+_LAST: dict = {}
+REUSED = 32
 
 
 def compare(hooks=HOOKS, world_size: int = 2, powersgd_rank: int = 1, seed: int = 0,
@@ -238,10 +241,9 @@ def compare(hooks=HOOKS, world_size: int = 2, powersgd_rank: int = 1, seed: int 
     matrix rank. ``progress`` hears of each run, and before each run but the first gets as
     ``partial`` every hook, those done with their result and the rest None (a panel draws the
     rows filled so far). ``reuse`` (the lab's panel): a hook whose run would be the same as in
-    the last call (only PowerSGD depends on ``powersgd_rank``) keeps that call's result
+    a recent call (only PowerSGD depends on ``powersgd_rank``) keeps that call's result
     instead of running again, so a move of the rank runs PowerSGD alone, and the others are
     on screen before it starts."""
-    global _LAST
     out, kept = {}, {}
     where = ddplab.placement()  # a run on another placement is another run
     for i, hook in enumerate(hooks):
@@ -253,7 +255,11 @@ def compare(hooks=HOOKS, world_size: int = 2, powersgd_rank: int = 1, seed: int 
                                                   powersgd_rank=powersgd_rank)
         kept[key] = out[hook]
     if reuse:
-        _LAST = kept
+        for key, result in kept.items():
+            _LAST.pop(key, None)  # the newest last
+            _LAST[key] = result
+        while len(_LAST) > REUSED:
+            _LAST.pop(next(iter(_LAST)))
     progress_report(progress, len(hooks), len(hooks), "done")
     return out
 
