@@ -176,6 +176,12 @@ def run_function(code: str, driver: str, folder: Path, world_size: int = 2,
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "listing.py").write_text(code)
     (folder / "drive.py").write_text(_PREAMBLE + textwrap.dedent(driver) + _EPILOGUE)
+    return _start(folder, world_size, timeout)
+
+
+def _start(folder: Path, world_size: int, timeout: float) -> list[subprocess.CompletedProcess]:
+    """``drive.py`` in ``folder`` on ``world_size`` fresh interpreters, rank 0's store on a
+    socket bound here to 127.0.0.1; each rank's completed process."""
     with socket.socket() as listen:
         listen.bind(("127.0.0.1", 0))
         listen.listen()
@@ -191,6 +197,37 @@ def run_function(code: str, driver: str, folder: Path, world_size: int = 2,
                 pass_fds=fds, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                 start_new_session=True))
     return [_wait(p, timeout) for p in procs]
+
+
+_EACH = """
+import importlib  # noqa: E402
+
+for _i, _name in enumerate({names!r}):
+    L = importlib.import_module(f"listing_{{_i}}")  # this run's text alone, a module of its own
+    exec(open(f"drive_{{_i}}.py").read(), {{
+        "L": L, "rank": rank, "world_size": world_size, "device": device, "torch": torch,
+        "dist": dist, "os": os, "sys": sys, "__name__": f"drive_{{_i}}"}})
+    print(f"rank {{rank}}: {{_name}} ran", flush=True)
+"""
+
+
+def run_functions(runs: list[tuple[str, str, str]], folder: Path, world_size: int = 2,
+                  timeout: float = 300) -> list[subprocess.CompletedProcess]:
+    """Several ``(name, code, driver)`` one after another on the same ``world_size`` fresh
+    interpreters and gloo group, as :func:`run_function` runs one: each code is a module of
+    its own (``listing_<i>``), so a name its text never defines fails as it would alone; each
+    driver runs in a namespace of its own with ``L``, ``rank``, ``world_size``, ``device``,
+    ``torch``, ``dist``. A rank prints ``rank <r>: <name> ran`` after each. One pair of
+    interpreters per page rather than per listing: starting them (torch's import) was most of
+    each listing's 6-10 s."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for i, (_, code, driver) in enumerate(runs):
+        (folder / f"listing_{i}.py").write_text(code)
+        (folder / f"drive_{i}.py").write_text(textwrap.dedent(driver))
+    (folder / "listing.py").write_text("")  # the preamble's own import: nothing
+    (folder / "drive.py").write_text(_PREAMBLE + _EACH.format(names=[n for n, _, _ in runs])
+                                     + _EPILOGUE)
+    return _start(folder, world_size, timeout)
 
 
 def run_script(code: str, folder: Path, world_size: int = 2,

@@ -2,7 +2,8 @@
 
 A listing is offered for copying when its directive has the class ``to-copy`` (see
 ``tests/listings.py``, which reads it as the page shows it). Each has a run below: a driver
-that calls it on real gloo ranks in fresh interpreters, with nothing but the page's text
+that calls it on real gloo ranks in fresh interpreters (one pair per page and world size,
+each listing a module of its own), with nothing but the page's text
 imported first (``L``), and checks what it did; a whole script runs under torchrun. A listing
 offered for copying without a run here, or a run whose listing is gone, fails
 ``test_every_listing_offered_for_copying_has_a_run``.
@@ -286,14 +287,24 @@ def test_every_listing_offered_for_copying_has_a_run():
     assert not any(PAGES[f"{r.page}:{n}"].whole_script for r in RUNS for n in r.names)
 
 
-@pytest.mark.parametrize("run", RUNS, ids=[r.id for r in RUNS])
-def test_listing_runs_as_pasted(run, tmp_path):
-    done = listings.run_function(_text(run), run.driver, tmp_path, run.world_size)
+GROUPS = {}  # (page, world size) -> its runs: one pair of fresh interpreters per group
+for _run in RUNS:
+    GROUPS.setdefault((_run.page, _run.world_size), []).append(_run)
+
+
+@pytest.mark.parametrize("group", list(GROUPS), ids=[f"{p}-{w}" for p, w in GROUPS])
+def test_listings_run_as_pasted(group, tmp_path):
+    runs = GROUPS[group]
+    done = listings.run_functions([(r.id, _text(r), r.driver) for r in runs], tmp_path,
+                                  world_size=group[1])
     for rank, proc in enumerate(done):
-        assert proc.returncode == 0, f"rank {rank}:\n{proc.stderr[-3000:]}"
-        assert f"rank {rank}: the listing ran" in proc.stdout
-    if run.id in PRINTED:
-        assert PRINTED[run.id] in done[0].stdout and PRINTED[run.id] not in done[1].stdout
+        ran = [r.id for r in runs if f"rank {rank}: {r.id} ran" in proc.stdout]
+        assert proc.returncode == 0, (f"rank {rank}, after {ran or 'none'} ran:\n"
+                                      f"{proc.stderr[-3000:]}")
+        assert ran == [r.id for r in runs] and f"rank {rank}: the listing ran" in proc.stdout
+    for run in runs:
+        if run.id in PRINTED:
+            assert PRINTED[run.id] in done[0].stdout and PRINTED[run.id] not in done[1].stdout
 
 
 @pytest.mark.parametrize("key", sorted(SCRIPTS))
@@ -311,6 +322,16 @@ def test_a_name_the_text_never_defines_fails(tmp_path):
     code = "def step(x):\n    return helper(x) + 1\n"
     done = listings.run_function(code, "L.step(1)\n", tmp_path, world_size=1)
     assert done[0].returncode != 0 and "NameError: name 'helper'" in done[0].stderr
+
+
+def test_listings_of_one_page_share_no_names(tmp_path):
+    """Run together, each listing is still a module of its own: a helper the first one
+    defines is no name of the second's, which fails as it would alone; the first still ran."""
+    runs = [("first", "def helper(x):\n    return x\n", "assert L.helper(1) == 1\n"),
+            ("second", "def step(x):\n    return helper(x) + 1\n", "L.step(1)\n")]
+    done = listings.run_functions(runs, tmp_path, world_size=1)
+    assert done[0].returncode != 0 and "NameError: name 'helper'" in done[0].stderr
+    assert "rank 0: first ran" in done[0].stdout and "second ran" not in done[0].stdout
 
 
 def test_the_reader_sees_the_listing_as_the_page_shows_it(tmp_path):
