@@ -1,7 +1,7 @@
 # Every target sets up .venv first (scripts/setup.sh; a no-op once done).
 PY := .venv/bin/python
 
-.PHONY: setup run test book check-browser two-nodes report bench lab clean colab-sim colab-sim-313 gpu-check
+.PHONY: setup run test book check-browser check-pages check-labs two-nodes report bench lab clean colab-sim colab-sim-313 gpu-check
 
 setup:
 	@sh scripts/setup.sh
@@ -17,8 +17,14 @@ book: setup  ## the book, every page executed by real runs; warnings are errors
 	.venv/bin/jupyter-book build . --builder html -W -n --keep-going
 	@echo "The book is in _build/html: open _build/html/index.html"
 
-check-browser: setup  ## the built book in Chromium: every page, its static panels, one lab in JupyterLab
+check-browser: setup  ## the built book in Chromium: every page, its static panels, each lab's first slider in JupyterLab
 	$(PY) scripts/check_book_in_browser.py
+
+check-pages: setup  ## check-browser's pages, search and report page only (needs make book)
+	$(PY) scripts/check_book_in_browser.py --no-lab
+
+check-labs: setup  ## check-browser's labs only: no built book needed
+	$(PY) scripts/check_book_in_browser.py --labs-only
 
 report: setup  ## ddplab report --quick on 2 local ranks: _build/report/report.{html,json}
 	$(PY) -m ddplab report --world-size 2 --quick --out _build/report

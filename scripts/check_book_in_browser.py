@@ -1,7 +1,7 @@
 """Check the built book the way a reader sees it: every page in a real browser, then one lab.
 
-    python scripts/check_book_in_browser.py [--html _build/html] [--screenshots DIR] [--no-lab]
-        [--report _build/report/report.html]
+    python scripts/check_book_in_browser.py [--html _build/html] [--screenshots DIR]
+        [--no-lab | --labs-only] [--report _build/report/report.html]
 
 Every page of the built book, served on 127.0.0.1: no console error, no request leaving the
 book's own files (such a request is blocked and reported), every image loaded, every internal
@@ -15,6 +15,8 @@ time from the move to the new figure printed; then every other lab (unless --one
 first slider moved, the times printed. Then ``ddplab report``'s page (--report, written by
 ``make report``), opened as a reader opens an attached file, from file://: no console error, no
 request at all beyond its own data: URIs, every figure loaded and on screen.
+--no-lab checks the pages and the report only; --labs-only the labs only (they need no built
+book, so CI runs them beside the tests, and the rest after the book).
 A full-page screenshot of each page goes to DIR (default _build/screenshots). Prints
 "N passed, M failed" and exits non-zero on a failure. Needs Chromium and Playwright (see
 scripts/browser.py).
@@ -448,18 +450,25 @@ def main() -> None:
     parser.add_argument("--html", default=str(ROOT / "_build" / "html"))
     parser.add_argument("--screenshots", default=str(ROOT / "_build" / "screenshots"))
     parser.add_argument("--lab", default="labs/01_averaging.ipynb")
-    parser.add_argument("--no-lab", action="store_true")
+    parts = parser.add_mutually_exclusive_group()
+    parts.add_argument("--no-lab", action="store_true", help="the pages and the report only")
+    parts.add_argument("--labs-only", action="store_true",
+                       help="the labs only: no built book needed")
     parser.add_argument("--one-lab", action="store_true", help="only --lab, no other lab")
     parser.add_argument("--report", default=str(ROOT / "_build" / "report" / "report.html"),
                         help="ddplab report's page, checked where it exists (make report)")
     args = parser.parse_args()
     html, shots = Path(args.html).resolve(), Path(args.screenshots)
     shots.mkdir(parents=True, exist_ok=True)
+    checks = Checks()
+    if args.labs_only:
+        with sync_playwright() as p:
+            check_labs(p, checks, args.lab, [] if args.one_lab else all_labs(), shots)
+        finish(checks, shots)
     pages = sorted(str(f.relative_to(html)) for f in html.rglob("*.html")
                    if not f.relative_to(html).parts[0].startswith("_"))
     if not pages:
         sys.exit(f"no pages under {html}: build the book first")
-    checks = Checks()
     server, base = serve(html)
     try:
         with sync_playwright() as p:
@@ -491,10 +500,17 @@ def main() -> None:
                 print(f"no report at {report}: not checked (make report writes it)")
             chromium.close()
             if not args.no_lab:
-                others = [] if args.one_lab else sorted((ROOT / "labs").glob("*.ipynb"))
-                check_labs(p, checks, args.lab, [str(lab) for lab in others], shots)
+                check_labs(p, checks, args.lab, [] if args.one_lab else all_labs(), shots)
     finally:
         server.shutdown()
+    finish(checks, shots)
+
+
+def all_labs() -> list[str]:
+    return [str(lab) for lab in sorted((ROOT / "labs").glob("*.ipynb"))]
+
+
+def finish(checks: Checks, shots: Path) -> None:
     print(f"screenshots in {shots}")
     print(f"{checks.passed} passed, {len(checks.failed)} failed")
     sys.exit(1 if checks.failed else 0)
