@@ -96,6 +96,19 @@ def test_a_script_without_a_process_group(tmp_path):
     assert "never joined a process group" in done.stdout
 
 
+def test_the_doctors_option_after_the_script_is_the_scripts_and_the_doctor_says_so(tmp_path):
+    """torchrun's order: an option after the script is the script's. A script that refuses it
+    exits 2 by argparse, with no traceback: its own words are shown, and where they went."""
+    (tmp_path / "args.py").write_text(
+        "import argparse\nargparse.ArgumentParser().parse_args()\n")
+    done = doctor("args.py", "--world-size", 4, "--json", cwd=tmp_path)
+    assert done.returncode == 2
+    assert "error: unrecognized arguments: --world-size 4 --json" in done.stdout
+    assert "the script exited with status 2" in done.stdout
+    assert ("--world-size 4 --json went to the script: the doctor's options come before the "
+            "script (python -m ddplab doctor --world-size 4 --json args.py ...)") in done.stderr
+
+
 def test_under_torchrun(tmp_path):
     """Every process torchrun starts runs the script; rank 0 judges and writes the page."""
     torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")

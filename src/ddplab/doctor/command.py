@@ -7,7 +7,9 @@
 The doctor's options come before the script; everything after the script is the script's
 own (as with torchrun). Exit 0: no error found; 1: an error found (or a hang); 2: bad input
 (a missing file, a folder, a syntax error) or a script that fails on its own (its traceback
-is shown).
+is shown; for an exit with an error status, such as argparse's, the last lines it printed). A
+doctor's option given after the script is the script's: where the script then fails, the
+doctor says so.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ import json
 import sys
 
 HELP = "run your training script on instrumented ranks and name its DDP mistakes"
+VALUED = ("--world-size", "--steps", "--batches", "--timeout", "--out")  # add_arguments' options
+FLAGS = ("--json",)
 
 
 def add_command(commands) -> None:
@@ -79,7 +83,24 @@ def main(args) -> int:
         print(f"python -m ddplab doctor: error: {exc}", file=sys.stderr)
         return 2
     show(diagnosis, args)
+    misplaced = misplaced_options(args.script_args)
+    if diagnosis.exit_code() == 2 and misplaced:
+        print(f"python -m ddplab doctor: {' '.join(misplaced)} went to the script: the doctor's "
+              f"options come before the script (python -m ddplab doctor {' '.join(misplaced)} "
+              f"{args.script} ...)", file=sys.stderr)
     return diagnosis.exit_code()
+
+
+def misplaced_options(script_args) -> list[str]:
+    """The doctor's own options among the script's arguments, as given."""
+    found = []
+    for i, arg in enumerate(script_args):
+        name = arg.split("=", 1)[0]
+        if name in FLAGS or name in VALUED and "=" in arg:
+            found.append(arg)
+        elif name in VALUED:
+            found += script_args[i:i + 2]
+    return found
 
 
 def show(diagnosis, args) -> None:

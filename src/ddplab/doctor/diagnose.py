@@ -21,6 +21,7 @@ from ddplab.doctor.processes import Zygote
 DEFAULT_STEPS = 8
 DEFAULT_BATCHES = 4  # training batches per epoch the run goes through
 DEFAULT_TIMEOUT = 60.0
+OUTPUT_LINES = 12  # of the script's own output, shown when it exits with an error status
 
 
 def diagnose(script: str, args=(), world_size: int = 2, steps: int = DEFAULT_STEPS,
@@ -61,6 +62,10 @@ def diagnosis_of(script: str, run, evidence, root: str | None = None) -> Diagnos
                  "traceback": run.output.get("rank0", "")}
     if crash is not None:
         crash["explained"] = any(f.explains for v in verdicts for f in v.findings)
+        if str(crash.get("error", "")).startswith("SystemExit"):  # no traceback: what it said
+            said = run.output.get(f"rank{crash['rank'] or 0}", "").rstrip().splitlines()
+            crash["traceback"] = "".join(line + "\n" for line in said[-OUTPUT_LINES:]) + \
+                crash["traceback"]
     return Diagnosis(script=os.path.abspath(script), world_size=run.world_size,
                      backend_requested=evidence.requested_backend(),
                      backend_used=evidence.used_backend(), steps_run=evidence.steps_run(),
