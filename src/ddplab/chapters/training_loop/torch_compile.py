@@ -138,12 +138,12 @@ class Compile(Result):
         wrap = "compile(DDP(m))" if self.outside else "DDP(compile(m))"
         kind = "nn.Sequential" if self.model_kind == "sequential" else "own nn.Module"
         buckets = textwrap.fill(
-            f"DDP's buckets (MiB): {[round(b / 2**20, 2) for b in self.bucket_bytes]}; gradient "
-            f"off one process's by {self.max_diff_vs_one_process:.1e}", 78,
-            initial_indent="  ", subsequent_indent="    ", break_on_hyphens=False)
+            f"DDP's buckets (MiB): {[round(b / 2**20, 2) for b in self.bucket_bytes]}", 78,
+            initial_indent="  ", subsequent_indent="    ")
         return (f"{wrap}, m: {kind}, bucket_cap_mb {self.bucket_cap_mb:g}, "
                 f"optimize_ddp={self.optimize_ddp}:\n"
-                f"  {self.graphs} graph(s) compiled, {self.graph_breaks} graph break(s)\n"
+                f"  {self.graphs} graph(s) compiled, {self.graph_breaks} graph break(s); "
+                f"gradient off one process's by {self.max_diff_vs_one_process:.1e}\n"
                 f"  ddp.module.state_dict() keys like {self.saved_key!r}\n{buckets}")
 
 
