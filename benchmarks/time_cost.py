@@ -36,10 +36,9 @@ def main() -> None:
             print(allreduce.run(world_size).describe())
         print(f"\nstep of the chapter's MLP, 32 samples per rank: the median of {args.steps} "
               f"steps, each the slowest rank's")
-        for world_size in (1, *world_sizes):
-            for result in step_time.paired(world_size, iterations=args.steps):
-                print(f"  {result.label:<27} step {result.step_ms:6.1f} ms: " + ", ".join(
-                    f"{p} {ms:5.1f}" for p, ms in result.phases_ms().items()))
+        runs = [result for world_size in (1, *world_sizes)
+                for result in step_time.paired(world_size, iterations=args.steps)]
+        print(step_time.describe_breakdown(runs))
 
 
 if __name__ == "__main__":

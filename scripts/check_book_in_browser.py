@@ -6,8 +6,11 @@
 Every page of the built book, served on 127.0.0.1: no console error, no request leaving the
 book's own files (such a request is blocked and reported), every image loaded, every internal
 link (and its #anchor) resolving, each Colab button opening a lab that exists in labs/, the
-page under 6 MB and each static panel under 1.5 MB; the book's search finds the error index for
-every message it lists, and lists the answering page first for "ZeRO", "FSDP", "clip" and
+page under 6 MB and each static panel under 1.5 MB; at 1280 and 390 px nothing reaching past
+the screen's edge, and at 1280 px no block of code or output that wraps or scrolls sideways (a
+printout wider than the column's 100 characters fails, with its page, width and first
+characters: make the formatter that prints it wrap it); the book's search finds the error index
+for every message it lists, and lists the answering page first for "ZeRO", "FSDP", "clip" and
 "watchdog" (``TOPICS``). On a page with static panels, moving each
 control changes the figure and the text. Then the labs in one real JupyterLab, each run up to
 its first panel: in the first (--lab) a slider move re-runs real DDP and the figure changes, the
@@ -212,8 +215,8 @@ _LAYOUT = """width => {
 
 def check_layout(page, checks: Checks, rel: str, width: int) -> None:
     """Nothing makes the page wider than the screen; at the laptop's width no code or output
-    wraps, and no listing scrolls sideways (a printout too wide for the column scrolls in its
-    box, and is listed)."""
+    wraps, and none scrolls sideways: a listing or a printout wider than the column's 100
+    characters fails (its page, its width in columns and its first characters)."""
     found = page.evaluate(_LAYOUT, width)
     checks.check(not found["overflow"], f"{rel} at {width} px: past the screen's edge "
                                         f"(the page scrolls, or it is cut off): "
@@ -225,7 +228,8 @@ def check_layout(page, checks: Checks, rel: str, width: int) -> None:
         checks.check(not code, f"{rel} at {width} px: code that scrolls sideways: {code}")
         for line in found["scrolled"]:
             if not line.startswith("code"):
-                print(f"  {rel} at {width} px, scrolls in its box: {line}")
+                checks.check(False, f"{rel} at {width} px, a printout wider than the column "
+                                    f"scrolls in its box: {line}")
 
 
 _IMAGES = """() => [...document.querySelectorAll('article img')].map(img => {

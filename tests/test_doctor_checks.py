@@ -1,13 +1,15 @@
 """The doctor's registry of checks: one record per check, every id the issue asks for, each
-pointing at a section of the book that exists, with a fix that is Python."""
+pointing at a section of the book that exists, with a fix that is Python; the report's text,
+every check found, fits the book's column."""
 
 from __future__ import annotations
 
 import pathlib
 import re
 
+from ddplab.doctor import judge_model, text
 from ddplab.doctor.checks import CHECKS, SECTIONS
-from ddplab.doctor.findings import KINDS
+from ddplab.doctor.findings import KINDS, Diagnosis, Finding, Verdict
 
 BOOK = pathlib.Path(__file__).parent.parent / "book"
 ASKED = {"sampler-set-epoch", "no-distributed-sampler", "collective-on-some-ranks",
@@ -55,6 +57,29 @@ def test_each_check_links_a_section_of_the_book():
 def test_each_fix_is_python():
     for check in CHECKS:
         compile(check.fix, check.id, "exec", dont_inherit=True)
+
+
+def test_the_report_fits_the_books_column():
+    """Every check found once, with a long message, on a long path, with each fix the doctor
+    gives (the judges' own too): no line of the report wider than the page's 100 columns."""
+    fixes = [c.fix for c in CHECKS] + [getattr(judge_model, n) for n in dir(judge_model)
+                                       if n.startswith("FIX_")]
+    assert all(len(line) <= text.FIX_WIDTH for fix in fixes for line in fix.splitlines())
+    message = ("the DistributedSampler of the DataLoader made at train.py:21 gave the same order "
+               "in two epochs (epoch=0 both times; first indices 44, 17, 47, 35, 33, 63, ... in "
+               "both): set_epoch is never called, so every epoch repeats one shuffle")
+    verdicts = [Verdict(c.id, c.kind, "found", c.checks, [Finding(
+        c.id, c.kind, message, {}, "/tmp/a_training_script_of_some_length.py", 1234,
+        c.section, c.url, fix)]) for c, fix in zip(CHECKS * 2, fixes)]
+    diagnosis = Diagnosis("/tmp/a_training_script_of_some_length.py", 128, "nccl", "gloo",
+                          10_000, "stopped", verdicts, root="/tmp")
+    report = text.report(diagnosis)
+    assert all(check.url.removeprefix(text.BOOK) in report for check in CHECKS)
+    assert max(len(line) for line in report.splitlines()) <= 100, report
+    passed = [Verdict(c.id, c.kind, "passed", message) for c in CHECKS]
+    report = text.report(Diagnosis("/tmp/train_fixed.py", 2, "gloo", "gloo", 8, "stopped",
+                                   passed, root="/tmp"))
+    assert max(len(line) for line in report.splitlines()) <= 100, report
 
 
 def test_the_doctor_is_self_contained():

@@ -120,3 +120,15 @@ def median_step(ranks: list[list[dict]]) -> dict:
     up to its ``step``."""
     i = median_iteration(ranks)
     return slowest([r[i] for r in ranks])
+
+
+def table(runs: dict) -> str:
+    """Runs' steps side by side, in ms: a row per run (``runs``: its label -> the run, whose
+    ``median(phase)`` gives the seconds of its step and of each of ``PHASES``, as
+    :func:`median_step` gives them), a column per phase."""
+    columns = ("step", *PHASES)
+    width = max(len(label) for label in ("in ms", *runs))
+    lines = [f"{'in ms':<{width}}" + "".join(f"{c:>11}" for c in columns)]
+    lines += [f"{label:<{width}}" + "".join(f"{1e3 * run.median(c):11.1f}" for c in columns)
+              for label, run in runs.items()]
+    return "\n".join(lines)

@@ -60,12 +60,14 @@ class Check:
 
 FIX_SET_EPOCH = """\
 for epoch in range(num_epochs):
-    sampler.set_epoch(epoch)  # before iterating: a new order each epoch, the same on all ranks
+    # before iterating: a new order each epoch, the same on all ranks
+    sampler.set_epoch(epoch)
     for x, y in loader:
         ..."""
 FIX_SAMPLER = """\
-sampler = DistributedSampler(dataset)  # each rank gets len(dataset) / world_size samples
-loader = DataLoader(dataset, batch_size=batch_size, sampler=sampler)  # no shuffle=True here"""
+sampler = DistributedSampler(dataset)  # each rank: len(dataset) / world_size samples
+# the sampler shuffles: no shuffle=True here
+loader = DataLoader(dataset, batch_size=batch_size, sampler=sampler)"""
 FIX_EVERY_RANK = """\
 dist.all_reduce(loss_sum)  # every rank calls the collective
 if dist.get_rank() == 0:  # only the printing is rank 0's
@@ -91,15 +93,17 @@ accuracy = (sums[0] / sums[1]).item()
 FIX_NO_SYNC = """\
 for i, (x, y) in enumerate(micro_batches):
     last = i == len(micro_batches) - 1
-    with contextlib.nullcontext() if last else model.no_sync():  # all-reduce once, at the last
+    # all-reduce once, at the last
+    with contextlib.nullcontext() if last else model.no_sync():
         loss = loss_fn(model(x), y) / len(micro_batches)
         loss.backward()
 optimizer.step()"""
 FIX_DIVIDE = """\
-loss = loss_fn(model(x), y) / accumulation_steps  # the mean of the micro-batches' gradients
+# the mean of the micro-batches' gradients
+loss = loss_fn(model(x), y) / accumulation_steps
 loss.backward()"""
 FIX_REPLICAS = """\
-model = DDP(model, device_ids=[local_rank])  # every rank starts from rank 0's parameters
+model = DDP(model, device_ids=[local_rank])  # all ranks start from rank 0's parameters
 # and afterwards change them only through the optimizer, on every rank alike"""
 FIX_WRITES = """\
 if dist.get_rank() == 0:  # one writer: the other ranks' copy is the same
@@ -109,17 +113,19 @@ FIX_UNUSED = """\
 model = DDP(model, device_ids=[local_rank], find_unused_parameters=True)
 # or take the parameters that get no gradient out of the model"""
 FIX_UNEVEN = """\
-sampler = DistributedSampler(dataset, drop_last=True)  # the same number of batches on every rank
+sampler = DistributedSampler(dataset, drop_last=True)  # as many batches on every rank
 # or keep unequal shards and let DDP shadow the missing all-reduces:
 with model.join():
     for x, y in loader:
         ..."""
 FIX_LR = """\
-lr = base_lr * dist.get_world_size()  # linear scaling with the global batch (with a warmup)
-# or keep the global batch fixed: batch_size = global_batch_size // dist.get_world_size()"""
+# linear scaling with the global batch (with a warmup)
+lr = base_lr * dist.get_world_size()
+# or keep the global batch fixed:
+# batch_size = global_batch_size // dist.get_world_size()"""
 FIX_HANG = """\
-# every rank must call the same collectives in the same order: move the collective out of
-# any `if rank == ...` branch, and give every rank the same number of batches"""
+# every rank must call the same collectives in the same order: move the collective
+# out of any `if rank == ...` branch, and give every rank the same number of batches"""
 
 CHECKS = (
     Check("sampler-set-epoch", "error",

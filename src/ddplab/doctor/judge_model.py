@@ -7,8 +7,9 @@ from ddplab.doctor.findings import place
 from ddplab.doctor.judgement import Draft, found, not_applicable, number, passed, spot
 
 FIX_BUFFERS = """\
-model = DDP(model, device_ids=[local_rank])  # broadcast_buffers=True (the default): every
-# forward starts from rank 0's buffers; or share the statistics themselves:
+# broadcast_buffers=True (the default): every forward starts from rank 0's buffers
+model = DDP(model, device_ids=[local_rank])
+# or share the statistics themselves:
 model = DDP(nn.SyncBatchNorm.convert_sync_batchnorm(model), device_ids=[local_rank])"""
 FIX_COPY = """\
 model = DDP(model, device_ids=[local_rank])  # broadcasts rank 0's parameters

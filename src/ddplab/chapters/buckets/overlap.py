@@ -168,12 +168,10 @@ class Timeline(Result):
         return (f"{calls:2d} all-reduce{'s' if calls != 1 else ' '} per step, "
                 f"{min(during)} to {max(during)} of them started during backward")
 
-    def describe_phases(self) -> str:
-        """Ms of the run's step and its phases (see ``median``)."""
-        step, forward, backward, waiting, optimizer = (
-            1e3 * self.median(p) for p in ("step", "forward", "backward", "waiting", "optimizer"))
-        return (f"step {step:6.1f}, forward {forward:5.1f}, backward {backward:6.1f}, "
-                f"waiting {waiting:5.1f}, optimizer {optimizer:4.1f}")
+
+def describe_phases(timelines: dict[str, Timeline]) -> str:
+    """Ms of each run's step and its phases (see ``Timeline.median``), a row per run."""
+    return timed_step.table(timelines)
 
 
 def _phases(it: dict, mode: str) -> dict:

@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import textwrap
 import time
 
 import torch
@@ -162,7 +163,7 @@ class Recorded:
         return [r["allocated_mib"] / r["calculator_mib"] for r in self.rows]
 
     def describe(self) -> str:
-        lines = [f"{self.run}, {self.origin}",
+        lines = [*_wrapped(f"{self.run}, {self.origin}"),
                  f"{'bucket view':>12} {'adam':>18} {self.allocator + ' MiB':>10} "
                  f"{'calculator MiB':>15} {'ratio':>6}"]
         peaks = any(r["step_peak_bytes_per_param"] is not None for r in self.rows)
@@ -172,7 +173,12 @@ class Recorded:
             lines.append(f"{str(row['bucket_view']):>12} {row['adam']:>18} "
                          f"{row['allocated_mib']:10.2f} {row['calculator_mib']:15.2f} "
                          f"{ratio:6.3f}" + (f"  {peak:.2f}" if peak is not None else ""))
-        return "\n".join(lines + ([self.note] if self.note else []))
+        return "\n".join(lines + _wrapped(self.note))
+
+
+def _wrapped(text: str) -> list[str]:
+    """``text`` in lines that fit a page's column, the lines after the first indented."""
+    return textwrap.wrap(text, 78, subsequent_indent="  ", break_on_hyphens=False)
 
 
 def recorded(record: str | None = None) -> Recorded:

@@ -182,15 +182,16 @@ class Accumulation(Result):
         return data
 
     def describe(self) -> str:
-        how = "no_sync" if self.mistake is None else f"no_sync with a mistake: {self.mistake}"
+        mistake = [] if self.mistake is None else [f"  with a mistake: {self.mistake}"]
         return "\n".join([
             f"{self.micro_batches} micro-batches of {self.batch_size} samples on "
-            f"{self.world_size} ranks ({how}): global batch {self.global_batch_size}",
+            f"{self.world_size} ranks (no_sync): global batch {self.global_batch_size}",
+            *mistake,
             f"bucket all-reduces in the step: {self.allreduces} (each micro-batch "
             f"synchronised: {self.allreduces_without_no_sync})",
             f"DDP's gradient is {self.ratio_to_reference:.4f} times the one-process gradient "
-            f"of the global batch; largest difference from what the loss asked for: "
-            f"{self.max_diff:.1e}"])
+            f"of the global batch;",
+            f"  largest difference from what the loss asked for: {self.max_diff:.1e}"])
 
 
 def run(world_size: int = 2, batch_size: int = 8, micro_batches: int = 4, seed: int = 0,

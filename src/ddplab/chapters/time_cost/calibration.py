@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
+import textwrap
 
 from ddplab.chapters.time_cost import allreduce, cost_model, step_time
 from ddplab.common import mlp
@@ -103,19 +104,22 @@ class Calibration(Result):
         return all(1 / MARGIN <= self.ratio(w) <= MARGIN for w in self.measured_s)
 
     def describe(self) -> str:
-        per_sample = ", ".join(f"{1e3 * s:.2f} ms at {w}"
+        per_sample = ", ".join(f"{1e3 * s:.2f}\xa0ms\xa0at\xa0{w}"  # \xa0: kept on one line
                                for w, s in self.seconds_per_sample.items())
-        lines = [f"calibrated here ({self.rounds} rounds, medians): all-reduce alpha "
-                 f"{1e6 * self.alpha_s:.0f} us, B {self.bandwidth / 1e9:.2f} GB/s; memory copy "
-                 f"{self.copy_bandwidth / 1e9:.2f} GB/s; forward and backward per sample "
-                 f"{per_sample} rank(s)",
-                 f"{'ranks':>5} {'measured ms':>12} {'model ms':>9} {'measured/model':>15}  "
-                 f"model: compute + copy + exposed all-reduce + optimizer"]
+        lines = [textwrap.fill(
+                     f"calibrated here ({self.rounds} rounds, medians): all-reduce alpha "
+                     f"{1e6 * self.alpha_s:.0f} us, B {self.bandwidth / 1e9:.2f} GB/s; memory "
+                     f"copy {self.copy_bandwidth / 1e9:.2f} GB/s; forward and backward per "
+                     f"sample {per_sample} rank(s)", 78, subsequent_indent="  ")
+                 .replace("\xa0", " "),
+                 f"{'ranks':>5} {'measured ms':>12} {'measured/model':>15}  "
+                 f"model ms = compute + copy + exposed all-reduce + optimizer"]
         for w, measured in self.measured_s.items():
             p = self.predict(w)
-            lines.append(f"{w:>5} {1e3 * measured:12.1f} {1e3 * p.step_s:9.1f} "
-                         f"{self.ratio(w):15.2f}  {1e3 * p.compute_s:.1f} + {1e3 * p.copy_s:.1f} "
-                         f"+ {1e3 * p.exposed_s:.1f} + {1e3 * p.optimizer_s:.1f}")
+            lines.append(f"{w:>5} {1e3 * measured:12.1f} {self.ratio(w):15.2f}  "
+                         f"{1e3 * p.step_s:8.1f} = {1e3 * p.compute_s:.1f} + "
+                         f"{1e3 * p.copy_s:.1f} + {1e3 * p.exposed_s:.1f} + "
+                         f"{1e3 * p.optimizer_s:.1f}")
         lines.append(f"within a factor of {MARGIN:g} at every world size: {self.agrees}")
         return "\n".join(lines)
 

@@ -125,3 +125,14 @@ def scaling_curves(params: float, global_batch_size: int, batch_size: int,
                                                   accumulation=max(1, round(per_gpu / micro)),
                                                   **common).efficiency
     return out
+
+
+def describe_curves(curves: dict) -> str:
+    """:func:`scaling_curves`'s efficiencies, a row per curve and a column per GPU count ("-"
+    where a curve has no point: a global batch smaller than the GPU count)."""
+    gpus = sorted({n for curve in curves.values() for n in curve})
+    width = max(len(label) for label in ("model, efficiency at GPUs", *curves))
+    lines = [f"{'model, efficiency at GPUs':<{width}}" + "".join(f"{n:>6}" for n in gpus)]
+    lines += [f"{label:<{width}}" + "".join(f"{curve[n]:>6.0%}" if n in curve else f"{'-':>6}"
+                                            for n in gpus) for label, curve in curves.items()]
+    return "\n".join(lines)

@@ -61,6 +61,7 @@ import contextlib
 import copy
 import dataclasses
 import statistics
+import textwrap
 
 import torch.distributed as dist
 import torch.nn.functional as F
@@ -204,8 +205,9 @@ class Compression(Result):
                  f"relative error of the averaged gradient: {self.grad_rel_error:.2e}",
                  f"forward and backward: {self.forward_backward_ms:.1f} ms (median)"]
         if self.refused:
-            lines.append(f"DDP refused the hook itself ({self.refused}); it ran through a "
-                         f"wrapper")
+            lines.append(textwrap.fill(f"DDP refused the hook itself ({self.refused}); it ran "
+                                       f"through a wrapper", 78, subsequent_indent="  ",
+                                       break_on_hyphens=False))
         return "\n".join(lines)
 
 

@@ -43,8 +43,8 @@ class Overflow(Result):
     fp16_hook: float
 
     def describe(self) -> str:
-        return (f"gradient entry {self.value:,.0f} on each of {self.world_size} ranks; "
-                f"average without a hook: {self.exact:,.0f}; with fp16_compress_hook: "
+        return (f"gradient entry {self.value:,.0f} on each of {self.world_size} ranks;\n"
+                f"  average without a hook: {self.exact:,.0f}; with fp16_compress_hook: "
                 f"{self.fp16_hook}")
 
 

@@ -124,7 +124,7 @@ class StepTime(Result):
     def describe(self) -> str:
         phases = ", ".join(f"{p} {ms:.1f}" for p, ms in self.phases_ms().items())
         return (f"MLP of {self.params:,} parameters, {self.label}, {self.batch_size} samples "
-                f"per rank: step {self.step_ms:.1f} ms (median, slowest rank): {phases} ms")
+                f"per rank:\n  step {self.step_ms:.1f} ms (median, slowest rank)\n  {phases} ms")
 
 
 def run(world_size: int = 2, batch_size: int = 32, layers=LAYERS, bucket_cap_mb=None,
@@ -151,6 +151,11 @@ def describe_pair(pair: tuple[StepTime, StepTime]) -> str:
                       f"DDP added {ddp.step_ms - alone.step_ms:.1f} ms per step "
                       f"({ddp.step_ms / alone.step_ms:.2f}x), of which "
                       f"{ddp.waiting_ms:.1f} ms waiting for the all-reduce"])
+
+
+def describe_breakdown(runs: list[StepTime]) -> str:
+    """:func:`breakdown`'s runs (or any), a row each: the step and its phases in ms."""
+    return timed_step.table({run.label: run for run in runs})
 
 
 def _timed(world_size, batch_size, layers, bucket_cap_mb, modes, iterations, warmup, seed,

@@ -84,7 +84,8 @@ def given(value: float) -> Utilisation:
 def describe_record(record: str | None = None) -> str:
     """The record's MFU by model size, eager and compiled, and where it was measured."""
     rec = gpu_record.load(record)
-    lines = [f"model FLOPs utilisation, {rec.origin}:",
+    lines = [textwrap.fill(f"model FLOPs utilisation, {rec.origin}:", 78,
+                           subsequent_indent="  "),
              f"{'parameters':>14} {'batch':>6} {'eager':>7} {'compiled':>9}"]
     for params in sorted({r["params"] for r in rec.rows}):
         by_mode = {r["mode"]: r for r in rec.rows if r["params"] == params}

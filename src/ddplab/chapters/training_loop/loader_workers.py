@@ -23,6 +23,7 @@ import dataclasses
 import gc
 import multiprocessing
 import os
+import textwrap
 
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, get_worker_info
@@ -178,9 +179,9 @@ class Orders(Result):
         return all(o == self.orders[0] for o in self.orders)
 
     def describe(self) -> str:
-        return (f"{self.world_size} ranks, num_workers {self.num_workers}: each rank read the "
-                f"same samples in the same order, epoch by epoch, whatever num_workers: "
-                f"{self.same}")
+        return textwrap.fill(f"{self.world_size} ranks, num_workers {self.num_workers}: each "
+                             f"rank read the same samples in the same order, epoch by epoch, "
+                             f"whatever num_workers: {self.same}", 78, subsequent_indent="  ")
 
 
 def orders(world_size: int = 2, num_workers=(0, 1, 3), **params) -> Orders:

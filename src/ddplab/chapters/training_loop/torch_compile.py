@@ -37,6 +37,7 @@ its state-dict keys, and DDP's ``ddp.module.state_dict()`` around it, start with
 from __future__ import annotations
 
 import dataclasses
+import textwrap
 
 import torch
 import torch.nn.functional as F
@@ -136,12 +137,14 @@ class Compile(Result):
     def describe(self) -> str:
         wrap = "compile(DDP(m))" if self.outside else "DDP(compile(m))"
         kind = "nn.Sequential" if self.model_kind == "sequential" else "own nn.Module"
+        buckets = textwrap.fill(
+            f"DDP's buckets (MiB): {[round(b / 2**20, 2) for b in self.bucket_bytes]}", 78,
+            initial_indent="  ", subsequent_indent="    ")
         return (f"{wrap}, m: {kind}, bucket_cap_mb {self.bucket_cap_mb:g}, "
-                f"optimize_ddp={self.optimize_ddp}: "
-                f"{self.graphs} graph(s) compiled, {self.graph_breaks} graph break(s)\n"
-                f"  ddp.module.state_dict() keys like {self.saved_key!r}\n  DDP's buckets (MiB): "
-                f"{[round(b / 2**20, 2) for b in self.bucket_bytes]}; gradient off one "
-                f"process's by {self.max_diff_vs_one_process:.1e}")
+                f"optimize_ddp={self.optimize_ddp}:\n"
+                f"  {self.graphs} graph(s) compiled, {self.graph_breaks} graph break(s); "
+                f"gradient off one process's by {self.max_diff_vs_one_process:.1e}\n"
+                f"  ddp.module.state_dict() keys like {self.saved_key!r}\n{buckets}")
 
 
 def run(world_size: int = 2, bucket_cap_mb: float = 1.0, optimize_ddp: bool = True,
