@@ -106,7 +106,8 @@ def test_the_doctors_option_after_the_script_is_the_scripts_and_the_doctor_says_
     assert "error: unrecognized arguments: --world-size 4 --json" in done.stdout
     assert "the script exited with status 2" in done.stdout
     assert ("--world-size 4 --json went to the script: the doctor's options come before the "
-            "script (python -m ddplab doctor --world-size 4 --json args.py ...)") in done.stderr
+            "script (python -m ddplab doctor --world-size 4 --json args.py ...)") in \
+        " ".join(done.stderr.split())  # wrapped at 100 columns
 
 
 def test_under_torchrun(tmp_path):

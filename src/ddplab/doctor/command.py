@@ -85,9 +85,12 @@ def main(args) -> int:
     show(diagnosis, args)
     misplaced = misplaced_options(args.script_args)
     if diagnosis.exit_code() == 2 and misplaced:
-        print(f"python -m ddplab doctor: {' '.join(misplaced)} went to the script: the doctor's "
-              f"options come before the script (python -m ddplab doctor {' '.join(misplaced)} "
-              f"{args.script} ...)", file=sys.stderr)
+        from ddplab.doctor.text import wrapped
+
+        said = (f"python -m ddplab doctor: {' '.join(misplaced)} went to the script: the "
+                f"doctor's options come before the script (python -m ddplab doctor "
+                f"{' '.join(misplaced)} {args.script} ...)")
+        print("\n".join(wrapped(said)), file=sys.stderr)
     return diagnosis.exit_code()
 
 

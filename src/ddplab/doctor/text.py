@@ -35,7 +35,7 @@ def table(diagnosis) -> list[str]:
     rows = []
     for v in diagnosis.checks:
         status = {"found": f"found ({len(v.findings)})"}.get(v.status, v.status)
-        first, *rest = textwrap.wrap(v.why, WIDTH - width - 20) or [""]
+        first, *rest = textwrap.wrap(v.why, WIDTH - width - 20, break_on_hyphens=False) or [""]
         rows.append(f"  {v.id:<{width}}  {status:<14}  {first}")
         rows += [" " * (width + 20) + line for line in rest]
     return rows
