@@ -110,6 +110,16 @@ def test_the_doctors_option_after_the_script_is_the_scripts_and_the_doctor_says_
         " ".join(done.stderr.split())  # wrapped at 100 columns
 
 
+def test_a_reader_who_stops_reading_gets_no_traceback(tmp_path):
+    """`python -m ddplab doctor train.py | head`: the pipe is closed before the report."""
+    (tmp_path / "single.py").write_text("print('hello')\n")
+    done = subprocess.Popen([sys.executable, "-m", "ddplab", "doctor", "single.py"],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    done.stdout.close()
+    stderr = done.communicate(timeout=120)[1].decode()
+    assert done.returncode == 1 and "Traceback" not in stderr, stderr
+
+
 def test_under_torchrun(tmp_path):
     """Every process torchrun starts runs the script; rank 0 judges and writes the page."""
     torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
