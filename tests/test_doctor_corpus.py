@@ -54,6 +54,7 @@ EXPECTED = {
     "plain_find_unused_true.py": ([], set(), {"find-unused-parameters"}, {}),
     "plain_uneven.py": ([], {"uneven-inputs"}, set(), {}),
     "plain_crash.py": ([], set(), set(), {}),
+    "blog_fixed_rank.py": ([], {"duplicate-rank"}, set(), {}),
 }
 
 
@@ -124,6 +125,18 @@ def test_clean_script_checked_everything(diagnoses):
     for check in ("sampler-set-epoch", "no-distributed-sampler", "replicas-diverge",
                   "metric-mean-of-means", "every-rank-writes", "lr-not-scaled"):
         assert statuses[check] == "passed", check
+
+
+def test_a_rank_written_into_the_script_is_named_at_once(diagnoses):
+    """Every process passes rank=0: the group could never form (each would wait for rank 1
+    until its store's timeout, the doctor's 60 s plus 30); the second claim of rank 0 ends the
+    run at once, at the script's init_process_group line."""
+    diagnosis = diagnoses["by_script"]["blog_fixed_rank.py"]
+    f = finding(diagnosis, "duplicate-rank")
+    source = (CORPUS / "blog_fixed_rank.py").read_text().splitlines()
+    assert "dist.init_process_group(backend, rank=rank" in source[f.line - 1]
+    assert f.evidence["rank"] == 0 and diagnosis.steps_run == 0
+    assert diagnosis.outcome == "crashed" and diagnosis.seconds < 60
 
 
 def test_set_epoch_same_order_both_epochs(diagnoses):

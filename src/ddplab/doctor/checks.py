@@ -14,11 +14,13 @@ from ddplab.doctor import (
     judge_collectives,
     judge_data,
     judge_files,
+    judge_group,
     judge_metric,
     judge_model,
     judge_optimizer,
 )
 from ddplab.doctor.findings import BOOK, Finding, Verdict
+from ddplab.doctor.watch_group import DUPLICATE_RANK
 
 SECTIONS = {  # label -> (page, the heading's anchor on GitHub); tests/test_doctor_checks.py
     "sharding-shuffling": ("sharding.md", "shuffling-one-permutation-per-epoch-split-across-"
@@ -38,6 +40,7 @@ SECTIONS = {  # label -> (page, the heading's anchor on GitHub); tests/test_doct
     "hangs-uneven": ("hangs.md", "uneven-inputs-one-rank-has-one-more-batch"),
     "lr-scaling-rules": ("lr_scaling.md", "grow-the-global-batch-the-rules"),
     "hangs": ("hangs.md", "hangs-and-silent-differences"),
+    "running-torchrun": ("running.md", "under-torchrun-on-your-own-cluster"),
 }
 
 
@@ -127,7 +130,15 @@ FIX_HANG = """\
 # every rank must call the same collectives in the same order: move the collective
 # out of any `if rank == ...` branch, and give every rank the same number of batches"""
 
+FIX_RANK = """\
+dist.init_process_group("nccl")  # RANK and WORLD_SIZE: torchrun's, one rank per process
+local_rank = int(os.environ["LOCAL_RANK"])  # this process's GPU on its node"""
+
 CHECKS = (
+    Check("duplicate-rank", "error",
+          "each process passes init_process_group a rank of its own",
+          "running-torchrun", FIX_RANK, judge_group.duplicate_rank,
+          explains_crash=(DUPLICATE_RANK,)),
     Check("sampler-set-epoch", "error",
           "a shuffling DistributedSampler gives a new order in each training epoch",
           "sharding-shuffling", FIX_SET_EPOCH, judge_data.sampler_set_epoch),

@@ -9,6 +9,9 @@
   doctors, and its rank 0 would listen on every interface);
 * the group's timeout is the doctor's plus 30 s, so that the doctor names a hang before gloo
   gives up on it;
+* each process claims its rank in the doctor's store first: a second claim of the same rank (a
+  rank written into the script, the same in every process) fails at once, where the group
+  would wait for the missing rank until its store's timeout (``duplicate-rank``);
 * this process learns its rank, and its watchdog starts.
 
 ``destroy_process_group`` is deferred to the process's end: a rank that tears its group down
@@ -33,6 +36,7 @@ TORCHRUN_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "G
                       "MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_USE_AGENT_STORE")
 STDLIB_ENV = ("os.py", "_collections_abc.py")
 GROUPS: dict[int, dict] = {}  # id(ProcessGroup) -> {"ranks", "requested"}
+DUPLICATE_RANK = "ddplab doctor: a second process passed init_process_group"
 
 
 def used_backend(requested):
@@ -99,7 +103,11 @@ def install() -> None:
                     init_method or "").startswith("file://"):
                 rank, world_size = _rank_and_size(init_method, rank, world_size)
                 doctor = Store.connect()
-                store = dist.PrefixStore(f"group{rec.count('init')}/", doctor.tcp)
+                group = f"group{rec.count('init')}/"
+                if doctor.tcp.add(f"claims/{group}{rank}", 1) > 1:
+                    raise RuntimeError(f"{DUPLICATE_RANK} rank={rank} (world_size={world_size})"
+                                       ": each process needs a rank of its own")
+                store = dist.PrefixStore(group, doctor.tcp)
                 init_method = None
             wait = datetime.timedelta(seconds=rec.timeout + 30)
             with rec.blocking("init_process_group", line=spot[1] if spot else None):
