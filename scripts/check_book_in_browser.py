@@ -465,10 +465,19 @@ def main() -> None:
     html, shots = Path(args.html).resolve(), Path(args.screenshots)
     shots.mkdir(parents=True, exist_ok=True)
     checks = Checks()
-    if args.labs_only:
+    if not args.labs_only:
+        check_book(checks, html, Path(args.report).resolve(), shots)
+    if not args.no_lab:
+        others = [] if args.one_lab else sorted((ROOT / "labs").glob("*.ipynb"))
         with sync_playwright() as p:
-            check_labs(p, checks, args.lab, [] if args.one_lab else all_labs(), shots)
-        finish(checks, shots)
+            check_labs(p, checks, args.lab, [str(lab) for lab in others], shots)
+    print(f"screenshots in {shots}")
+    print(f"{checks.passed} passed, {len(checks.failed)} failed")
+    sys.exit(1 if checks.failed else 0)
+
+
+def check_book(checks: Checks, html: Path, report: Path, shots: Path) -> None:
+    """Every page of the built book at both widths, its search, and the report's page."""
     pages = sorted(str(f.relative_to(html)) for f in html.rglob("*.html")
                    if not f.relative_to(html).parts[0].startswith("_"))
     if not pages:
@@ -497,27 +506,13 @@ def main() -> None:
             except Exception as exc:
                 checks.check(False, f"search: {type(exc).__name__}: {exc}")
             page.close()
-            report = Path(args.report).resolve()
             if report.is_file():
                 check_report(chromium, checks, report, shots)
             else:
                 print(f"no report at {report}: not checked (make report writes it)")
             chromium.close()
-            if not args.no_lab:
-                check_labs(p, checks, args.lab, [] if args.one_lab else all_labs(), shots)
     finally:
         server.shutdown()
-    finish(checks, shots)
-
-
-def all_labs() -> list[str]:
-    return [str(lab) for lab in sorted((ROOT / "labs").glob("*.ipynb"))]
-
-
-def finish(checks: Checks, shots: Path) -> None:
-    print(f"screenshots in {shots}")
-    print(f"{checks.passed} passed, {len(checks.failed)} failed")
-    sys.exit(1 if checks.failed else 0)
 
 
 if __name__ == "__main__":
