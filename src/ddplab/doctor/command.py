@@ -19,8 +19,6 @@ import json
 import sys
 
 HELP = "run your training script on instrumented ranks and name its DDP mistakes"
-VALUED = ("--world-size", "--steps", "--batches", "--timeout", "--out")  # add_arguments' options
-FLAGS = ("--json",)
 
 
 def add_command(commands) -> None:
@@ -95,14 +93,15 @@ def main(args) -> int:
 
 
 def misplaced_options(script_args) -> list[str]:
-    """The doctor's own options among the script's arguments, as given."""
+    """The doctor's own options among the script's arguments, as given (read from its parser:
+    option -> whether it takes a value)."""
+    takes_value = {name: action.nargs != 0 for action in parser()._actions
+                   if action.dest != "help" for name in action.option_strings}
     found = []
     for i, arg in enumerate(script_args):
         name = arg.split("=", 1)[0]
-        if name in FLAGS or name in VALUED and "=" in arg:
-            found.append(arg)
-        elif name in VALUED:
-            found += script_args[i:i + 2]
+        if name in takes_value:
+            found += script_args[i:i + 2] if takes_value[name] and "=" not in arg else [arg]
     return found
 
 
