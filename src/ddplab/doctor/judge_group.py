@@ -1,4 +1,10 @@
-"""``duplicate-rank``: two processes passed the same rank to ``init_process_group``."""
+"""``duplicate-rank``: two processes passed the same rank to ``init_process_group``.
+
+With no rank given, ``env://`` reads ``RANK`` and ``WORLD_SIZE`` from the environment
+(``_env_rendezvous_handler``, torch/distributed/rendezvous.py:269 and :274 in torch 2.13), one
+per process under torchrun. With ``rank=0`` in every process, run without the doctor's claim
+(a blog post's script, 2 processes, gloo): each process's group waited for rank 1 and raised
+``DistStoreError: wait timeout after 40000ms, keys: /group0//0//cpu//0/1``."""
 
 from __future__ import annotations
 
