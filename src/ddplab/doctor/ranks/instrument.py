@@ -21,7 +21,7 @@ from ddplab.doctor.ranks.watch import steps as watch_steps
 READER_DIR = "DDPLAB_DOCTOR_READER_DIR"
 WATCHERS = (watch_group, watch_collectives, watch_data, watch_model, watch_steps, watch_amp,
             watch_files)
-_HERE = os.path.dirname(os.path.abspath(__file__))
+_HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the doctor's package
 
 
 def install(reader_dir: str) -> None:
