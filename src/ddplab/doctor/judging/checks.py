@@ -18,7 +18,6 @@ from ddplab.doctor.judging.judges import group as judge_group
 from ddplab.doctor.judging.judges import metric as judge_metric
 from ddplab.doctor.judging.judges import model as judge_model
 from ddplab.doctor.judging.judges import optimizer as judge_optimizer
-from ddplab.doctor.ranks.watch.group import DUPLICATE_RANK
 
 SECTIONS = {  # label -> (page, the heading's anchor on GitHub); tests/test_doctor_checks.py
     "sharding-shuffling": ("sharding.md", "shuffling-one-permutation-per-epoch-split-across-"
@@ -136,7 +135,7 @@ CHECKS = (
     Check("duplicate-rank", "error",
           "each process passes init_process_group a rank of its own",
           "running-torchrun", FIX_RANK, judge_group.duplicate_rank,
-          explains_crash=(DUPLICATE_RANK,)),
+          explains_crash=("",)),
     Check("sampler-set-epoch", "error",
           "a shuffling DistributedSampler gives a new order in each training epoch",
           "sharding-shuffling", FIX_SET_EPOCH, judge_data.sampler_set_epoch),

@@ -43,8 +43,13 @@ def ranks_text(ranks) -> str:
     return f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks))
 
 
-def spot(record: dict) -> tuple:
-    return record.get("file"), record.get("line")
+def spot(record) -> tuple:
+    """(file, line) of a record, of a backward inside a step (a dict), or (None, None)."""
+    if record is None:
+        return None, None
+    if isinstance(record, dict):
+        return record.get("file"), record.get("line")
+    return record.file, record.line
 
 
 def number(value: float) -> str:

@@ -13,6 +13,7 @@ import dataclasses
 import os
 import tempfile
 
+import ddplab.doctor.records as records
 from ddplab.doctor.judging import checks
 from ddplab.doctor.judging.evidence import Evidence
 from ddplab.doctor.judging.findings import Diagnosis, shown_from
@@ -77,7 +78,7 @@ def _needs_probe(evidence) -> bool:
     """A one-rank run, stopped at its first step, tells whether batch and LR follow the world
     size; needed only when the script read the world size before its first step."""
     return bool(evidence.run.mode == "ranks" and (evidence.world_size or 0) > 1
-                and evidence.all("world_size_read") and evidence.steps_run() > 0
+                and evidence.all(records.WorldSizeRead) and evidence.steps_run() > 0
                 and not evidence.hung() and evidence.crashed() is None)
 
 

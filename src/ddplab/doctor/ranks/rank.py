@@ -15,6 +15,7 @@ import json
 import os
 import sys
 
+import ddplab.doctor.records as records
 from ddplab.doctor.ranks import children
 from ddplab.doctor.ranks import recorder as _recorder
 from ddplab.doctor.ranks.instrument import run_script
@@ -50,7 +51,8 @@ def main() -> None:
         rec.publish(outcome, **about)
         rec.wait_for_release()
     elif store.get("mode") == "ranks":  # a rank that failed before it joined the group
-        store.put(f"done/{rank}", dict(about, outcome=outcome, steps=0, pid=os.getpid()))
+        store.put(f"done/{rank}", dict(about, outcome=outcome, steps=0, pid=os.getpid(),
+                                       records=records.dump(rec.records)))
     else:  # the launcher of spawned ranks, or a script that never joined a group
         store.put("launcher", dict(about, outcome=outcome))
     sys.stdout.flush()

@@ -3,6 +3,7 @@ no other check explains, with where every rank is)."""
 
 from __future__ import annotations
 
+import ddplab.doctor.records as records
 from ddplab.doctor.judging.findings import place
 from ddplab.doctor.judging.judgement import Draft, found, not_applicable, passed, ranks_text, spot
 
@@ -11,9 +12,9 @@ def _sequences(evidence) -> dict:
     """group -> rank -> [collective, ...] in order (point-to-point left out: one-sided)."""
     groups = {}
     for rank in evidence.ranks:
-        for c in evidence.records("collective", rank):
-            if not c["p2p"]:
-                groups.setdefault(c["group"], {}).setdefault(rank, []).append(c)
+        for c in evidence.records(records.Collective, rank):
+            if not c.p2p:
+                groups.setdefault(c.group, {}).setdefault(rank, []).append(c)
     return groups
 
 
@@ -36,14 +37,14 @@ def collective_on_some_ranks(evidence, so_far):
         longest = max(len(c) for c in calls.values())
         for i in range(longest):
             at = {r: c[i] if i < len(c) else None for r, c in calls.items()}
-            ops = {r: (c["op"] if c else None) for r, c in at.items()}
+            ops = {r: (c.op if c else None) for r, c in at.items()}
             if len(set(ops.values())) == 1:
                 continue
             issued = {r for r, c in at.items() if c is not None}
             first = at[min(issued)]
             counts = ", ".join(f"rank {r}: {len(c)}" for r, c in sorted(calls.items()))
             if None in ops.values():
-                text = (f"{first['op']} at {place(*spot(first))} runs on "
+                text = (f"{first.op} at {place(*spot(first))} runs on "
                         f"{ranks_text(issued)} only (collective #{i + 1} of "
                         f"{'the default group' if group == 'world' else 'group ' + group}; "
                         f"collectives called: {counts}): the other ranks never join it, so "
@@ -51,11 +52,11 @@ def collective_on_some_ranks(evidence, so_far):
                         f"or pair{'s' * (len(issued) == 1)} it with a different collective")
             else:
                 text = (f"collective #{i + 1} of the group is "
-                        + "; ".join(f"{c['op']} at {place(*spot(c))} on rank {r}"
+                        + "; ".join(f"{c.op} at {place(*spot(c))} on rank {r}"
                                     for r, c in sorted(at.items()))
                         + ": the ranks call different collectives at the same point")
             drafts.append(Draft(text, {"group": group, "index": i + 1, "calls": {
-                r: (c and {"op": c["op"], "line": c["line"]}) for r, c in at.items()},
+                r: (c and {"op": c.op, "line": c.line}) for r, c in at.items()},
                 "counts": {r: len(c) for r, c in calls.items()}}, *spot(first)))
             break
     if drafts:
@@ -67,32 +68,32 @@ def collective_on_some_ranks(evidence, so_far):
 
 def cpu_tensor_nccl(evidence, so_far):
     """Under a group that asked for NCCL, a collective's tensor or DDP's model on the CPU."""
-    requested = {g["requested"] for g in evidence.records("group") if g["kind"] == "init"}
-    nccl = [c for c in evidence.records("collective") if c["nccl"]]
-    models = [d for d in evidence.records("ddp") if d["nccl"]]
+    requested = {g.requested for g in evidence.records(records.GroupInit)}
+    nccl = [c for c in evidence.records(records.Collective) if c.nccl]
+    models = [d for d in evidence.records(records.Ddp) if d.nccl]
     if not nccl and not models:
         asked = ", ".join(map(str, requested)) or "no backend"
         return not_applicable(f"the script asked for {asked}, not NCCL")
     drafts, seen = [], set()
     for d in models:
-        if "cpu" in d["devices"]:
+        if "cpu" in d.devices:
             drafts.append(Draft(
                 f"DDP at {place(*spot(d))} wraps a model whose parameters are on the CPU, "
                 f"in a group that asked for NCCL: NCCL takes CUDA tensors only, and DDP's "
                 "first broadcast of the parameters fails there"
                 + ("" if evidence.used_backend() == "nccl" else
                    f" (this run used {evidence.used_backend()}: no GPU here)"),
-                {"devices": d["devices"], "requested": d["requested"]}, *spot(d)))
+                {"devices": d.devices, "requested": d.requested}, *spot(d)))
     for c in nccl:
-        if "cpu" in c["devices"] and (c["file"], c["line"]) not in seen:
-            seen.add((c["file"], c["line"]))
+        if "cpu" in c.devices and (c.file, c.line) not in seen:
+            seen.add((c.file, c.line))
             drafts.append(Draft(
-                f"{c['op']} at {place(*spot(c))} gets a CPU tensor in a group that asked for "
+                f"{c.op} at {place(*spot(c))} gets a CPU tensor in a group that asked for "
                 "NCCL: there it raises \"No backend type associated with device type cpu\""
                 + ("" if evidence.used_backend() == "nccl" else
                    f" (this run used {evidence.used_backend()}: no GPU here)"),
-                {"op": c["op"], "devices": c["devices"], "dtype": c["dtype"],
-                 "requested": c["requested"]}, *spot(c)))
+                {"op": c.op, "devices": c.devices, "dtype": c.dtype,
+                 "requested": c.requested}, *spot(c)))
     if drafts:
         return found(*drafts)
     return passed(f"{len(nccl)} collectives under NCCL, every tensor on the GPU")
