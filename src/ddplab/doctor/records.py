@@ -18,7 +18,24 @@ This module imports nothing of ddplab: rank-side code and judging both stand on 
 from __future__ import annotations
 
 import dataclasses
+import enum
 from typing import ClassVar
+
+
+class Mode(enum.StrEnum):
+    """What the script turned out to be, as rank 0's process says it (the store's ``mode``)."""
+
+    RANKS = "ranks"  # it joins a group itself, as torchrun's ranks do: every process runs it
+    SPAWN = "spawn"  # it starts its own rank processes: rank 0's process is their launcher
+    NONE = "none"  # it neither joined a group nor started ranks
+
+
+class Outcome(enum.StrEnum):
+    """How the script ended in one process."""
+
+    FINISHED = "finished"  # it ran to its end
+    STOPPED = "stopped"  # the doctor stopped it (the K-th optimizer step, a third epoch)
+    CRASHED = "crashed"  # an exception, or a non-zero exit status
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -69,11 +69,11 @@ class Evidence:
         """The first rank (lowest) that failed on its own, with its traceback."""
         for rank in sorted(self.run.outcomes):
             done = self.run.outcomes[rank]
-            if done["outcome"] == "crashed":
+            if done["outcome"] == records.Outcome.CRASHED:
                 return {"rank": rank, "error": done.get("error"),
                         "traceback": done.get("traceback")}
         launcher = self.run.launcher
-        if launcher and launcher["outcome"] == "crashed":
+        if launcher and launcher["outcome"] == records.Outcome.CRASHED:
             return {"rank": None, "error": launcher.get("error"),
                     "traceback": launcher.get("traceback")}
         return None

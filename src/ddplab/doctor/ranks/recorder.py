@@ -101,8 +101,8 @@ class Recorder:
         return {"rank": self.rank, "world_size": self.world_size, "steps": self.steps,
                 "host": socket.gethostname(), "records": records.dump(self.records)}
 
-    def publish(self, outcome: str, **about) -> None:
-        """Evidence and outcome to the store, once (``finished``, ``stopped``, ``crashed``)."""
+    def publish(self, outcome: records.Outcome, **about) -> None:
+        """Evidence and outcome to the store, once."""
         if self.store is None or self.published:
             return
         self.published = True

@@ -9,17 +9,17 @@ per process under torchrun. With ``rank=0`` in every process, run without the do
 from __future__ import annotations
 
 import ddplab.doctor.records as records
-from ddplab.doctor.judging.judgement import Draft, found, not_applicable, passed
+from ddplab.doctor.judging.judgement import Problem, found, not_applicable, passed
 
 
-def duplicate_rank(evidence, so_far):
+def duplicate_rank(evidence, earlier):
     claims = evidence.recorded_before_group(records.DuplicateRank)
     if not claims:
         if evidence.used_backend() is None:
             return not_applicable("no process group was formed")
         return passed("every process joined the group with a rank of its own")
     claim = claims[0].record
-    return found(Draft(
+    return found(Problem(
         f"two processes passed rank={claim.rank} to init_process_group: a rank "
         "written into the script is the same in every process, so no process takes the other "
         "ranks and the group never forms (each process waits for them until its store's "

@@ -12,7 +12,14 @@ from __future__ import annotations
 
 import ddplab.doctor.records as records
 from ddplab.doctor.judging.findings import place
-from ddplab.doctor.judging.judgement import Draft, found, not_applicable, number, passed, spot
+from ddplab.doctor.judging.judgement import (
+    Problem,
+    file_line,
+    found,
+    not_applicable,
+    number,
+    passed,
+)
 
 REDUCTIONS = ("all_reduce", "reduce")
 
@@ -21,7 +28,7 @@ def _padded(evidence) -> list:
     evaluation = {(p.loader, p.number): p for p in evidence.records(records.Pass)
                   if not p.training and p.exhausted}  # not a peek at one batch
     later = [c for c in evidence.records(records.Collective) if not c.p2p]
-    drafts = []
+    problems = []
     for order in evidence.records(records.SamplerOrder):
         key = (order.loader, order.pass_number)
         size, replicas = order.dataset_len, order.num_replicas
@@ -31,16 +38,16 @@ def _padded(evidence) -> list:
         extra = order.total_size - size
         loader = evidence.loader(order.loader)
         reduced = next(c for c in later if c.t > order.t)
-        drafts.append(Draft(
+        problems.append(Problem(
             f"the evaluation DistributedSampler of the DataLoader made at "
-            f"{place(*spot(loader))} splits {size} samples over {replicas} ranks and pads "
+            f"{place(*file_line(loader))} splits {size} samples over {replicas} ranks and pads "
             f"them to {order.total_size}: {extra} sample{'s are' if extra > 1 else ' is'} "
-            f"evaluated twice, and the {reduced.op} at {place(*spot(reduced))} counts "
+            f"evaluated twice, and the {reduced.op} at {place(*file_line(reduced))} counts "
             f"{'them' if extra > 1 else 'it'} twice in the metric",
             {"dataset_len": size, "num_replicas": replicas, "padded_to": order.total_size,
-             "repeated": extra}, *spot(evaluation[key])))
+             "repeated": extra}, *file_line(evaluation[key])))
         break
-    return drafts
+    return problems
 
 
 def _mean_of_means(evidence) -> list:
@@ -48,7 +55,7 @@ def _mean_of_means(evidence) -> list:
                     if c.op in REDUCTIONS and not c.p2p] for r in evidence.ranks}
     if not per_rank or len({len(v) for v in per_rank.values()}) != 1:
         return []
-    drafts = []
+    problems = []
     for i, c in enumerate(per_rank[evidence.ranks[0]]):
         at = {r: calls[i] for r, calls in per_rank.items()}
         counts = {r: a.eval_samples for r, a in at.items()}
@@ -66,25 +73,25 @@ def _mean_of_means(evidence) -> list:
         total = sum(counts.values())
         weighted = sum(values[r] * counts[r] for r in counts) / total
         plain = sum(values.values()) / len(values)
-        drafts.append(Draft(
-            f"{c.op}({c.reduce}) at {place(*spot(c))} combines one mean per rank ("
+        problems.append(Problem(
+            f"{c.op}({c.reduce}) at {place(*file_line(c))} combines one mean per rank ("
             + ", ".join(f"rank {r}: {number(values[r])} over {counts[r]} samples"
                         for r in sorted(counts))
             + f"): the mean of the ranks' means is {number(plain)}, the mean over all "
               f"{total} samples {number(weighted)}: ranks with fewer samples weigh more",
             {"values": values, "samples": counts, "mean_of_means": plain,
-             "sample_mean": weighted}, *spot(c)))
+             "sample_mean": weighted}, *file_line(c)))
         break
-    return drafts
+    return problems
 
 
-def metric_mean_of_means(evidence, so_far):
+def metric_mean_of_means(evidence, earlier):
     evaluated = [p for p in evidence.records(records.Pass) if not p.training and p.exhausted]
     if not evaluated:
         return not_applicable("no evaluation pass over a DataLoader (a whole pass without "
                               "backward)")
-    drafts = _padded(evidence) + _mean_of_means(evidence)
-    if drafts:
-        return found(*drafts)
+    problems = _padded(evidence) + _mean_of_means(evidence)
+    if problems:
+        return found(*problems)
     return passed("no padded evaluation shard is reduced, and no per-rank mean over unequal "
                   "shards is averaged")

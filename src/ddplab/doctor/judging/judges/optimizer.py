@@ -6,10 +6,17 @@ import math
 
 import ddplab.doctor.records as records
 from ddplab.doctor.judging.findings import place
-from ddplab.doctor.judging.judgement import Draft, found, not_applicable, number, passed, spot
+from ddplab.doctor.judging.judgement import (
+    Problem,
+    file_line,
+    found,
+    not_applicable,
+    number,
+    passed,
+)
 
 
-def clip_before_unscale(evidence, so_far):
+def clip_before_unscale(evidence, earlier):
     clips = evidence.records(records.Clip)
     if not clips:
         return not_applicable("no clip_grad_norm_ / clip_grad_value_ call")
@@ -25,11 +32,11 @@ def clip_before_unscale(evidence, so_far):
                f"{number(true)} times the scale {number(c.scale)}, so clipping to "
                f"{number(c.limit)} shrinks the gradients {number(c.norm / c.limit)}x "
                f"where they needed {needed}" if true else "")
-    return found(Draft(
-        f"{c.how} at {place(*spot(c))} clips gradients that the GradScaler has scaled and "
+    return found(Problem(
+        f"{c.how} at {place(*file_line(c))} clips gradients that the GradScaler has scaled and "
         f"not yet unscaled (no scaler.unscale_(optimizer) before it){numbers}",
         {"measured_norm": c.norm, "scale": c.scale, "true_norm": true,
-         "max_norm": c.limit}, *spot(c)))
+         "max_norm": c.limit}, *file_line(c)))
 
 
 def _lrs(values) -> str:
@@ -45,11 +52,11 @@ def _global_batch(step: records.Step) -> int | None:
     return sum(sizes) if sizes and len(sizes) == step.micro_count else None
 
 
-def lr_not_scaled(evidence, so_far):
+def lr_not_scaled(evidence, earlier):
     size = evidence.world_size or 0
     if size < 2:
         return not_applicable("one rank")
-    if evidence.run.mode == "spawn":
+    if evidence.run.mode == records.Mode.SPAWN:
         return not_applicable("the script starts its own ranks (mp.spawn) and chooses its world "
                               "size itself: there is no one-rank run to compare")
     step = _first_step(evidence.records(records.Step))
@@ -65,7 +72,7 @@ def lr_not_scaled(evidence, so_far):
     else:
         r = reads[0].record
         return not_applicable(f"the script reads the world size ({r.how} at "
-                              f"{place(*spot(r))}) before its first step, and no one-rank "
+                              f"{place(*file_line(r))}) before its first step, and no one-rank "
                               "run was made to compare")
     grown = per_rank * size
     if grown <= alone:
@@ -77,7 +84,7 @@ def lr_not_scaled(evidence, so_far):
     ratio = grown / alone
     optimizer = next((o for o in evidence.records(records.Optimizer)
                       if o.index == step.optimizer), step)
-    return found(Draft(
+    return found(Problem(
         f"the global batch grows with the world size ({alone} samples per step on one rank, "
         f"{grown} on {size}) and the LR does not ({number(lr)} on both): linear scaling would "
         f"give {number(lr * ratio)}, square-root scaling {number(lr * math.sqrt(ratio))}"
@@ -85,4 +92,4 @@ def lr_not_scaled(evidence, so_far):
            if "Adam" in (step.optimizer_type or "") else ""),
         {"global_batch_one_rank": alone, "global_batch": grown, "lr": step.lr,
          "world_size": size, "optimizer": step.optimizer_type},
-        *spot(optimizer)))
+        *file_line(optimizer)))

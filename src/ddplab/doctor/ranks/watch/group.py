@@ -31,7 +31,7 @@ from ddplab.doctor.ranks import patching, where
 from ddplab.doctor.ranks import recorder as _recorder
 
 LOCAL = "DDPLAB_DOCTOR_LOCAL"  # "1": the doctor started these processes (not torchrun)
-GATE = "DDPLAB_DOCTOR_GATE"  # "1" in rank 0's own process: it says which kind of script this is
+MODE_UNSAID = "DDPLAB_DOCTOR_MODE_UNSAID"  # "1" in rank 0's process until it says the mode
 TORCHRUN_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
                       "ROLE_RANK", "ROLE_WORLD_SIZE", "GROUP_WORLD_SIZE", "MASTER_ADDR",
                       "MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_USE_AGENT_STORE")
@@ -60,11 +60,10 @@ def nccl_rules(requested) -> bool:
     return "nccl" in text and "cpu:" not in text
 
 
-def say_mode(mode: str) -> None:
-    """Rank 0's process tells the others what the script is, once: ``ranks`` (it joins a group
-    itself, as under torchrun) or ``spawn`` (it starts its own rank processes)."""
-    if os.environ.get(GATE) == "1":
-        os.environ[GATE] = "0"
+def say_mode(mode: records.Mode) -> None:
+    """Rank 0's process tells the others what the script is, once."""
+    if os.environ.get(MODE_UNSAID) == "1":
+        os.environ[MODE_UNSAID] = "0"
         from ddplab.doctor.store import Store
 
         Store.connect().put("mode", mode)
@@ -99,7 +98,7 @@ def install() -> None:
                                device_id=None, **more):
             rec = _recorder.RECORDER
             spot = where.line()
-            say_mode("ranks")
+            say_mode(records.Mode.RANKS)
             if dist.is_initialized() and rec.counters.get("deferred-destroy"):
                 patching.original(dist, "destroy_process_group")()  # a real re-init
             from ddplab.doctor.store import Store
