@@ -11,13 +11,16 @@ import ddplab.doctor.records as records
 from ddplab.doctor.ranks.recorder import Recorder
 
 
-def example(kind: type[records.Record]) -> records.Record:
+def example(kind: type, start: int = 0):
     """A record of ``kind`` whose every field holds a value of its own (no two alike), so that
-    a field dropped or swapped on the way shows."""
+    a field dropped or swapped on the way shows; a field of parts holds two of them."""
     values = {}
-    for i, field in enumerate(dataclasses.fields(kind)):
+    parts = getattr(kind, "PARTS", {})
+    for i, field in enumerate(dataclasses.fields(kind), start):
         text = str(field.type)
-        if text.startswith("bool"):
+        if field.name in parts:
+            values[field.name] = [example(parts[field.name], 10 * i + n) for n in (1, 2)]
+        elif text.startswith("bool"):
             values[field.name] = i % 2 == 0
         elif text.startswith("int"):
             values[field.name] = 100 + i
@@ -59,6 +62,17 @@ def test_a_field_or_kind_the_doctor_does_not_know_is_refused_when_read_back():
         records.from_json("write", dict(fields, pth="x"))
     with pytest.raises(ValueError, match="no record kind 'writes'; the kinds are .*write"):
         records.from_json("writes", fields)
+
+
+def test_a_step_comes_back_with_its_micro_steps_and_backwards_as_their_types():
+    step = example(records.Step)
+    back = records.from_json("step", json.loads(json.dumps(records.to_json(step))))
+    assert isinstance(back.micro[0], records.MicroStep) and back.micro == step.micro
+    assert isinstance(back.backwards[1], records.Backward) and back.backwards == step.backwards
+    fields = records.to_json(step)
+    fields["micro"][0]["synced"] = True
+    with pytest.raises(ValueError, match="MicroStep has no field synced"):
+        records.from_json("step", fields)
 
 
 def test_a_record_is_frozen():

@@ -41,9 +41,11 @@ class Outcome(enum.StrEnum):
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Record:
     """Stamped by the recorder: ``step`` is the number of optimizer steps this process had
-    taken when it saw the call, ``t`` the order of everything this process saw (0, 1, ...)."""
+    taken when it saw the call, ``t`` the order of everything this process saw (0, 1, ...).
+    ``PARTS`` names the fields that hold a list of smaller frozen records, and their type."""
 
     KIND: ClassVar[str] = ""
+    PARTS: ClassVar[dict] = {}
     step: int = 0
     t: int = 0
 
@@ -309,20 +311,44 @@ class Optimizer(Record):
 
 
 @dataclasses.dataclass(frozen=True)
+class MicroStep:
+    """A DDP forward with gradients enabled (part of a ``Step``): which DDP, whether it
+    synchronises (``require_backward_grad_sync``), and its batch size (None if unknown)."""
+
+    ddp: int
+    sync: bool
+    batch: int | None
+
+
+@dataclasses.dataclass(frozen=True)
+class Backward:
+    """A backward (part of a ``Step``): the reader's line, and the constant factor between the
+    loss given to it and the computation under it (``loss / 4``: 0.25, ``ops`` ``["/ 4"]``,
+    ``under`` the autograd node below them); ``factor`` None where the loss was not one
+    tensor."""
+
+    file: str | None
+    line: int | None
+    factor: float | None
+    ops: list
+    under: str | None
+
+
+@dataclasses.dataclass(frozen=True)
 class Step(Record):
-    """An optimizer step (``number``: 1, 2, ...) and what led to it: the DDP micro-steps
-    (``{"ddp", "sync", "batch"}`` each, the first 16) and the backwards (``{"file", "line",
-    "factor", "ops", "under"}``: the first two and the last) since the step before, with their
+    """An optimizer step (``number``: 1, 2, ...) and what led to it: the DDP micro-steps (the
+    first 16) and the backwards (the first two and the last) since the step before, with their
     counts. The first step also has the learning rates and the optimizer's type; a step after
     a micro-step that did not synchronise has each gradient's summary (``grads``)."""
 
     KIND: ClassVar[str] = "step"
+    PARTS: ClassVar[dict] = {"micro": MicroStep, "backwards": Backward}
     number: int
     file: str | None
     line: int | None
-    micro: list
+    micro: list[MicroStep]
     micro_count: int
-    backwards: list
+    backwards: list[Backward]
     backward_count: int
     optimizer: int | None
     lr: list | None = None
@@ -345,8 +371,8 @@ KINDS: dict[str, type[Record]] = {kind.KIND: kind for kind in (
 
 
 def to_json(record: Record) -> dict:
-    """The record's fields as a dict of plain JSON values."""
-    return {field.name: getattr(record, field.name) for field in dataclasses.fields(record)}
+    """The record's fields (and its parts' fields) as a dict of plain JSON values."""
+    return dataclasses.asdict(record)
 
 
 def from_json(kind: str, fields: dict) -> Record:
@@ -360,7 +386,18 @@ def from_json(kind: str, fields: dict) -> Record:
     if unknown:
         raise ValueError(f"a {kind!r} record has no field {', '.join(unknown)}; its fields are "
                          f"{', '.join(sorted(known))}")
-    return cls(**fields)
+    parts = {name: [_part(kind, part, item) for item in fields[name]]
+             for name, part in cls.PARTS.items() if fields.get(name) is not None}
+    return cls(**dict(fields, **parts))
+
+
+def _part(kind: str, part: type, fields: dict):
+    known = {field.name for field in dataclasses.fields(part)}
+    unknown = sorted(set(fields) - known)
+    if unknown:
+        raise ValueError(f"a {kind!r} record's {part.__name__} has no field "
+                         f"{', '.join(unknown)}; its fields are {', '.join(sorted(known))}")
+    return part(**fields)
 
 
 def dump(by_kind: dict[str, list]) -> dict[str, list]:

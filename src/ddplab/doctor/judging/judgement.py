@@ -49,7 +49,7 @@ def ranks_text(ranks) -> str:
 
 
 def file_line(record) -> tuple:
-    """(file, line) of a record, of a backward inside a step (a dict), or (None, None)."""
+    """(file, line) of a record (or of a dict with those keys), or (None, None)."""
     if record is None:
         return None, None
     if isinstance(record, dict):

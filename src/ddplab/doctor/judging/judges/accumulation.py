@@ -29,12 +29,12 @@ def accumulation_no_sync(evidence, earlier):
     steps = [s for s in _accumulating(evidence) if s.micro]
     if not steps:
         return not_applicable("no optimizer step accumulates several DDP micro-steps")
-    wasteful = [s for s in steps if all(m["sync"] for m in s.micro)]
+    wasteful = [s for s in steps if all(m.sync for m in s.micro)]
     if not wasteful:
         return passed("the micro-steps before the last run under no_sync")
     s = wasteful[0]
     k = s.micro_count
-    ddp = next((d for d in evidence.records(records.Ddp) if d.index == s.micro[0]["ddp"]), None)
+    ddp = next((d for d in evidence.records(records.Ddp) if d.index == s.micro[0].ddp), None)
     size = (ddp.bytes if ddp else 0) / 2 ** 20
     first = s.backwards[0]
     return found(Problem(
@@ -49,7 +49,7 @@ def accumulation_unsynced_step(evidence, earlier):
     steps = [s for s in evidence.records(records.Step) if s.micro]
     if not steps:
         return not_applicable("no optimizer step after a DDP forward")
-    unsynced = [s for s in steps if not s.micro[-1]["sync"]]
+    unsynced = [s for s in steps if not s.micro[-1].sync]
     if not unsynced:
         return passed("the last micro-step before every step synchronised the gradients")
     s = unsynced[0]
@@ -72,7 +72,7 @@ def accumulation_unsynced_step(evidence, earlier):
         "under no_sync or with require_backward_grad_sync=False): each rank steps with its "
         "own gradients and the replicas drift apart" + detail,
         {"step": s.number, "micro_steps": k,
-         "synced": [m["sync"] for m in s.micro], "differing_gradients": differing,
+         "synced": [m.sync for m in s.micro], "differing_gradients": differing,
          "gradient_norms": norms}, *file_line(s)))
 
 
@@ -82,14 +82,14 @@ def accumulation_loss_not_divided(evidence, earlier):
         return not_applicable("no optimizer step accumulates several backwards")
     for s in steps:
         k = s.backward_count
-        factors = [b["factor"] for b in s.backwards if b["factor"] is not None]
+        factors = [b.factor for b in s.backwards if b.factor is not None]
         if not factors:
             continue
         factor = factors[0]
         if abs(factor * k - 1) > 1e-6:
             b = s.backwards[0]
             shown = ("the loss function's output itself" if factor == 1 else
-                     f"the loss function's output {' '.join(b['ops'])}")
+                     f"the loss function's output {' '.join(b.ops)}")
             return found(Problem(
                 f"{k} micro-steps per optimizer step (step {s.number}), and the loss given "
                 f"to backward at {place(*file_line(b))} is {shown}, not divided by {k}: the step's "

@@ -48,7 +48,7 @@ def _first_step(steps: list[records.Step]) -> records.Step | None:
 
 
 def _global_batch(step: records.Step) -> int | None:
-    sizes = [m["batch"] for m in step.micro if m.get("batch")]
+    sizes = [m.batch for m in step.micro if m.batch]
     return sum(sizes) if sizes and len(sizes) == step.micro_count else None
 
 

@@ -110,8 +110,8 @@ def install() -> None:
             if torch.is_grad_enabled():
                 size = (int(first.shape[0]) if first is not None and first.dim()
                         else rec.counters.get("last_batch"))  # model(**batch): the loader's
-                rec.micro.append({"ddp": index, "sync": bool(module.require_backward_grad_sync),
-                                  "batch": size})
+                rec.micro.append(records.MicroStep(
+                    ddp=index, sync=bool(module.require_backward_grad_sync), batch=size))
                 rec.forwarded.add(index)
             if rec.waiting is None:
                 rec.waiting = {"what": "DDP forward", "since": _now()}
@@ -136,8 +136,9 @@ def install() -> None:
             with rec.blocking("backward", line=spot and spot[1], file=spot and spot[0]):
                 result = real(tensors, *args, **kwargs)
             rec.backwards += 1
-            rec.pending.append({"file": spot and spot[0], "line": spot and spot[1],
-                                **(chain or {"factor": None, "ops": [], "under": None})})
+            rec.pending.append(records.Backward(
+                file=spot and spot[0], line=spot and spot[1],
+                **(chain or {"factor": None, "ops": [], "under": None})))
             if reach is not None:
                 for index in sorted(rec.forwarded):
                     _note_unused(index, reach, rec)

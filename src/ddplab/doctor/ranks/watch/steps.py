@@ -72,7 +72,7 @@ def install() -> None:
             backward_count=len(backwards), optimizer=getattr(optimizer, "_ddplab_doctor", None),
             lr=[group.get("lr") for group in optimizer.param_groups] if first else None,
             optimizer_type=type(optimizer).__name__ if first else None,
-            grads=grads_of(micro[-1]["ddp"]) if micro and not micro[-1]["sync"] else None))
+            grads=grads_of(micro[-1].ddp) if micro and not micro[-1].sync else None))
         if stop_before:
             raise _recorder.DoctorStop("probe")
 
