@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
+import enum
 import functools
 import os
 
@@ -66,18 +67,26 @@ class Finding:
         return data
 
 
+class Status(enum.StrEnum):
+    """How a check came out on this run (shown and written as its value)."""
+
+    PASSED = "passed"
+    NOT_APPLICABLE = "not applicable"  # the run had nothing to check (and the why says so)
+    FOUND = "found"
+
+
 @dataclasses.dataclass
 class Verdict:
     """One check on this run: ``passed``, ``not applicable`` or ``found`` (with findings)."""
 
     id: str
     kind: str
-    status: str
+    status: Status
     why: str
     findings: list = dataclasses.field(default_factory=list)
 
     def to_json(self) -> dict:
-        return {"id": self.id, "kind": self.kind, "status": self.status, "why": self.why}
+        return {"id": self.id, "kind": self.kind, "status": str(self.status), "why": self.why}
 
 
 @dataclasses.dataclass
