@@ -22,7 +22,15 @@ import enum
 from typing import ClassVar
 
 
-class Mode(enum.StrEnum):
+class Word(str, enum.Enum):
+    """A value that is one of a few words: equal to its word, printed and sent as JSON as it
+    (Python 3.11's ``enum.StrEnum``, written out for the 3.10 that torch 2.11 still runs on)."""
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Mode(Word):
     """What the script turned out to be, as rank 0's process says it (the store's ``mode``)."""
 
     RANKS = "ranks"  # it joins a group itself, as torchrun's ranks do: every process runs it
@@ -30,7 +38,7 @@ class Mode(enum.StrEnum):
     NONE = "none"  # it neither joined a group nor started ranks
 
 
-class Outcome(enum.StrEnum):
+class Outcome(Word):
     """How the script ended in one process."""
 
     FINISHED = "finished"  # it ran to its end

@@ -6,9 +6,10 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
-import enum
 import functools
 import os
+
+from ddplab.doctor.records import Word
 
 SCHEMA_VERSION = 1
 KINDS = ("error", "waste", "advisory")  # a wrong result or a hang; slower or more memory; a note
@@ -67,7 +68,7 @@ class Finding:
         return data
 
 
-class Status(enum.StrEnum):
+class Status(Word):
     """How a check came out on this run (shown and written as its value)."""
 
     PASSED = "passed"
