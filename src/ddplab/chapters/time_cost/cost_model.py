@@ -137,6 +137,10 @@ ACCELERATORS = {a.name: a for a in (
     Accelerator("H100 SXM", 989e12, 3.35e12,
                 "989 TFLOP/s dense BF16, 3.35 TB/s HBM3 (NVIDIA H100 datasheet); MFU from the "
                 f"record measured on one H100 SXM ({H100_RECORD})", H100_RECORD),
+    Accelerator("H100 PCIe", 756e12, 2.0e12,
+                "756 TFLOP/s dense BF16, 2.0 TB/s HBM2e (NVIDIA H100 datasheet, PCIe column); "
+                f"no PCIe card was measured: MFU from the H100 SXM's record ({H100_RECORD}), "
+                "an assumption", H100_RECORD),
     Accelerator("A100 SXM 80GB", 312e12, 2.04e12,
                 "312 TFLOP/s dense BF16, 2.04 TB/s HBM2e (NVIDIA A100 datasheet); no A100 was "
                 "measured: give a utilisation"),

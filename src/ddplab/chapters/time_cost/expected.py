@@ -1,13 +1,16 @@
 """The scaling efficiency to expect, from the cost model: a MODEL, not a measurement.
 
-For a few model sizes and the clusters readers ask about (one node of 8 H100 over NVLink or
-over PCIe; two such nodes over InfiniBand or over Ethernet), ``cluster_prediction.run`` gives
-the weak scaling efficiency of DDP: one GPU's step over the cluster's, each GPU keeping its
-batch. Compute runs at the model FLOPs utilisation measured on the row's own kind of card for
-that size (``Accelerator.record``, ``utilisation.from_record``: one H100 SXM, GPT-2 shapes,
-``torch.compile``), never another card's; links are the published ones of
-``cost_model.INTRA_NODE`` and ``INTER_NODE``. A run far below its row is the question to ask of
-that run (the time cost chapter's list of causes).
+For a few model sizes and the clusters readers ask about (one node of 8 H100 over NVLink, or of
+8 H100 PCIe cards over PCIe; two nodes of 8 H100 SXM over InfiniBand, with one NIC per node or
+one per GPU, or over Ethernet), ``cluster_prediction.run`` gives the weak scaling efficiency of
+DDP: one GPU's step over the cluster's, each GPU keeping its batch. Compute runs at the model
+FLOPs utilisation measured on the row's own kind of card for that size (``Accelerator.record``,
+``utilisation.from_record``: one H100 SXM, GPT-2 shapes, ``torch.compile``; the PCIe card was
+not measured, so its row takes the SXM's fraction of its own, lower peak); links are the
+published ones of ``cost_model.INTRA_NODE`` and ``INTER_NODE`` (a NIC per GPU: the bus
+bandwidth measured by message size on 8 x 400 Gb/s AWS EFA v4 nodes, the only such table the
+model has). Each row prints its card, peak and links. A run far
+below its row is the question to ask of that run (the time cost chapter's list of causes).
 """
 
 from __future__ import annotations
@@ -23,13 +26,15 @@ ONE_NIC = "InfiniBand NDR, 1 x 400 Gb/s per node"
 # (label, accelerator, GPUs per node, nodes, link inside a node, link between nodes or None)
 CLUSTERS = (
     ("1 node x 8 H100, NVLink", "H100 SXM", 8, 1, "NVLink 4 (H100)", None),
-    ("1 node x 8 H100, PCIe", "H100 SXM", 8, 1, "PCIe 5 x16", None),
-    ("2 nodes x 8 H100, InfiniBand", "H100 SXM", 8, 2, "NVLink 4 (H100)", ONE_NIC),
+    ("1 node x 8 H100 PCIe", "H100 PCIe", 8, 1, "PCIe 5 x16", None),
+    ("2 nodes x 8 H100, IB, 1 NIC/node", "H100 SXM", 8, 2, "NVLink 4 (H100)", ONE_NIC),
+    ("2 nodes x 8 H100, a NIC per GPU", "H100 SXM", 8, 2, "NVLink 4 (H100)",
+     "8 x 400 Gb/s per node (EFA v4 measured)"),
     ("2 nodes x 8 H100, Ethernet", "H100 SXM", 8, 2, "NVLink 4 (H100)",
      "Ethernet, 100 Gb/s per node"),
 )
 SIZES_MILLIONS = (100, 350, 1000)
-_LABEL = 30  # the widest label, and a space
+_LABEL = 34  # the widest label, and a space
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,6 +58,12 @@ class Expected:
         for cluster, row in self.efficiency.items():
             lines.append(f"{cluster:<{_LABEL}}" + "".join(f"{row[m]:>16.0%}"
                                                           for m in self.sizes_millions))
+        lines.append("each row: the GPU (dense BF16 peak); the link inside a node; between nodes")
+        for cluster, (intra, inter) in self.links.items():
+            chip = cost_model.ACCELERATORS[self.accelerators[cluster]]
+            lines.append(textwrap.fill(f"{cluster}: {chip.name} ({chip.flops / 1e12:.0f} "
+                                       f"TFLOP/s); {intra}; {inter}", 96,
+                                       initial_indent="  ", subsequent_indent="      "))
         for record in dict.fromkeys(self.records.values()):
             rows = [c for c, r in self.records.items() if r == record]
             mfu = self.utilisation[rows[0]]
