@@ -129,8 +129,10 @@ FIX_HANG = """\
 # out of any `if rank == ...` branch, and give every rank the same number of batches"""
 
 FIX_RANK = """\
-dist.init_process_group("nccl")  # RANK and WORLD_SIZE: torchrun's, one rank per process
-local_rank = int(os.environ["LOCAL_RANK"])  # this process's GPU on its node"""
+# no rank= or world_size=: torchrun's RANK and WORLD_SIZE, one rank per process
+dist.init_process_group()  # or keep the backend your script names: ("gloo"), ("nccl")
+# with none, torch 2.13 takes NCCL where there is a GPU, gloo where there is none
+local_rank = int(os.environ["LOCAL_RANK"])  # this process's GPU on its node, if any"""
 
 CHECKS = (
     Check("duplicate-rank", "error",
