@@ -30,5 +30,7 @@ def duplicate_rank(evidence, so_far):
     return found(Draft(
         f"two processes passed rank={rank} to init_process_group: a rank "
         "written into the script is the same in every process, so no process takes the other "
-        "ranks and the group never forms (each process waits for them until its store's "
-        "timeout); torchrun gives each process its own RANK", {"rank": rank}, file, line))
+        "ranks and the group never forms (on gloo each process waits for them until its "
+        "store's timeout; on NCCL init_process_group returns and the first collective waits "
+        "in NCCL's bootstrap, with no timeout); torchrun gives each process its own RANK",
+        {"rank": rank}, file, line))
