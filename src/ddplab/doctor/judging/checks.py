@@ -114,7 +114,10 @@ FIX_UNUSED = """\
 model = DDP(model, device_ids=[local_rank], find_unused_parameters=True)
 # or take the parameters that get no gradient out of the model"""
 FIX_UNEVEN = """\
-sampler = DistributedSampler(dataset, drop_last=True)  # as many batches on every rank
+# a DistributedSampler gives every rank as many samples: by default (drop_last=False) it
+# pads by repeating the first samples of the epoch's order, which then count twice;
+# drop_last=True leaves len(dataset) % world_size samples out of each epoch instead
+sampler = DistributedSampler(dataset)
 # or keep unequal shards and let DDP shadow the missing all-reduces:
 with model.join():
     for x, y in loader:
