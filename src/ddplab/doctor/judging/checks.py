@@ -7,7 +7,7 @@ out what an unsynchronised step explains; ``hang`` comes last)."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
+from collections.abc import Callable
 
 from ddplab.doctor.judging.findings import BOOK, Finding, Verdict
 from ddplab.doctor.judging.judges import (
@@ -115,7 +115,10 @@ FIX_UNUSED = """\
 model = DDP(model, device_ids=[local_rank], find_unused_parameters=True)
 # or take the parameters that get no gradient out of the model"""
 FIX_UNEVEN = """\
-sampler = DistributedSampler(dataset, drop_last=True)  # as many batches on every rank
+# a DistributedSampler gives every rank as many samples: by default (drop_last=False) it
+# pads by repeating the first samples of the epoch's order, which then count twice;
+# drop_last=True leaves len(dataset) % world_size samples out of each epoch instead
+sampler = DistributedSampler(dataset)
 # or keep unequal shards and let DDP shadow the missing all-reduces:
 with model.join():
     for x, y in loader:
@@ -130,8 +133,10 @@ FIX_HANG = """\
 # out of any `if rank == ...` branch, and give every rank the same number of batches"""
 
 FIX_RANK = """\
-dist.init_process_group("nccl")  # RANK and WORLD_SIZE: torchrun's, one rank per process
-local_rank = int(os.environ["LOCAL_RANK"])  # this process's GPU on its node"""
+# no rank= or world_size=: torchrun's RANK and WORLD_SIZE, one rank per process
+dist.init_process_group()  # or keep the backend your script names: ("gloo"), ("nccl")
+# with none, torch 2.13 takes NCCL where there is a GPU, gloo where there is none
+local_rank = int(os.environ["LOCAL_RANK"])  # this process's GPU on its node, if any"""
 
 CHECKS = (
     Check("duplicate-rank", "error",

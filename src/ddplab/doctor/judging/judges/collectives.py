@@ -82,12 +82,16 @@ def cpu_tensor_nccl(evidence, earlier):
         asked = ", ".join(map(str, requested)) or "no backend"
         return not_applicable(f"the script asked for {asked}, not NCCL")
     problems, seen = [], set()
+    # DDP's constructor first all-gathers the parameters' shapes
+    # (_verify_param_shape_across_processes, torch/nn/parallel/distributed.py:1064 in torch
+    # 2.13), then broadcasts rank 0's parameters (_sync_module_states)
     for d in models:
         if "cpu" in d.devices:
             problems.append(Problem(
                 f"DDP at {place(*file_line(d))} wraps a model whose parameters are on the CPU, "
                 f"in a group that asked for NCCL: NCCL takes CUDA tensors only, and DDP's "
-                "first broadcast of the parameters fails there"
+                "first collective fails there (the all-gather that compares the parameters' "
+                "shapes, before their broadcast)"
                 + ("" if evidence.used_backend() == "nccl" else
                    f" (this run used {evidence.used_backend()}: no GPU here)"),
                 {"devices": d.devices, "requested": d.requested}, *file_line(d)))

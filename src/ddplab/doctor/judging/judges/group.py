@@ -22,7 +22,8 @@ def duplicate_rank(evidence, earlier):
     return found(Problem(
         f"two processes passed rank={claim.rank} to init_process_group: a rank "
         "written into the script is the same in every process, so no process takes the other "
-        "ranks and the group never forms (each process waits for them until its store's "
-        "timeout); torchrun gives each process its own RANK",
+        "ranks and the group never forms (on gloo each process waits for them until its "
+        "store's timeout; on NCCL init_process_group returns and the first collective waits "
+        "in NCCL's bootstrap, with no timeout); torchrun gives each process its own RANK",
         {"rank": claim.rank, "world_size": claim.world_size, "pid": claim.pid},
         claim.file, claim.line))

@@ -15,7 +15,8 @@ from ddplab.doctor.judging.judgement import (
 )
 
 FIX_BUFFERS = """\
-# broadcast_buffers=True (the default): every forward starts from rank 0's buffers
+# forward_sync_buffers left True (the default; broadcast_buffers before torch 2.13,
+# deprecated since): every forward starts from rank 0's buffers
 model = DDP(model, device_ids=[local_rank])
 # or share the statistics themselves:
 model = DDP(nn.SyncBatchNorm.convert_sync_batchnorm(model), device_ids=[local_rank])"""
@@ -66,8 +67,10 @@ def replicas_diverge(evidence, earlier):
     loads = {r: [x for x in evidence.records(records.LoadStateDict, r) if x.after_wrap]
              for r in evidence.ranks}
     if ddp and what == "buffer" and not ddp.broadcast_buffers:
-        cause, where_, fix = (f"DDP at {place(*file_line(ddp))} has broadcast_buffers=False: each "
-                              "rank keeps its own running statistics", file_line(ddp), FIX_BUFFERS)
+        cause, where_, fix = (f"DDP at {place(*file_line(ddp))} syncs no buffers "
+                              "(forward_sync_buffers=False, or broadcast_buffers=False, its "
+                              "name before torch 2.13): each rank keeps its own running "
+                              "statistics", file_line(ddp), FIX_BUFFERS)
     elif root.kind == "plain":
         cause, where_, fix = (f"the {root.module} first run at {place(*file_line(root))} is not "
                               "the module DDP wraps (a copy made before the wrap, or a model "

@@ -11,7 +11,9 @@
   gives up on it;
 * each process claims its rank in the doctor's store first: a second claim of the same rank (a
   rank written into the script, the same in every process) fails at once, where the group
-  would wait for the missing rank until its store's timeout (``duplicate-rank``);
+  would wait for the missing rank: on gloo until its store's timeout, on NCCL in the first
+  collective, with no timeout (no barrier after init unless ``TORCH_DIST_INIT_BARRIER=1``,
+  ``_is_barrier_after_init`` in torch/distributed/distributed_c10d.py) (``duplicate-rank``);
 * this process learns its rank, and its watchdog starts.
 
 ``destroy_process_group`` is deferred to the process's end: a rank that tears its group down
