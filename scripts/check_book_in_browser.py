@@ -49,6 +49,12 @@ MAX_PANEL_BYTES = 1_500_000
 COLAB = re.compile(r"^https://colab\.research\.google\.com/github/[^/]+/[^/]+/blob/[^/]+/(.+)$")
 
 
+# The pages a reader starts from carry the install box (book/_install.md), with the line the
+# cluster page gives.
+INSTALL_PAGES = ("book/intro.html", "book/running.html", "book/doctor.html")
+INSTALL_LINE = 'pip install "ddplab @ git+https://github.com/ddplab/ddplab"'
+
+
 class Checks:
     def __init__(self):
         self.passed, self.failed = 0, []
@@ -154,6 +160,11 @@ def check_page(page, checks: Checks, html: Path, base: str, rel: str, shots: Pat
     for lab in colab:
         checks.check(lab.startswith("labs/") and (ROOT / lab).is_file(),
                      f"{rel}: Colab button opens {lab}, not a lab in labs/")
+    if shown in INSTALL_PAGES:
+        boxes = page.eval_on_selector_all(
+            "article .admonition.install", "bs => bs.map(b => b.innerText)")
+        checks.check(len(boxes) == 1 and INSTALL_LINE in boxes[0],
+                     f"{rel}: no install box with {INSTALL_LINE!r} ({len(boxes)} boxes)")
     panels = check_panels(page, checks, rel)
     page.screenshot(path=str(shots / (rel.replace("/", "_").removesuffix(".html") + ".png")),
                     full_page=True)
