@@ -11,7 +11,8 @@ the screen's edge, and at 1280 px no block of code or output that wraps or scrol
 printout wider than the column's 100 characters fails, with its page, width and first
 characters: make the formatter that prints it wrap it); the book's search finds the error index
 for every message it lists, and lists the answering page first for "ZeRO", "FSDP", "clip" and
-"watchdog" (``TOPICS``). On a page with static panels, moving each
+"watchdog" (``TOPICS``); for each phrasing of ``PHRASES`` its first result opens at the
+section that answers it. On a page with static panels, moving each
 control changes the figure and the text. Then the labs in one real JupyterLab, each run up to
 its first panel: in the first (--lab) a slider move re-runs real DDP and the figure changes, the
 time from the move to the new figure printed; then every other lab (unless --one-lab), its
@@ -298,6 +299,29 @@ TOPICS = {"ZeRO": "book/memory.html", "FSDP": "book/memory.html",
           "clip": "book/training_loop.html", "watchdog": "book/errors.html"}
 
 
+# What readers type, and the section that answers it (its label): the first result must open
+# the page at that section, not at the page's top (issue 49). A section that answers one
+# carries an index entry for it (```{index} ! speedup```), which the search ranks first and
+# links to the section (book/_ext/ddplab_book.py, index_entries_open_their_section).
+PHRASES = {"speedup": "time-cost-slower", "slower": "time-cost-slower",
+           "resume": "memory-resume-resized", "checkpoint": "hangs-checkpoints",
+           "truncate": "training-loop-gather-cut", "hang": "hangs-end-of-epoch",
+           "out of memory": "memory-which", "connection refused": "running-two-nodes",
+           "learning rate": "lr-scaling-short-answer", "accumulation": "time-cost-accumulation"}
+
+# Whether the page opened at its #fragment shows the section that holds the label's target,
+# with its heading at the top of the screen.
+_AT_SECTION = """label => {
+  const target = document.getElementById(decodeURIComponent(location.hash.slice(1)));
+  const mark = document.getElementById(label);
+  if (!target || !mark) return `no ${target ? '' : 'target '}${mark ? '' : 'label'}`;
+  const section = mark.tagName == 'SECTION' ? mark : mark.closest('section');
+  if (target !== section) return `opens at #${target.id}, not the section of ${label}`;
+  const top = section.querySelector('h1, h2, h3, h4').getBoundingClientRect().top;
+  return top >= -1 && top < window.innerHeight / 3 ? '' : `its heading at ${Math.round(top)} px`;
+}"""
+
+
 def search_results(page, base: str, query: str) -> list[str]:
     """The links the book's own search lists for ``query``, best first."""
     page.goto(f"{base}search.html?q={urllib.parse.quote_plus(query)}")
@@ -323,6 +347,15 @@ def check_search(page, checks: Checks, base: str) -> None:
         found = search_results(page, base, query)
         checks.check(bool(found) and found[0].startswith(answer),
                      f"search for {query!r} does not list {answer} first: {found[:5]}")
+    for query, label in PHRASES.items():
+        found = search_results(page, base, query)
+        if not checks.check(bool(found), f"search for {query!r} finds nothing"):
+            continue
+        page.goto(base + found[0], wait_until="load")
+        page.wait_for_timeout(300)  # the theme scrolls to the fragment after load
+        wrong = page.evaluate(_AT_SECTION, label)
+        checks.check(not wrong, f"search for {query!r}: the first result {found[0]} does not "
+                                f"open at section {label}: {wrong}; then {found[1:4]}")
 
 
 def check_panels(page, checks: Checks, rel: str) -> str:
