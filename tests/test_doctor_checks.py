@@ -7,9 +7,10 @@ from __future__ import annotations
 import pathlib
 import re
 
-from ddplab.doctor import judge_model, text
-from ddplab.doctor.checks import CHECKS, SECTIONS
-from ddplab.doctor.findings import KINDS, Diagnosis, Finding, Verdict
+from ddplab.doctor.judging.checks import CHECKS, SECTIONS
+from ddplab.doctor.judging.findings import KINDS, Diagnosis, Finding, Verdict
+from ddplab.doctor.judging.judges import model as judge_model
+from ddplab.doctor.reporting import text
 
 BOOK = pathlib.Path(__file__).parent.parent / "book"
 ASKED = {"sampler-set-epoch", "no-distributed-sampler", "collective-on-some-ranks",
@@ -84,11 +85,12 @@ def test_the_report_fits_the_books_column():
 
 def test_the_doctor_is_self_contained():
     """It runs the reader's script on processes of its own: no chapter, no report, and of the
-    engine only what under-torchrun means and the book's pool to end (``command.run``)."""
+    engine only what under-torchrun means, the book's pool to end (``command.run``) and the
+    process toolkit it shares with the engine (``lifeline``: dying with the parent)."""
     import ast
 
     allowed = {"ddplab.common.checks", "ddplab.common.html_page", "ddplab.engine.torchrun",
-               "ddplab.engine", "ddplab.engine.forkserver"}
+               "ddplab.engine", "ddplab.engine.forkserver", "ddplab.engine.lifeline"}
     doctor = pathlib.Path(__file__).parent.parent / "src" / "ddplab" / "doctor"
     found = set()
     for path in doctor.rglob("*.py"):
@@ -100,4 +102,4 @@ def test_the_doctor_is_self_contained():
     outside = {m for m in found if m.startswith("ddplab.") and not m.startswith("ddplab.doctor")}
     assert outside and outside <= allowed | {f"{m}.{n}" for m in allowed for n in (
         "int_in_range", "positive_int", "positive_number", "head", "table", "under_torchrun",
-        "forkserver")}
+        "forkserver", "exit_with_parent")}

@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from ddplab.doctor import diagnose as diagnose_module
-from ddplab.doctor.inputs import BadInput
+from ddplab.doctor.launch import diagnose as diagnose_module
+from ddplab.doctor.launch.inputs import BadInput
 from doctor_support import CORPUS, MARK, new_mark, processes_with
 
 

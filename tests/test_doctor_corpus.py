@@ -21,9 +21,9 @@ import tempfile
 import pytest
 from torch.utils.data.distributed import DistributedSampler
 
-from ddplab.doctor import launcher
-from ddplab.doctor.diagnose import diagnose
-from ddplab.doctor.processes import Zygote
+from ddplab.doctor.launch import launcher
+from ddplab.doctor.launch.diagnose import diagnose
+from ddplab.doctor.launch.processes import Zygote
 from doctor_support import CORPUS, MARK, new_mark, processes_with
 
 # script -> (arguments, errors, other findings (waste, advisory), doctor settings)

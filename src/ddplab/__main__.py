@@ -80,7 +80,7 @@ def report_command():
 
 
 def doctor_command():
-    from ddplab.doctor import command
+    from ddplab.doctor.launch import command
 
     return command
 

@@ -37,6 +37,7 @@ import torch.nn.parallel  # noqa: F401
 
 from ddplab.engine import messages
 from ddplab.engine.groups import Groups
+from ddplab.engine.lifeline import exit_with_parent
 
 LOOPBACK_IFNAME = "lo0" if sys.platform == "darwin" else "lo"
 
@@ -98,7 +99,7 @@ def worker_main(conn, rank: int, store_port: int, log_path: str, placement) -> N
         hide_gpus()
     # Jupyter's interrupt signals the kernel's whole process group: the kernel decides, not us.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _exit_with_parent()
+    exit_with_parent()  # dies with the forkserver, which exits with the kernel
     # Every socket gloo or NCCL opens for this group listens on loopback only.
     os.environ["GLOO_SOCKET_IFNAME"] = LOOPBACK_IFNAME
     os.environ["NCCL_SOCKET_IFNAME"] = LOOPBACK_IFNAME
@@ -180,12 +181,3 @@ def _send_output_to(log_path: str) -> None:
     os.close(fd)
     sys.stdout.reconfigure(line_buffering=True)
     sys.stderr.reconfigure(line_buffering=True)
-
-
-def _exit_with_parent() -> None:
-    """Die when our parent (the forkserver, which exits with the kernel) dies, even mid-call."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        PR_SET_PDEATHSIG = 1
-        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)

@@ -1,0 +1,220 @@
+"""Every check the doctor runs, one record each, in one tuple (the shape of torchtitan's
+``train_spec``): its id, its kind, what it checks, the book's section that shows the pitfall,
+the fix as code, and the judge that reads the run's evidence. The order is the order of the
+report; a judge may read the findings of the checks before it (``replicas-diverge`` leaves
+out what an unsynchronised step explains; ``hang`` comes last)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+from ddplab.doctor.judging.findings import BOOK, Finding, Verdict
+from ddplab.doctor.judging.judges import accumulation as judge_accumulation
+from ddplab.doctor.judging.judges import collectives as judge_collectives
+from ddplab.doctor.judging.judges import data as judge_data
+from ddplab.doctor.judging.judges import files as judge_files
+from ddplab.doctor.judging.judges import group as judge_group
+from ddplab.doctor.judging.judges import metric as judge_metric
+from ddplab.doctor.judging.judges import model as judge_model
+from ddplab.doctor.judging.judges import optimizer as judge_optimizer
+from ddplab.doctor.ranks.watch.group import DUPLICATE_RANK
+
+SECTIONS = {  # label -> (page, the heading's anchor on GitHub); tests/test_doctor_checks.py
+    "sharding-shuffling": ("sharding.md", "shuffling-one-permutation-per-epoch-split-across-"
+                                          "ranks"),
+    "sharding-no-sampler": ("sharding.md", "without-a-distributedsampler-the-epoch-is-"
+                                           "world_size-times-the-dataset"),
+    "hangs-rank0-collective": ("hangs.md", "a-collective-on-rank-0-only"),
+    "errors-no-backend-cpu": ("errors.md", "no-backend-type-associated-with-device-type-cpu"),
+    "training-loop-mixed-precision": ("training_loop.md", "mixed-precision-one-ranks-overflow-"
+                                                          "every-ranks-skipped-step"),
+    "training-loop-evaluation": ("training_loop.md", "evaluation-a-metric-that-is-not-a-sum"),
+    "time-cost-accumulation": ("time_cost.md", "fewer-synchronisations-gradient-accumulation-"
+                                               "with-no_sync"),
+    "hangs-batchnorm": ("hangs.md", "batchnorm-every-rank-normalises-its-own-batch"),
+    "hangs-checkpoints": ("hangs.md", "checkpoints"),
+    "hangs-unused-parameters": ("hangs.md", "unused-parameters"),
+    "hangs-uneven": ("hangs.md", "uneven-inputs-one-rank-has-one-more-batch"),
+    "lr-scaling-rules": ("lr_scaling.md", "grow-the-global-batch-the-rules"),
+    "hangs": ("hangs.md", "hangs-and-silent-differences"),
+    "running-torchrun": ("running.md", "under-torchrun-on-your-own-cluster"),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Check:
+    id: str
+    kind: str  # of its findings, unless a finding says otherwise
+    checks: str  # what it checks, in a sentence
+    section: str  # the label of the book's section that shows the pitfall
+    fix: str  # the change, as code
+    judge: Callable
+    explains_hang: bool = False  # its finding, if any, is why a run hung
+    explains_crash: tuple = ()  # error texts its finding explains ("" explains any)
+
+    @property
+    def url(self) -> str:
+        page, anchor = SECTIONS[self.section]
+        return f"{BOOK}{page}#{anchor}"
+
+
+FIX_SET_EPOCH = """\
+for epoch in range(num_epochs):
+    # before iterating: a new order each epoch, the same on all ranks
+    sampler.set_epoch(epoch)
+    for x, y in loader:
+        ..."""
+FIX_SAMPLER = """\
+sampler = DistributedSampler(dataset)  # each rank: len(dataset) / world_size samples
+# the sampler shuffles: no shuffle=True here
+loader = DataLoader(dataset, batch_size=batch_size, sampler=sampler)"""
+FIX_EVERY_RANK = """\
+dist.all_reduce(loss_sum)  # every rank calls the collective
+if dist.get_rank() == 0:  # only the printing is rank 0's
+    print(loss_sum.item() / dist.get_world_size())"""
+FIX_DEVICE = """\
+device = torch.device("cuda", local_rank)
+torch.cuda.set_device(device)
+model = DDP(model.to(device), device_ids=[local_rank])
+counts = torch.tensor([correct, total], device=device)  # the rank's GPU, not the CPU
+dist.all_reduce(counts)
+# on a machine without GPUs: dist.init_process_group("gloo")"""
+FIX_UNSCALE = """\
+scaler.scale(loss).backward()
+scaler.unscale_(optimizer)  # the true gradients, before clipping them
+torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+scaler.step(optimizer)
+scaler.update()"""
+FIX_METRIC = """\
+sums = torch.tensor([correct, count], dtype=torch.float64, device=device)
+dist.all_reduce(sums)  # the sums and the counts, not each rank's mean
+accuracy = (sums[0] / sums[1]).item()
+# and an unpadded shard: Subset(val_set, range(rank, len(val_set), world_size))"""
+FIX_NO_SYNC = """\
+for i, (x, y) in enumerate(micro_batches):
+    last = i == len(micro_batches) - 1
+    # all-reduce once, at the last
+    with contextlib.nullcontext() if last else model.no_sync():
+        loss = loss_fn(model(x), y) / len(micro_batches)
+        loss.backward()
+optimizer.step()"""
+FIX_DIVIDE = """\
+# the mean of the micro-batches' gradients
+loss = loss_fn(model(x), y) / accumulation_steps
+loss.backward()"""
+FIX_REPLICAS = """\
+model = DDP(model, device_ids=[local_rank])  # all ranks start from rank 0's parameters
+# and afterwards change them only through the optimizer, on every rank alike"""
+FIX_WRITES = """\
+if dist.get_rank() == 0:  # one writer: the other ranks' copy is the same
+    torch.save(model.module.state_dict(), path)
+dist.barrier()  # the others wait until the file is complete before they read it"""
+FIX_UNUSED = """\
+model = DDP(model, device_ids=[local_rank], find_unused_parameters=True)
+# or take the parameters that get no gradient out of the model"""
+FIX_UNEVEN = """\
+sampler = DistributedSampler(dataset, drop_last=True)  # as many batches on every rank
+# or keep unequal shards and let DDP shadow the missing all-reduces:
+with model.join():
+    for x, y in loader:
+        ..."""
+FIX_LR = """\
+# linear scaling with the global batch (with a warmup)
+lr = base_lr * dist.get_world_size()
+# or keep the global batch fixed:
+# batch_size = global_batch_size // dist.get_world_size()"""
+FIX_HANG = """\
+# every rank must call the same collectives in the same order: move the collective
+# out of any `if rank == ...` branch, and give every rank the same number of batches"""
+
+FIX_RANK = """\
+dist.init_process_group("nccl")  # RANK and WORLD_SIZE: torchrun's, one rank per process
+local_rank = int(os.environ["LOCAL_RANK"])  # this process's GPU on its node"""
+
+CHECKS = (
+    Check("duplicate-rank", "error",
+          "each process passes init_process_group a rank of its own",
+          "running-torchrun", FIX_RANK, judge_group.duplicate_rank,
+          explains_crash=(DUPLICATE_RANK,)),
+    Check("sampler-set-epoch", "error",
+          "a shuffling DistributedSampler gives a new order in each training epoch",
+          "sharding-shuffling", FIX_SET_EPOCH, judge_data.sampler_set_epoch),
+    Check("no-distributed-sampler", "error",
+          "each rank trains on its own shard, not on the whole dataset",
+          "sharding-no-sampler", FIX_SAMPLER, judge_data.no_distributed_sampler),
+    Check("uneven-inputs", "error",
+          "every rank's training loader has the same number of batches",
+          "hangs-uneven", FIX_UNEVEN, judge_data.uneven_inputs, explains_hang=True,
+          explains_crash=("",)),
+    Check("collective-on-some-ranks", "error",
+          "every rank calls the same collectives, in the same order",
+          "hangs-rank0-collective", FIX_EVERY_RANK, judge_collectives.collective_on_some_ranks,
+          explains_hang=True, explains_crash=("",)),
+    Check("cpu-tensor-nccl", "error",
+          "under NCCL, every collective's tensor and DDP's model are on the GPU",
+          "errors-no-backend-cpu", FIX_DEVICE, judge_collectives.cpu_tensor_nccl,
+          explains_crash=("No backend type associated with device type cpu",
+                          "Tensors must be CUDA")),
+    Check("find-unused-parameters", "error",
+          "find_unused_parameters matches the model: True exactly when a parameter gets no "
+          "gradient", "hangs-unused-parameters", FIX_UNUSED, judge_model.find_unused_parameters,
+          explains_crash=("Expected to have finished reduction",)),
+    Check("accumulation-no-sync", "waste",
+          "micro-steps before the last run under no_sync (one all-reduce per optimizer step)",
+          "time-cost-accumulation", FIX_NO_SYNC, judge_accumulation.accumulation_no_sync),
+    Check("accumulation-unsynced-step", "error",
+          "the last micro-step before an optimizer step synchronises the gradients",
+          "time-cost-accumulation", FIX_NO_SYNC, judge_accumulation.accumulation_unsynced_step),
+    Check("accumulation-loss-not-divided", "error",
+          "with k micro-steps per step, the loss given to backward is divided by k",
+          "time-cost-accumulation", FIX_DIVIDE,
+          judge_accumulation.accumulation_loss_not_divided),
+    Check("replicas-diverge", "error",
+          "every parameter (and every buffer DDP does not re-broadcast) is equal on all ranks "
+          "after each step", "hangs-batchnorm", FIX_REPLICAS, judge_model.replicas_diverge),
+    Check("clip-before-unscale", "error",
+          "gradients are clipped after GradScaler.unscale_, not while still scaled",
+          "training-loop-mixed-precision", FIX_UNSCALE, judge_optimizer.clip_before_unscale),
+    Check("metric-mean-of-means", "error",
+          "an evaluation metric is reduced from sums and counts, over unpadded shards",
+          "training-loop-evaluation", FIX_METRIC, judge_metric.metric_mean_of_means),
+    Check("every-rank-writes", "error",
+          "each file is written by one rank only",
+          "hangs-checkpoints", FIX_WRITES, judge_files.every_rank_writes),
+    Check("lr-not-scaled", "advisory",
+          "the LR follows the global batch when the global batch grows with the world size",
+          "lr-scaling-rules", FIX_LR, judge_optimizer.lr_not_scaled),
+    Check("hang", "error",
+          "no rank waits longer than the timeout in a collective, a backward or DDP's "
+          "construction", "hangs", FIX_HANG, judge_collectives.hang),
+)
+
+
+def judge(evidence) -> list[Verdict]:
+    """Every check on ``evidence``, in order."""
+    crash = evidence.crashed()
+    verdicts, so_far = [], []
+    for check in CHECKS:
+        judgement = check.judge(evidence, so_far)
+        findings = []
+        for draft in judgement.drafts:
+            explains = bool((check.explains_hang and evidence.run.hang)
+                            or (crash and any(text in (crash.get("error") or "")
+                                              or text in (crash.get("traceback") or "")
+                                              for text in check.explains_crash)))
+            message, about = draft.message, draft.evidence
+            if explains and evidence.hung():  # say where every rank is
+                hang = evidence.run.hang
+                message += ". The run hung: " + judge_collectives.describe_hang(
+                    evidence, hang["alarm"], hang["positions"])
+                about = dict(about, hang=hang)
+            findings.append(Finding(
+                id=check.id, kind=draft.kind or check.kind, message=message,
+                evidence=about, file=draft.file, line=draft.line,
+                section=check.section, url=check.url, fix=draft.fix or check.fix,
+                explains=explains))
+        so_far.extend(findings)
+        verdicts.append(Verdict(check.id, check.kind, judgement.status, judgement.why,
+                                findings))
+    return verdicts

@@ -1,0 +1,93 @@
+"""Gradient accumulation: ``accumulation-no-sync`` (every micro-step all-reduced),
+``accumulation-unsynced-step`` (the step after a micro-step that did not synchronise), and
+``accumulation-loss-not-divided`` (the loss of k micro-steps summed, not averaged).
+
+A micro-step is a DDP forward with gradients enabled between two optimizer steps; whether it
+synchronises is DDP's ``require_backward_grad_sync`` at that forward, which ``no_sync()``
+and nanoGPT's direct assignment both set.
+"""
+
+from __future__ import annotations
+
+from ddplab.doctor.judging.findings import place
+from ddplab.doctor.judging.judgement import Draft, found, not_applicable, number, passed, spot
+
+
+def _accumulating(evidence) -> list:
+    return [s for s in evidence.records("step") if s["backward_count"] > 1]
+
+
+def accumulation_no_sync(evidence, so_far):
+    steps = [s for s in _accumulating(evidence) if s["micro"]]
+    if not steps:
+        return not_applicable("no optimizer step accumulates several DDP micro-steps")
+    wasteful = [s for s in steps if all(m["sync"] for m in s["micro"])]
+    if not wasteful:
+        return passed("the micro-steps before the last run under no_sync")
+    s = wasteful[0]
+    k = s["micro_count"]
+    ddp = next((d for d in evidence.records("ddp") if d["index"] == s["micro"][0]["ddp"]), {})
+    size = ddp.get("bytes", 0) / 2 ** 20
+    first = s["backwards"][0]
+    return found(Draft(
+        f"{k} micro-steps per optimizer step (step {s['number']} at {place(*spot(s))}), and "
+        f"DDP all-reduced the gradients ({size:.3g} MiB) after each of them: only the last of "
+        f"the {k} all-reduces is needed, the {k - 1} before it move data for nothing",
+        {"micro_steps": k, "allreduces_per_step": k, "gradient_mib": size},
+        *spot(first)))
+
+
+def accumulation_unsynced_step(evidence, so_far):
+    steps = [s for s in evidence.records("step") if s["micro"]]
+    if not steps:
+        return not_applicable("no optimizer step after a DDP forward")
+    unsynced = [s for s in steps if not s["micro"][-1]["sync"]]
+    if not unsynced:
+        return passed("the last micro-step before every step synchronised the gradients")
+    s = unsynced[0]
+    grads = {r: next((x.get("grads") for x in evidence.records("step", r)
+                      if x["number"] == s["number"]), None) for r in evidence.ranks}
+    differing, norms = [], {}
+    if all(grads.values()) and len(grads) > 1:
+        names = sorted(set.intersection(*(set(g) for g in grads.values())))
+        differing = [n for n in names if len({grads[r][n][0] for r in grads}) > 1]
+        if differing:
+            norms = {r: grads[r][differing[0]][2] for r in grads}
+    detail = (f"; {len(differing)} of the gradients differ across ranks at that step ("
+              f"{differing[0]}: norm " + ", ".join(f"{number(v)} on rank {r}"
+                                                   for r, v in sorted(norms.items())) + ")"
+              if differing else "")
+    k = s["micro_count"]
+    return found(Draft(
+        f"optimizer step {s['number']} at {place(*spot(s))} follows {k} micro-step"
+        f"{'s' if k > 1 else ''} none of which synchronised the gradients (the last one ran "
+        "under no_sync or with require_backward_grad_sync=False): each rank steps with its "
+        "own gradients and the replicas drift apart" + detail,
+        {"step": s["number"], "micro_steps": k,
+         "synced": [m["sync"] for m in s["micro"]], "differing_gradients": differing,
+         "gradient_norms": norms}, *spot(s)))
+
+
+def accumulation_loss_not_divided(evidence, so_far):
+    steps = _accumulating(evidence)
+    if not steps:
+        return not_applicable("no optimizer step accumulates several backwards")
+    for s in steps:
+        k = s["backward_count"]
+        factors = [b["factor"] for b in s["backwards"] if b["factor"] is not None]
+        if not factors:
+            continue
+        factor = factors[0]
+        if abs(factor * k - 1) > 1e-6:
+            b = s["backwards"][0]
+            shown = ("the loss function's output itself" if factor == 1 else
+                     f"the loss function's output {' '.join(b['ops'])}")
+            return found(Draft(
+                f"{k} micro-steps per optimizer step (step {s['number']}), and the loss given "
+                f"to backward at {place(*spot(b))} is {shown}, not divided by {k}: the step's "
+                f"gradient is {number(factor * k)}x the mean of the micro-batches' gradients "
+                f"(with SGD, a {number(factor * k)}x larger learning rate; Adam scales most of "
+                "it away, but gradient clipping sees it whole)",
+                {"micro_steps": k, "loss_factor": factor, "gradient_scale": factor * k},
+                *spot(b)))
+    return passed("the loss of each micro-step is divided by the number of micro-steps")

@@ -1,0 +1,177 @@
+"""The doctor's side of a local run: start the ranks, watch them, name a hang, clean up.
+
+Each rank is forked from the doctor's zygote (``processes``, ``zygote``: torch imported
+once) into a session of its own (so that a kill reaches the processes it starts: spawned
+ranks, DataLoader workers), with torchrun's environment, its output in a log file. The
+doctor watches its store: every rank done (then ``release``), a crash (a short grace for the
+others' reports, then a roll call), or an alarm from a rank's
+watchdog (a collective, a backward or DDP's construction that has not returned within the
+timeout: a roll call names where every rank is). Whatever happens, every process is gone when
+``run`` returns.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+import tempfile
+import time
+
+from ddplab.doctor.launch.processes import Zygote
+from ddplab.doctor.ranks.children import SITE
+from ddplab.doctor.ranks.rank import ARGS, SCRIPT
+from ddplab.doctor.ranks.watch.group import LOCAL
+from ddplab.doctor.settings import Settings
+from ddplab.doctor.store import ADDRESS, Store
+
+POLL = 0.05  # seconds between looks at the store
+GRACE = 1.0  # after a crash, how long the other ranks may take to report theirs
+ROLL_CALL = 2.0  # how long ranks may take to answer a roll call
+LOG_TAIL = 4000  # characters of each process's output kept
+
+
+@dataclasses.dataclass
+class Run:
+    """What the ranks reported: the raw material of every check."""
+
+    mode: str | None = None  # "ranks", "spawn" or "none"
+    world_size: int | None = None
+    evidence: dict = dataclasses.field(default_factory=dict)  # rank -> evidence
+    outcomes: dict = dataclasses.field(default_factory=dict)  # rank -> done record
+    launcher: dict | None = None  # the outcome of a process that was no rank
+    hang: dict | None = None  # {"alarm": {...}, "positions": {rank: {...}}}
+    output: dict = dataclasses.field(default_factory=dict)  # process name -> output tail
+    died: dict = dataclasses.field(default_factory=dict)  # process name -> exit status
+    seconds: float = 0.0
+
+
+def base_environment() -> dict:
+    """What every process of a run shares, set before torch is imported (the zygote's)."""
+    import ddplab
+
+    env = dict(os.environ)
+    env.update({"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),  # torchrun's default
+                "PYTHONUNBUFFERED": "1", "DDPLAB_PRESTART": "0", LOCAL: "1"})
+    if sys.platform.startswith("linux"):
+        env.setdefault("GLOO_SOCKET_IFNAME", "lo")  # gloo's sockets on loopback only
+    package_root = os.path.dirname(os.path.dirname(os.path.abspath(ddplab.__file__)))
+    paths = [SITE, package_root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env["PYTHONPATH"] = os.pathsep.join(paths)  # SITE: the spawned ranks' sitecustomize
+    return env
+
+
+def environment(rank: int, script: str, args: list[str], settings: Settings,
+                store: Store) -> dict:
+    """torchrun's variables for ``rank`` (one node), and the doctor's."""
+    size = 1 if settings.role == "probe" else settings.world_size
+    env = base_environment()
+    env.update({"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(size),
+                "LOCAL_WORLD_SIZE": str(size), "GROUP_RANK": "0", "ROLE_RANK": str(rank),
+                "ROLE_WORLD_SIZE": str(size), "GROUP_WORLD_SIZE": "1", "ROLE_NAME": "default",
+                "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": store.address.rsplit(":", 1)[1],
+                "TORCHELASTIC_RUN_ID": "ddplab-doctor", "TORCHELASTIC_RESTART_COUNT": "0",
+                "TORCHELASTIC_MAX_RESTARTS": "0", ADDRESS: store.address,
+                SCRIPT: os.path.abspath(script), ARGS: json.dumps(args),
+                **settings.environment()})
+    return env
+
+
+def run(script: str, args: list[str], settings: Settings, zygote: Zygote,
+        cwd: str | None = None) -> Run:
+    """Run ``script`` on ``settings.world_size`` ranks forked from ``zygote``, in ``cwd``
+    (the current folder by default), and collect what they saw."""
+    started = time.perf_counter()
+    store = Store.host()
+    count = 1 if settings.role == "probe" else settings.world_size
+    with tempfile.TemporaryDirectory(prefix="ddplab-doctor-") as logs:
+        result, pids = Run(), {}
+        try:
+            for rank in range(count):
+                pids[rank] = zygote.start(environment(rank, script, args, settings, store),
+                                          os.path.join(logs, f"rank{rank}.log"),
+                                          cwd or os.getcwd())
+            result = watch(store, settings, lambda: zygote.status(pids[0]) is not None)
+            store.put("release", 1)  # a hung or failed run ends at once: its ranks are stuck
+            deadline = time.monotonic() + (0.0 if result.hang else 3.0)
+            while (any(zygote.status(p) is None for p in pids.values())
+                   and time.monotonic() < deadline):
+                time.sleep(POLL)
+        finally:
+            statuses = {rank: zygote.status(pid) for rank, pid in pids.items()}
+            zygote.kill(pids.values())
+            for rank in range(count):
+                path = os.path.join(logs, f"rank{rank}.log")
+                if os.path.exists(path):
+                    with open(path, "rb") as f:
+                        result.output[f"rank{rank}"] = f.read().decode(errors="replace")[
+                            -LOG_TAIL:]
+    result.died = {rank: code for rank, code in statuses.items() if code not in (None, 0)}
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def watch(store: Store, settings: Settings, first_gone=lambda: False) -> Run:
+    """Until every rank is done, one crashed, one hangs, or rank 0's process is gone
+    (``first_gone()``)."""
+    result = Run()
+    crash_seen = None
+    while True:
+        time.sleep(POLL)
+        result.mode = store.get("mode")
+        result.launcher = store.get("launcher")
+        hello = store.get("hello/0")
+        if result.mode == "ranks" or settings.role == "probe":
+            result.world_size = 1 if settings.role == "probe" else settings.world_size
+        elif hello is not None:
+            result.world_size = hello["world_size"]
+        expected = range(result.world_size or 0)
+        for rank in expected:
+            if rank not in result.outcomes and store.has(f"done/{rank}"):
+                result.outcomes[rank] = store.get(f"done/{rank}")
+        alarm = store.get("alarm")
+        if alarm is not None:
+            result.hang = {"alarm": alarm, "positions": roll_call(store, result, expected)}
+            break
+        if any(o["outcome"] == "crashed" for o in result.outcomes.values()):
+            crash_seen = crash_seen or time.monotonic()
+            if time.monotonic() - crash_seen > GRACE or len(result.outcomes) == len(expected):
+                result.hang = {"alarm": None, "positions": roll_call(store, result, expected)}
+                break
+        if expected and len(result.outcomes) == len(expected):
+            break
+        if result.launcher is not None and (result.mode != "spawn" or not expected
+                                             or result.launcher["outcome"] == "crashed"):
+            break  # no ranks at all, or a launcher whose ranks failed before reporting
+        if result.launcher is None and 0 not in result.outcomes and first_gone():
+            break  # rank 0's process died without a word (its output says why)
+    collect(store, result, expected)
+    return result
+
+
+def roll_call(store: Store, result: Run, expected) -> dict:
+    """Ask every rank not yet done where it is; their watchdog threads answer."""
+    store.put("rollcall", 1)
+    missing = [r for r in expected if r not in result.outcomes]
+    deadline = time.monotonic() + ROLL_CALL
+    positions = {}
+    while missing and time.monotonic() < deadline:
+        for rank in list(missing):
+            if store.has(f"where/{rank}"):
+                positions[rank] = store.get(f"where/{rank}")
+                missing.remove(rank)
+        time.sleep(POLL)
+    for rank in missing:
+        positions[rank] = {"rank": rank, "silent": True}
+    return positions
+
+
+def collect(store: Store, result: Run, expected) -> None:
+    positions = (result.hang or {}).get("positions", {})
+    for rank in expected:
+        found = store.get(f"evidence/{rank}")
+        if found is None and rank in positions and "evidence" in positions[rank]:
+            found = positions[rank].pop("evidence")
+        if found is not None:
+            result.evidence[rank] = found

@@ -1,0 +1,69 @@
+"""Every watcher, installed in one go, before the script runs (and again in a child process
+that becomes a rank: a second install of a wrapper does nothing)."""
+
+from __future__ import annotations
+
+import os
+import runpy
+import sys
+import traceback
+
+from ddplab.doctor.ranks import recorder as _recorder
+from ddplab.doctor.ranks import where
+from ddplab.doctor.ranks.watch import amp as watch_amp
+from ddplab.doctor.ranks.watch import collectives as watch_collectives
+from ddplab.doctor.ranks.watch import data as watch_data
+from ddplab.doctor.ranks.watch import files as watch_files
+from ddplab.doctor.ranks.watch import group as watch_group
+from ddplab.doctor.ranks.watch import model as watch_model
+from ddplab.doctor.ranks.watch import steps as watch_steps
+
+READER_DIR = "DDPLAB_DOCTOR_READER_DIR"
+WATCHERS = (watch_group, watch_collectives, watch_data, watch_model, watch_steps, watch_amp,
+            watch_files)
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def install(reader_dir: str) -> None:
+    where.set_reader_dir(reader_dir)
+    os.environ[READER_DIR] = where.reader_dir()
+    for watcher in WATCHERS:
+        watcher.install()
+
+
+def readers_traceback(exc: BaseException) -> str:
+    """The traceback without the doctor's own frames (its wrappers sit between the script and
+    torch) and runpy's: what ``python train.py`` would have printed."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__)
+              if not f.filename.startswith(_HERE + os.sep) and "runpy" not in f.filename]
+    lines = ["Traceback (most recent call last):\n", *traceback.format_list(frames),
+             *traceback.format_exception_only(type(exc), exc)]
+    return "".join(lines)
+
+
+def outcome_of(call) -> tuple[str, dict]:
+    """Run ``call()``; how it ended: ``finished``, ``stopped`` (the doctor's stop) or
+    ``crashed`` (an exception, or a non-zero exit status, with the reader's traceback)."""
+    try:
+        call()
+    except _recorder.DoctorStop as stop:
+        return "stopped", {"why": str(stop)}
+    except SystemExit as exc:
+        if exc.code in (0, None):
+            return "finished", {}
+        return "crashed", {"error": f"SystemExit({exc.code!r})",
+                           "traceback": f"the script exited with status {exc.code!r}\n"}
+    except BaseException as exc:  # the script's own failure: reported, never re-raised here
+        return "crashed", {"error": traceback.format_exception_only(type(exc), exc)[-1].strip(),
+                           "traceback": readers_traceback(exc)}
+    return "finished", {}
+
+
+def run_script(script: str, args: list[str]) -> tuple[str, dict]:
+    """The script as ``python script.py args`` runs it: ``__main__``, its folder first on
+    ``sys.path``, ``sys.argv`` its own."""
+    folder = os.path.dirname(os.path.abspath(script))
+    sys.argv = [script, *args]
+    sys.path[0] = folder
+    install(folder)
+    return outcome_of(lambda: runpy.run_path(script, run_name="__main__"))

@@ -1,0 +1,62 @@
+"""One process the doctor starts: ``python -m ddplab.doctor.ranks.rank``, with torchrun's
+environment (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ...) and the doctor's
+(``DDPLAB_DOCTOR_*``).
+
+Rank 0's process runs the script at once. The others wait until it says what the script is:
+one that joins a group itself (``mode`` = ``ranks``: they run it too, as torchrun's ranks
+would) or one that starts its own ranks (``spawn``: they leave, and rank 0's process is the
+script's launcher). After the script ends, stops or crashes, a rank publishes what it saw and
+stays alive until every rank is done (``release``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from ddplab.doctor.ranks import children
+from ddplab.doctor.ranks import recorder as _recorder
+from ddplab.doctor.ranks.instrument import run_script
+from ddplab.doctor.ranks.watch.group import GATE, say_mode
+from ddplab.doctor.settings import Settings
+from ddplab.doctor.store import Store
+from ddplab.engine.lifeline import exit_with_parent
+
+SCRIPT = "DDPLAB_DOCTOR_SCRIPT"
+ARGS = "DDPLAB_DOCTOR_ARGS"
+
+
+def main() -> None:
+    exit_with_parent()
+    store = Store.connect()
+    rank = int(os.environ["RANK"])
+    role = Settings.current().role
+    if rank != 0:
+        while not store.wait("mode", 5.0):
+            pass
+        if store.get("mode") != "ranks":
+            os._exit(0)
+    else:
+        os.environ[GATE] = "1" if role == "rank" else "0"
+    os.environ[children.CHILD] = "1"
+    children.patch_process()
+    rec = _recorder.RECORDER
+    outcome, about = run_script(os.environ[SCRIPT], json.loads(os.environ[ARGS]))
+    say_mode("none")  # neither joined a group nor spawned ranks (no-op once said)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if rec.store is not None:  # a rank
+        rec.publish(outcome, **about)
+        rec.wait_for_release()
+    elif store.get("mode") == "ranks":  # a rank that failed before it joined the group
+        store.put(f"done/{rank}", dict(about, outcome=outcome, steps=0, pid=os.getpid()))
+    else:  # the launcher of spawned ranks, or a script that never joined a group
+        store.put("launcher", dict(about, outcome=outcome))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

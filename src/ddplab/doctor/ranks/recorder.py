@@ -1,0 +1,179 @@
+"""What one process saw: the evidence list, the state of its wait, its watchdog thread.
+
+Every hook of the doctor writes here (``RECORDER.add(kind, ...)``); nothing leaves the
+process until the script ends, stops or crashes (``publish``), or until the coordinator asks
+every rank where it is (a roll call, answered by the watchdog thread while the main thread is
+stuck in a collective). Hooks cost a dict append and a frame walk, no store traffic.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import sys
+import threading
+import time
+import traceback
+
+from ddplab.doctor.ranks import where
+from ddplab.doctor.settings import Settings
+
+
+class DoctorStop(BaseException):
+    """Raised on every rank at the same point (the K-th optimizer step, or the start of a third
+    epoch) to end the script's run; a BaseException, so that ``except Exception`` in the
+    script lets it through."""
+
+
+class Recorder:
+    def __init__(self):
+        self.records: dict[str, list] = {}
+        self.rank: int | None = None
+        self.world_size: int | None = None
+        self.steps = 0  # optimizer steps taken
+        self.backwards = 0  # backward calls so far
+        self.waiting: dict | None = None  # the blocking call the main thread is in
+        self.store = None
+        self.timeout = Settings.current().timeout
+        self.main_ident = threading.main_thread().ident
+        self.published = False
+        self._watchdog = None
+        self.counters: dict[str, int] = {}
+        self.on_alarm = None  # rank 0 under torchrun: who judges a hang
+        self.abort_on_signal = False  # under torchrun: end when rank 0 says so
+
+    # -- recording
+
+    def add(self, kind: str, /, **fields) -> dict:
+        fields.setdefault("step", self.steps)
+        fields["t"] = self.count("t")  # the order of everything this process saw
+        self.records.setdefault(kind, []).append(fields)
+        return fields
+
+    def count(self, name: str) -> int:
+        """0, 1, 2, ... for successive calls with the same name (per process)."""
+        value = self.counters.get(name, 0)
+        self.counters[name] = value + 1
+        return value
+
+    @contextlib.contextmanager
+    def blocking(self, what: str, **about):
+        """Mark the main thread as waiting in ``what`` (a collective, a backward) while inside:
+        the watchdog raises the alarm when it lasts longer than the timeout."""
+        outer = self.waiting
+        if outer is None and threading.get_ident() == self.main_ident:
+            self.waiting = dict(about, what=what, since=time.time())
+        try:
+            yield
+        finally:
+            if outer is None and threading.get_ident() == self.main_ident:
+                self.waiting = None
+
+    # -- leaving the process
+
+    def attach(self, store, rank: int, world_size: int) -> None:
+        """Known at last: this process is ``rank``; start the watchdog."""
+        self.store, self.rank, self.world_size = store, rank, world_size
+        store.put(f"hello/{rank}", {"pid": os.getpid(), "world_size": world_size})
+        if self._watchdog is None:
+            self._watchdog = threading.Thread(target=self._watch, name="ddplab-doctor-watchdog",
+                                              daemon=True)
+            self._watchdog.start()
+
+    def evidence(self) -> dict:
+        return {"rank": self.rank, "world_size": self.world_size, "steps": self.steps,
+                "host": socket.gethostname(), "records": self.records}
+
+    def publish(self, outcome: str, **about) -> None:
+        """Evidence and outcome to the store, once (``finished``, ``stopped``, ``crashed``)."""
+        if self.store is None or self.published:
+            return
+        self.published = True
+        self.store.raw.set(f"evidence/{self.rank}", _dumps(self.evidence()))
+        self.store.put(f"done/{self.rank}", dict(about, outcome=outcome, steps=self.steps,
+                                                 pid=os.getpid()))
+
+    def wait_for_release(self) -> None:
+        """Stay alive until every rank is done: a rank that exits closes its connections, and
+        a rank still waiting for it would fail with "Connection closed by peer" instead of
+        showing the hang."""
+        if self.store is not None:
+            while not self.store.wait("release", 5.0):
+                pass
+
+    # -- the watchdog thread
+
+    def _watch(self) -> None:
+        from ddplab.doctor.store import Store
+
+        store = Store(_own_connection(self.store))
+        alarmed = answered = False
+        while True:
+            time.sleep(0.2)
+            try:
+                waiting = self.waiting
+                if (not alarmed and waiting is not None
+                        and time.time() - waiting["since"] > self.timeout):
+                    alarmed = True
+                    store.put("alarm", {"rank": self.rank, **_plain(waiting),
+                                        "waited": round(time.time() - waiting["since"], 1)})
+                if not answered and store.has("rollcall"):
+                    answered = True
+                    store.raw.set(f"where/{self.rank}", _dumps(self.position()))
+                if self.on_alarm is not None and store.has("alarm"):
+                    self.on_alarm(store)  # under torchrun, rank 0 judges the hang itself
+                    return
+                if self.on_alarm is None and self.abort_on_signal and store.has("abort"):
+                    _flush_and_exit(1)
+            except Exception:  # the store is gone: the coordinator has ended the run
+                return
+
+    def position(self) -> dict:
+        """Where the main thread is now, and everything seen so far (for a roll call)."""
+        frame = sys._current_frames().get(self.main_ident)
+        spot = where.frame_line(frame) if frame is not None else None
+        return {"rank": self.rank, "file": spot[0] if spot else None,
+                "line": spot[1] if spot else None,
+                "in": where.inner_call(frame) if frame is not None else "",
+                "waiting": _plain(self.waiting) if self.waiting else None,
+                "evidence": self.evidence(), "now": time.time()}
+
+
+def _flush_and_exit(code: int) -> None:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def _own_connection(store):
+    import datetime
+
+    import torch.distributed as dist
+
+    host, port = store.address.rsplit(":", 1)
+    return dist.TCPStore(host, int(port), is_master=False, use_libuv=True,
+                         timeout=datetime.timedelta(seconds=30))
+
+
+def _plain(value: dict) -> dict:
+    return {k: v for k, v in value.items() if isinstance(v, (str, int, float, bool, type(None)))}
+
+
+def _dumps(value) -> str:
+    return json.dumps(value, default=str)
+
+
+def crash_text() -> str:
+    return traceback.format_exc()
+
+
+RECORDER = Recorder()
+
+
+def reset() -> Recorder:
+    """A fresh recorder (a forked child starts with its parent's)."""
+    global RECORDER
+    RECORDER = Recorder()
+    return RECORDER

@@ -1,0 +1,94 @@
+"""Every collective the script calls, in order, with its line (no hook exists: wrapped).
+
+Only the names a script reaches through ``torch.distributed`` are wrapped, not the ones torch
+calls inside (``all_gather_object`` calls ``all_gather`` inside ``distributed_c10d``): each of
+the script's calls is seen once. DDP's own gradient all-reduces start in C++ and are not seen
+here; the backward that waits for them is (``watch_model``).
+
+Each call is recorded with its group's sequence number, its tensors' devices, shapes and (for
+a few numbers) values before and after, and the number of evaluation samples this rank drew
+since its previous reduction: what ``collective-on-some-ranks``, ``cpu-tensor-nccl`` and
+``metric-mean-of-means`` read.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+from ddplab.doctor.ranks import patching, where
+from ddplab.doctor.ranks import recorder as _recorder
+from ddplab.doctor.ranks.watch.group import group_info, nccl_rules
+
+COLLECTIVES = ("all_reduce", "broadcast", "all_gather", "all_gather_into_tensor", "reduce",
+               "reduce_scatter", "reduce_scatter_tensor", "gather", "scatter", "all_to_all",
+               "all_to_all_single", "barrier", "monitored_barrier", "all_gather_object",
+               "broadcast_object_list", "gather_object", "scatter_object_list")
+POINT_TO_POINT = ("send", "recv", "isend", "irecv")  # one side each, by design: not paired
+REDUCTIONS = ("all_reduce", "reduce")
+SMALL = 8  # tensors up to this many numbers have their values recorded
+
+
+def tensors_of(value) -> list:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [t for item in value for t in tensors_of(item)]
+    return []
+
+
+def values(tensor):
+    if tensor.numel() > SMALL:
+        return None
+    return [float(v) for v in tensor.detach().flatten().tolist()]
+
+
+def make_wrapper(name: str):
+    def make(real):
+        signature = inspect.signature(real)
+
+        def doctor_collective(*args, **kwargs):
+            import torch.distributed as dist
+
+            rec = _recorder.RECORDER
+            if not dist.is_initialized():
+                return real(*args, **kwargs)
+            bound = signature.bind_partial(*args, **kwargs).arguments
+            group = bound.get("group")
+            info = group_info(group)
+            key = ",".join(map(str, info["ranks"])) if info["ranks"] else "world"
+            tensors = [] if name.endswith("_object") or name.endswith("_object_list") else [
+                t for arg, v in bound.items() if arg not in ("group", "op") for t in tensors_of(v)]
+            first = tensors[0] if tensors else None
+            spot = where.line()
+            seq = rec.count(f"seq/{key}") if name not in POINT_TO_POINT else None
+            entry = rec.add("collective", op=name, seq=seq, group=key,
+                            file=spot and spot[0], line=spot and spot[1],
+                            devices=sorted({t.device.type for t in tensors}),
+                            nccl=nccl_rules(info["requested"]),
+                            requested=info["requested"],
+                            reduce=str(bound.get("op", "")).split(".")[-1] or None,
+                            dtype=str(first.dtype).replace("torch.", "") if first is not None
+                            else None,
+                            numel=first.numel() if first is not None else None,
+                            before=values(first) if first is not None else None,
+                            eval_samples=rec.counters.get("eval_samples", 0),
+                            p2p=name in POINT_TO_POINT)
+            if name in REDUCTIONS:
+                rec.counters["eval_samples"] = 0
+            with rec.blocking(name, seq=seq, line=spot and spot[1], file=spot and spot[0]):
+                result = real(*args, **kwargs)
+            if first is not None and not bound.get("async_op"):
+                entry["after"] = values(first)
+            return result
+        return doctor_collective
+    return make
+
+
+def install() -> None:
+    import torch.distributed as dist
+
+    for name in COLLECTIVES + POINT_TO_POINT:
+        if hasattr(dist, name):
+            patching.wrap(dist, name, make_wrapper(name))

@@ -1,0 +1,165 @@
+"""Data: every DataLoader, every pass over it, every DistributedSampler order (wrapped: torch
+has no hook for these).
+
+A *pass* is one ``iter(loader)``; it is a *training* pass once a backward runs during it, an
+*evaluation* pass if none does. Training passes are cut at ``DDPLAB_DOCTOR_BATCHES`` batches
+(at an optimizer-step boundary) so that two epochs of a large dataset take seconds; a third
+training pass of the same loader ends the run (two epochs are what ``sampler-set-epoch``
+needs). Evaluation passes run whole: a metric's unequal shards show in their last batches.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from ddplab.doctor.ranks import patching, where
+from ddplab.doctor.ranks import recorder as _recorder
+from ddplab.doctor.ranks.digest import first_tensor, tensor_hash
+from ddplab.doctor.settings import Settings
+
+FIRST = 8  # indices kept per sampler order, to show in a message
+
+
+def _len(value):
+    try:
+        return len(value)
+    except Exception:
+        return None
+
+
+def fingerprint(dataset) -> str:
+    """Same value on two ranks: the same data, as far as can be told without calling the
+    reader's ``__getitem__`` (which may draw random numbers and change their run)."""
+    import torch.utils.data as data
+
+    if isinstance(dataset, data.TensorDataset):
+        return "tensors:" + ",".join(tensor_hash(t) for t in dataset.tensors)
+    if isinstance(dataset, data.Subset):
+        picked = hashlib.blake2b(repr(list(dataset.indices)).encode(), digest_size=8)
+        return f"subset:{picked.hexdigest()}:{fingerprint(dataset.dataset)}"
+    return f"{type(dataset).__name__}:{_len(dataset)}"
+
+
+class Pass:
+    """The loader's iterator, counted; everything else is the real iterator's."""
+
+    def __init__(self, inner, entry: dict, cap: int):
+        self._inner, self._entry, self._cap = inner, entry, cap
+
+    def __iter__(self):
+        return self
+
+    def __len__(self):
+        return len(self._inner)
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+    def __next__(self):
+        rec, entry = _recorder.RECORDER, self._entry
+        if rec.backwards > entry["backwards_seen"]:
+            if not entry["training"]:
+                entry["training"] = True
+                eval_samples = rec.counters.get("eval_samples", 0)
+                rec.counters["eval_samples"] = max(0, eval_samples - entry["samples"])
+            entry["backwards_seen"] = rec.backwards
+        if (entry["training"] and entry["batches"] >= self._cap
+                and rec.steps > entry["steps_at_start"]
+                and rec.counters.get("backwards_at_step", -1) == rec.backwards):
+            entry["capped"] = True
+            raise StopIteration
+        rec.active_pass = entry
+        try:
+            batch = next(self._inner)
+        except StopIteration:
+            entry["exhausted"] = True
+            raise
+        tensor = first_tensor(batch)
+        size = int(tensor.shape[0]) if tensor is not None and tensor.dim() else 1
+        if entry["batches"] == 0 and tensor is not None:
+            entry["first"] = tensor_hash(tensor)
+        entry["batches"] += 1
+        entry["samples"] += size
+        rec.counters["last_batch"] = size
+        if not entry["training"]:
+            rec.counters["eval_samples"] = rec.counters.get("eval_samples", 0) + size
+        return batch
+
+
+def install() -> None:
+    import torch.utils.data as data
+    from torch.utils.data.distributed import DistributedSampler
+
+    cap = Settings.current().batches
+
+    def make_init(real):
+        def __init__(self, dataset, *args, **kwargs):
+            real(self, dataset, *args, **kwargs)
+            rec = _recorder.RECORDER
+            spot = where.line()
+            sampler = self.sampler
+            inner = getattr(self.batch_sampler, "sampler", None)
+            self._ddplab_doctor = rec.count("loader")
+            rec.add("loader", index=self._ddplab_doctor, file=spot and spot[0],
+                    line=spot and spot[1], dataset=type(dataset).__name__,
+                    dataset_len=_len(dataset), fingerprint=fingerprint(dataset),
+                    iterable=isinstance(dataset, data.IterableDataset),
+                    sampler=type(sampler).__name__ if sampler is not None else None,
+                    distributed=isinstance(sampler, DistributedSampler)
+                    or isinstance(inner, DistributedSampler)
+                    or isinstance(self.batch_sampler, DistributedSampler),
+                    sampler_len=_len(sampler) if sampler is not None else None,
+                    batch_size=self.batch_size, drop_last=self.drop_last)
+        return __init__
+
+    def make_iter(real):
+        def __iter__(self):
+            rec = _recorder.RECORDER
+            index = getattr(self, "_ddplab_doctor", None)
+            if index is None:
+                return real(self)
+            passes = [p for p in rec.records.get("pass", []) if p["loader"] == index]
+            if sum(p["training"] for p in passes) >= 2:
+                raise _recorder.DoctorStop("two epochs")
+            spot = where.line()
+            entry = rec.add("pass", loader=index, number=len(passes), len=_len(self),
+                            file=spot and spot[0], line=spot and spot[1], batches=0,
+                            samples=0, training=False, capped=False, exhausted=False,
+                            backwards_seen=rec.backwards, steps_at_start=rec.steps)
+            rec.active_pass = entry  # workers draw their first indices while it starts
+            return Pass(real(self), entry, cap)
+        return __iter__
+
+    def make_sampler_iter(real):
+        def __iter__(self):
+            rec = _recorder.RECORDER
+            indices = list(real(self))
+            if not hasattr(self, "_ddplab_doctor"):
+                self._ddplab_doctor = rec.count("sampler")
+            active = getattr(rec, "active_pass", None)
+            rec.add("sampler_order", sampler=self._ddplab_doctor, epoch=self.epoch,
+                    shuffle=self.shuffle, seed=self.seed, drop_last=self.drop_last,
+                    num_replicas=self.num_replicas, sampler_rank=self.rank,
+                    dataset_len=_len(self.dataset), total_size=self.total_size,
+                    first=indices[:FIRST], count=len(indices),
+                    digest=hashlib.blake2b(repr(indices).encode(), digest_size=8).hexdigest(),
+                    loader=active["loader"] if active else None,
+                    pass_number=active["number"] if active else None)
+            return iter(indices)
+        return __iter__
+
+    def make_set_epoch(real):
+        def set_epoch(self, epoch):
+            rec = _recorder.RECORDER
+            if not hasattr(self, "_ddplab_doctor"):
+                self._ddplab_doctor = rec.count("sampler")
+            spot = where.line()
+            rec.add("set_epoch", sampler=self._ddplab_doctor, epoch=epoch,
+                    file=spot and spot[0], line=spot and spot[1])
+            return real(self, epoch)
+        return set_epoch
+
+    patching.wrap(data.DataLoader, "__init__", make_init)
+    patching.wrap(data.DataLoader, "__iter__", make_iter)
+    patching.wrap(DistributedSampler, "__iter__", make_sampler_iter)
+    patching.wrap(DistributedSampler, "set_epoch", make_set_epoch)

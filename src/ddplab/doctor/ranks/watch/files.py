@@ -1,0 +1,78 @@
+"""Files written: every ``open`` for writing (``sys.addaudithook``) and every ``torch.save`` to
+a path (torch writes those from C++, past the audit hook), with the rank, the step and the
+line. Only writes the reader's code asks for count: an ``open`` in the script itself or one
+or two library calls below it (``np.save``), not a cache a library keeps for itself."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+
+from ddplab.doctor.ranks import patching, where
+from ddplab.doctor.ranks import recorder as _recorder
+
+WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT
+_INSIDE = threading.local()
+
+
+LIBRARY_WRITERS = ("tempfile.py", "<frozen importlib._bootstrap_external>")
+DEPTH = 2  # library frames between the reader's line and the open: np.save(path) is one
+
+
+def _from_library(frame) -> bool:
+    """A write a library makes for itself on the way from the reader's line (a temporary
+    file, a byte-code cache, a compiler's cache deep inside torch): not the reader's file."""
+    depth = 0
+    while frame is not None and not where.is_reader_file(frame.f_code.co_filename):
+        name = frame.f_code.co_filename
+        depth += 1
+        if name.endswith(LIBRARY_WRITERS) or "importlib" in name or depth > DEPTH:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _note(path, how: str, frame) -> None:
+    if getattr(_INSIDE, "busy", False) or _from_library(frame):
+        return
+    _INSIDE.busy = True
+    try:
+        spot = where.frame_line(frame)
+        name = os.fspath(path)
+        if isinstance(name, bytes):
+            name = os.fsdecode(name)
+        if spot is None or "__pycache__" in name or name.startswith("/dev/"):
+            return
+        _recorder.RECORDER.add("write", path=os.path.abspath(name), how=how, file=spot[0],
+                               line=spot[1])
+    finally:
+        _INSIDE.busy = False
+
+
+def _audit(event: str, args) -> None:
+    if event != "open":
+        return
+    path, mode, flags = args
+    if not isinstance(path, (str, bytes, os.PathLike)):
+        return
+    writing = (any(c in mode for c in "wax+") if isinstance(mode, str)
+               else bool((flags or 0) & WRITE_FLAGS))
+    if writing:
+        _note(path, "open", sys._getframe(1))
+
+
+def install() -> None:
+    import torch
+
+    def make_save(real):
+        def save(obj, f, *args, **kwargs):
+            if isinstance(f, (str, os.PathLike)):
+                _note(f, "torch.save", sys._getframe(1))
+            return real(obj, f, *args, **kwargs)
+        return save
+
+    patching.wrap(torch, "save", make_save)
+    if not patching.ORIGINALS.get(("hooks", "audit")):
+        patching.ORIGINALS[("hooks", "audit")] = True
+        sys.addaudithook(_audit)

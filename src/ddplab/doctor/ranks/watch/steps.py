@@ -1,0 +1,104 @@
+"""Optimizer steps, through torch's global hooks (``register_optimizer_step_pre_hook`` /
+``_post_hook``): what happened since the last step (micro-steps, backwards, their losses),
+the gradients when the last micro-step did not synchronise them, every replica's state after
+the step, and the end of the run at step K on every rank (``DoctorStop``)."""
+
+from __future__ import annotations
+
+from ddplab.doctor.ranks import patching, where
+from ddplab.doctor.ranks import recorder as _recorder
+from ddplab.doctor.ranks.digest import summary
+from ddplab.doctor.ranks.watch.model import MODELS, ROOTS
+from ddplab.doctor.settings import Settings
+
+KEPT_MICRO = 16  # micro-steps kept per step record
+
+
+def tensors_of(root: dict) -> dict:
+    """name -> tensor, of what must be equal on every rank after a step: the parameters, and
+    the buffers unless DDP re-broadcasts them before each forward (``broadcast_buffers``)."""
+    target = root["target"]()
+    if target is None:
+        return {}
+    found = {name: (p, "parameter") for name, p in target.named_parameters()}
+    ddp = MODELS.get(root["ddp"], {}).get("ddp") if root["ddp"] is not None else None
+    if ddp is None or not ddp().broadcast_buffers:
+        found.update({name: (b, "buffer") for name, b in target.named_buffers()})
+    return found
+
+
+def grads_of(index: int) -> dict:
+    model = MODELS.get(index)
+    ddp = model["ddp"]() if model else None
+    if ddp is None:
+        return {}
+    return {name: summary(p.grad) for name, p in ddp.module.named_parameters()
+            if p.grad is not None}
+
+
+def _digest_replicas(rec) -> None:
+    """Every replica's state after this step. Hashing every tensor costs about a millisecond
+    per 100k parameters on a CPU, so it runs after steps 1, 2, 4, 8, ... and the last one:
+    the first divergence is placed within a factor of two of its step."""
+    import torch
+
+    with torch.no_grad():
+        for root in list(ROOTS.values()):
+            found = tensors_of(root)
+            if found:
+                rec.add("replica", root=root["index"],
+                        tensors={name: [*summary(t), what] for name, (t, what) in found.items()})
+
+
+def install() -> None:
+    import torch
+    from torch.optim import optimizer as optim_hooks
+
+    settings = Settings.current()
+    last = settings.steps
+    stop_before = settings.role == "probe"  # the LR probe: one look
+
+    def before(optimizer, args, kwargs):
+        rec = _recorder.RECORDER
+        spot = where.line()
+        micro, rec.micro = rec.micro, []
+        backwards, rec.pending = rec.pending, []
+        entry = rec.add("step", number=rec.steps + 1, file=spot and spot[0],
+                        line=spot and spot[1], micro=micro[:KEPT_MICRO], micro_count=len(micro),
+                        backwards=backwards[:2] + backwards[-1:] if len(backwards) > 2
+                        else backwards, backward_count=len(backwards),
+                        optimizer=getattr(optimizer, "_ddplab_doctor", None))
+        if rec.steps == 0:
+            entry["lr"] = [group.get("lr") for group in optimizer.param_groups]
+            entry["optimizer_type"] = type(optimizer).__name__
+        if micro and not micro[-1]["sync"]:
+            entry["grads"] = grads_of(micro[-1]["ddp"])
+        if stop_before:
+            raise _recorder.DoctorStop("probe")
+
+    def after(optimizer, args, kwargs):
+        rec = _recorder.RECORDER
+        rec.steps += 1
+        rec.counters["backwards_at_step"] = rec.backwards
+        if rec.steps & (rec.steps - 1) == 0 or rec.steps >= last:  # 1, 2, 4, 8, ... and K
+            _digest_replicas(rec)
+        if rec.steps >= last:
+            raise _recorder.DoctorStop(f"step {last}")
+
+    def make_optimizer_init(real):
+        def __init__(self, params, defaults, *args, **kwargs):
+            real(self, params, defaults, *args, **kwargs)
+            rec = _recorder.RECORDER
+            if "_ddplab_doctor" not in self.__dict__:
+                spot = where.line()
+                self.__dict__["_ddplab_doctor"] = rec.count("optimizer")
+                rec.add("optimizer", index=self._ddplab_doctor, type=type(self).__name__,
+                        file=spot and spot[0], line=spot and spot[1],
+                        lr=[group.get("lr") for group in self.param_groups])
+        return __init__
+
+    patching.wrap(torch.optim.Optimizer, "__init__", make_optimizer_init)
+    if not patching.ORIGINALS.get(("hooks", "optimizer")):
+        patching.ORIGINALS[("hooks", "optimizer")] = True
+        optim_hooks.register_optimizer_step_pre_hook(before)
+        optim_hooks.register_optimizer_step_post_hook(after)

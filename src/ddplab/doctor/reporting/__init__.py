@@ -1,0 +1,1 @@
+"""The diagnosis shown: a linter-style text report, JSON, and a self-contained page."""

@@ -1,0 +1,87 @@
+"""The doctor's report as text: a linter-style line per finding (``train.py:88: error
+sampler-set-epoch: ...``) with its fix and book section, then a summary; with no findings, the
+table of what was checked. No line is longer than ``WIDTH``, the book's column (the doctor's
+page prints this text), as long as a fix's lines (code, not wrapped) keep to ``FIX_WIDTH``:
+each finding names its section as ``page.md#anchor`` and the report gives the book's address
+once, since a whole address is longer than the column."""
+
+from __future__ import annotations
+
+import textwrap
+
+from ddplab.doctor.judging.findings import BOOK, paths_from_root, place, shown_path
+
+WIDTH = 100
+FIX_INDENT = " " * 8
+FIX_WIDTH = WIDTH - len(FIX_INDENT) - 4  # a fix's longest line: checks.py, judge_model.py
+
+
+def wrapped(text: str) -> list[str]:
+    """``text`` in lines of at most ``WIDTH``, the lines after the first indented."""
+    return textwrap.wrap(text, WIDTH, subsequent_indent="    ", break_on_hyphens=False)
+
+
+def finding_lines(f) -> list[str]:
+    head = f"{place(f.file, f.line)}: {f.kind} {f.id}: {f.message}"
+    lines = wrapped(head)
+    lines.append("    fix:")
+    lines += [FIX_INDENT + line for line in f.fix.splitlines()]
+    lines.append(f"    book: {f.url.removeprefix(BOOK)}")
+    return lines
+
+
+def table(diagnosis) -> list[str]:
+    width = max(len(v.id) for v in diagnosis.checks)
+    rows = []
+    for v in diagnosis.checks:
+        status = {"found": f"found ({len(v.findings)})"}.get(v.status, v.status)
+        first, *rest = textwrap.wrap(v.why, WIDTH - width - 20, break_on_hyphens=False) or [""]
+        rows.append(f"  {v.id:<{width}}  {status:<14}  {first}")
+        rows += [" " * (width + 20) + line for line in rest]
+    return rows
+
+
+def summary(diagnosis) -> str:
+    return ", ".join(summary_parts(diagnosis))
+
+
+def summary_parts(diagnosis) -> tuple[str, str]:
+    """The summary's two halves: the run (script, ranks, steps), then its outcome and counts."""
+    counts = {kind: sum(f.kind == kind for f in diagnosis.findings)
+              for kind in ("error", "waste", "advisory")}
+    backend = diagnosis.backend_used or "no group"
+    if diagnosis.backend_requested and diagnosis.backend_requested != diagnosis.backend_used:
+        backend += f"; the script asked for {diagnosis.backend_requested}"
+    said = ", ".join(f"{n} {kind}{'s' if n != 1 and kind == 'error' else ''}"
+                     for kind, n in counts.items())
+    return (f"ddplab doctor: {shown_path(diagnosis.script)} on {diagnosis.world_size or '?'} "
+            f"ranks ({backend}), {diagnosis.steps_run} optimizer steps",
+            f"{diagnosis.outcome}: {said}")
+
+
+@paths_from_root
+def report(diagnosis) -> str:
+    lines = []
+    for f in diagnosis.findings:
+        lines += finding_lines(f)
+    if diagnosis.findings:
+        lines.append(f"each book section above is a page of {BOOK}")
+    crash = diagnosis.crash
+    if crash is not None and not crash.get("explained"):
+        who = f"rank {crash['rank']}" if crash.get("rank") is not None else "the script"
+        lines += wrapped(f"{shown_path(diagnosis.script)}: {who} failed on its own (no DDP "
+                         "check explains it):")
+        lines += ["    " + line for line in (crash.get("traceback") or "").rstrip().splitlines()]
+    if diagnosis.outcome == "no group":
+        lines += wrapped(f"{shown_path(diagnosis.script)}: the script never joined a process "
+                         "group (init_process_group was not called): nothing distributed to "
+                         "check")
+    if not diagnosis.findings and diagnosis.exit_code() != 2:
+        lines.append("no findings. What was checked:")
+        lines += table(diagnosis)
+    run, outcome = summary_parts(diagnosis)
+    if len(summary(diagnosis)) <= WIDTH:
+        lines.append(summary(diagnosis))
+    else:  # the outcome and its counts on a line of their own
+        lines += wrapped(run + ",") + ["    " + outcome]
+    return "\n".join(lines)
