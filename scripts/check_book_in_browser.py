@@ -12,7 +12,8 @@ printout wider than the column's 100 characters fails, with its page, width and 
 characters: make the formatter that prints it wrap it); the book's search finds the error index
 for every message it lists, and lists the answering page first for "ZeRO", "FSDP", "clip" and
 "watchdog" (``TOPICS``); for each phrasing of ``PHRASES`` its first result opens at the
-section that answers it. On a page with static panels, moving each
+section that answers it; each of the doctor's book links opens a section of the built book.
+On a page with static panels, moving each
 control changes the figure and the text. Then the labs in one real JupyterLab, each run up to
 its first panel: in the first (--lab) a slider move re-runs real DDP and the figure changes, the
 time from the move to the new figure printed; then every other lab (unless --one-lab), its
@@ -358,6 +359,19 @@ def check_search(page, checks: Checks, base: str) -> None:
                                 f"open at section {label}: {wrong}; then {found[1:4]}")
 
 
+def check_doctor_links(checks: Checks, html: Path) -> None:
+    """Each link the doctor gives (``Check.url``: the rendered book's page, at the section's
+    label) names a page of this build and an id on it."""
+    from ddplab.doctor.judging.checks import CHECKS
+    from ddplab.doctor.judging.findings import BOOK
+
+    for check in CHECKS:
+        page, _, anchor = check.url.removeprefix(BOOK).partition("#")
+        target = html / "book" / page
+        checks.check(target.is_file() and anchor in anchors(target),
+                     f"doctor check {check.id}: {check.url} is no section of the built book")
+
+
 def check_panels(page, checks: Checks, rel: str) -> str:
     """Each control of each static panel changes the figure and the text."""
     sizes = page.eval_on_selector_all(".ddplab-panel", "ps => ps.map(p => p.outerHTML.length)")
@@ -526,6 +540,7 @@ def check_book(checks: Checks, html: Path, report: Path, shots: Path) -> None:
                    if not f.relative_to(html).parts[0].startswith("_"))
     if not pages:
         sys.exit(f"no pages under {html}: build the book first")
+    check_doctor_links(checks, html)
     server, base = serve(html)
     try:
         with sync_playwright() as p:
