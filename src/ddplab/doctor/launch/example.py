@@ -8,7 +8,7 @@ import os
 import shutil
 import tempfile
 
-EXAMPLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "examples")
+EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
 
 
 def path(name: str) -> str:
