@@ -302,7 +302,7 @@ TOPICS = {"ZeRO": "book/memory.html", "FSDP": "book/memory.html",
 
 # What readers type, and the section that answers it (its label): the first result must open
 # the page at that section, not at the page's top (issue 49). A section that answers one
-# carries an index entry for it (```{index} ! speedup```), which the search ranks first and
+# carries an index entry for it (```{index} speedup```), which the search ranks first and
 # links to the section (book/_ext/ddplab_book.py, index_entries_open_their_section).
 PHRASES = {"speedup": "time-cost-slower", "slower": "time-cost-slower",
            "resume": "memory-resume-resized", "checkpoint": "hangs-checkpoints",

@@ -115,14 +115,17 @@ def _ancestors(node):
 
 
 def index_entries_open_their_section(app, doctree, docname):
-    """An index entry written at the top of a section (```{index} ! speedup```) points at the
-    section itself, not at the entry's own target below the heading: the book's search lists a
-    main entry that nearly equals the query first (``searchtools.js``, Sphinx 7.4: score 100
-    against 15 for a word in a title), and its link then opens the page at the section's
-    heading. Rewritten before the page is fed to the search index (``index_page``)."""
+    """Index entries written in a section, outside any paragraph (```{index} speedup, slower```
+    under its heading), name what the section answers: each becomes a main entry pointing at
+    the section itself, not at the directive's own target below the heading. The book's search
+    lists a main entry that nearly equals the query first (``searchtools.js``, Sphinx 7.4: score
+    100 against 15 for a word in a title; an entry not main is listed after every other
+    result, and ``!`` makes only the first entry of a line main), and its link then opens the
+    page at the section's heading. Rewritten before the page is fed to the search index
+    (``index_page``)."""
     for node in doctree.findall(addnodes.index):
         section = node.parent
         if not isinstance(section, nodes.section) or not section["ids"]:
             continue
-        node["entries"] = [(kind, value, section["ids"][0], main, key)
-                           for kind, value, _, main, key in node["entries"]]
+        node["entries"] = [(kind, value, section["ids"][0], "main", key)
+                           for kind, value, _, _, key in node["entries"]]
