@@ -167,6 +167,10 @@ def check_page(page, checks: Checks, html: Path, base: str, rel: str, shots: Pat
             "article .admonition.install", "bs => bs.map(b => b.innerText)")
         checks.check(len(boxes) == 1 and INSTALL_LINE in boxes[0],
                      f"{rel}: no install box with {INSTALL_LINE!r} ({len(boxes)} boxes)")
+    # A launch menu (the rocket) with nothing in it: a page without a lab shows none.
+    empty = page.eval_on_selector_all(".dropdown-launch-buttons",
+                                      "ds => ds.filter(d => !d.querySelector('li a')).length")
+    checks.check(empty == 0, f"{rel}: {empty} empty launch menu(s)")
     panels = check_panels(page, checks, rel)
     page.screenshot(path=str(shots / (rel.replace("/", "_").removesuffix(".html") + ".png")),
                     full_page=True)
@@ -279,10 +283,12 @@ def check_images(page, checks: Checks, rel: str) -> None:
 
 
 def check_phone(page, checks: Checks, base: str, rel: str, shots: Path) -> None:
-    """The page at a phone's width: nothing wider than the screen."""
+    """The page at a phone's width: nothing wider than the screen, every figure at its own
+    size (in a box that scrolls), so that its text is as large as at 1280 px."""
     page.goto(base + rel, wait_until="load")
     page.wait_for_load_state("networkidle")  # index.html redirects
     check_layout(page, checks, rel, PHONE[0])
+    check_images(page, checks, f"{rel} at {PHONE[0]} px")  # figures at their size: text 10 px
     page.screenshot(path=str(shots / (rel.replace("/", "_").removesuffix(".html")
                                       + f"_{PHONE[0]}.png")))
 

@@ -70,9 +70,12 @@ def copy_mathjax(app, exception):
 
 
 def point_colab_at_lab(app, pagename, templatename, context, doctree):
+    """A chapter's Colab button opens its lab; a Markdown page without a lab gets none, and
+    no launch menu at all once the menu has no button left (the theme would show an empty
+    one)."""
     lab = app.env.metadata.get(pagename, {}).get("lab")
     is_markdown = str(app.env.doc2path(pagename)).endswith(".md")
-    for group in context.get("header_buttons", []):
+    for group in list(context.get("header_buttons", [])):
         if group.get("label") != "launch-buttons":
             continue
         for button in list(group["buttons"]):
@@ -84,6 +87,8 @@ def point_colab_at_lab(app, pagename, templatename, context, doctree):
                 button["tooltip"] = "Open this chapter's lab in Colab"
             elif is_markdown:
                 group["buttons"].remove(button)
+        if not group["buttons"]:  # the launch menu, emptied
+            context["header_buttons"].remove(group)
 
 
 def describe_and_link_figures(app, doctree, docname):
