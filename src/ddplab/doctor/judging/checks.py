@@ -21,25 +21,21 @@ from ddplab.doctor.judging.judges import (
     optimizer,
 )
 
-SECTIONS = {  # label -> (page, the heading's anchor on GitHub); tests/test_doctor_checks.py
-    "sharding-shuffling": ("sharding.md", "shuffling-one-permutation-per-epoch-split-across-"
-                                          "ranks"),
-    "sharding-no-sampler": ("sharding.md", "without-a-distributedsampler-the-epoch-is-"
-                                           "world_size-times-the-dataset"),
-    "hangs-rank0-collective": ("hangs.md", "a-collective-on-rank-0-only"),
-    "errors-no-backend-cpu": ("errors.md", "no-backend-type-associated-with-device-type-cpu"),
-    "training-loop-mixed-precision": ("training_loop.md", "mixed-precision-one-ranks-overflow-"
-                                                          "every-ranks-skipped-step"),
-    "training-loop-evaluation": ("training_loop.md", "evaluation-a-metric-that-is-not-a-sum"),
-    "time-cost-accumulation": ("time_cost.md", "fewer-synchronisations-gradient-accumulation-"
-                                               "with-no_sync"),
-    "hangs-batchnorm": ("hangs.md", "batchnorm-every-rank-normalises-its-own-batch"),
-    "hangs-checkpoints": ("hangs.md", "checkpoints"),
-    "hangs-unused-parameters": ("hangs.md", "unused-parameters"),
-    "hangs-uneven": ("hangs.md", "uneven-inputs-one-rank-has-one-more-batch"),
-    "lr-scaling-rules": ("lr_scaling.md", "grow-the-global-batch-the-rules"),
-    "hangs": ("hangs.md", "hangs-and-silent-differences"),
-    "running-torchrun": ("running.md", "under-torchrun-on-your-own-cluster"),
+SECTIONS = {  # label -> the page it stands on; its section opens at BOOK + page.html#label
+    "sharding-shuffling": "sharding",
+    "sharding-no-sampler": "sharding",
+    "hangs-rank0-collective": "hangs",
+    "errors-no-backend-cpu": "errors",
+    "training-loop-mixed-precision": "training_loop",
+    "training-loop-evaluation": "training_loop",
+    "time-cost-accumulation": "time_cost",
+    "hangs-batchnorm": "hangs",
+    "hangs-checkpoints": "hangs",
+    "hangs-unused-parameters": "hangs",
+    "hangs-uneven": "hangs",
+    "lr-scaling-rules": "lr_scaling",
+    "hangs": "hangs",
+    "running-torchrun": "running",
 }
 
 
@@ -56,8 +52,9 @@ class Check:
 
     @property
     def url(self) -> str:
-        page, anchor = SECTIONS[self.section]
-        return f"{BOOK}{page}#{anchor}"
+        # Sphinx gives a label's target its own id, so the label is the anchor: a heading
+        # reworded keeps it (a heading's own slug would change, and differs from GitHub's)
+        return f"{BOOK}{SECTIONS[self.section]}.html#{self.section}"
 
 
 FIX_SET_EPOCH = """\
