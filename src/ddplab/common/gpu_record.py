@@ -67,14 +67,6 @@ class GpuRecord:
         return (f"measured on {'one' if count == 1 else count} {m['gpu']}, {m['date']}, "
                 f"{m['measured_by']}")
 
-    @property
-    def provenance(self) -> str:
-        """``origin`` with the software it ran."""
-        m = self.machine
-        return (f"{self.origin} (driver {m['driver']}, torch {m['torch']}, CUDA {m['cuda']})"
-                + (f"; {m['note']}" if m.get("note") else ""))
-
-
 def validate(data: dict) -> dict:
     """``data`` if it has the schema's keys, else a ValueError naming what is missing."""
     missing = [k for k in ("schema_version", "machine", "peak_flops", "memory", "throughput")

@@ -15,7 +15,6 @@ import socket
 import sys
 import threading
 import time
-import traceback
 
 from ddplab.doctor.ranks import where
 from ddplab.doctor.settings import Settings
@@ -163,10 +162,6 @@ def _plain(value: dict) -> dict:
 
 def _dumps(value) -> str:
     return json.dumps(value, default=str)
-
-
-def crash_text() -> str:
-    return traceback.format_exc()
 
 
 RECORDER = Recorder()
