@@ -1,5 +1,5 @@
 """The floors of the library: which package imports which, read from the source and held
-against one table, the one ARCHITECTURE.md prints ("Layers"). A package that starts or stops
+against one table, the one ARCHITECTURE.md prints ("Floors"). A package that starts or stops
 importing another changes the table here and there, or this fails.
 
     .venv/bin/python tests/test_floors.py    # prints the table the source has

@@ -3,7 +3,7 @@
 A rank started from scratch imports torch (about 1.4 s of CPU here) and, at DDP's
 construction, dynamo (about 1.1 s: ``DistributedDataParallel.__init__`` reads
 ``torch._dynamo.utils.get_optimize_ddp_mode``); the engine's forkserver preloads the same for
-the same reason (ARCHITECTURE.md, "Why dynamo is preloaded"). The doctor starts this process
+the same reason (``ddplab.engine.preload``). The doctor starts this process
 with the ranks' common environment; it imports, then reads one request per line on stdin
 (``{"request": n, "log": path, "env": {...}, "cwd": path}``), forks, and answers
 ``{"pid": ..., "request": n}``; it reports

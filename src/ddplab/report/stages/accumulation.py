@@ -28,7 +28,7 @@ def measure(s: Settings, step: StepSection) -> AccumulationSection:
     # The model's compute is batch x seconds per sample, measured at the batch it predicts: a
     # micro-batch of 8 costs more than 8 samples at BATCH_SIZE's rate, because each backward
     # writes (or adds to) every parameter's gradient whatever the batch. Calibrated at
-    # BATCH_SIZE, the rows ran 1.7-2.5x the model's (issue 40).
+    # BATCH_SIZE, the rows ran 1.7-2.5x the model's.
     alone, _ = step_time.paired(step.world_size, MICRO_BATCH_SIZE, s.layers,
                                 iterations=s.iterations, timeout=s.timeout)
     micro = dataclasses.replace(step.model, seconds_per_sample=(
