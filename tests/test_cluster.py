@@ -378,3 +378,21 @@ def test_a_killed_callers_log_folder_is_removed_by_the_next_pool(tmp_path):
         for path in (stale, mine):
             if os.path.isdir(path):
                 os.rmdir(path)
+
+
+def test_importing_ddplab_starts_nothing_and_placed_starts_the_forkserver(tmp_path):
+    """``import ddplab`` starts no process (a tool that imports it, the doctor, pays nothing);
+    a notebook's first cell, ``ddplab.placed(...)``, starts the forkserver, whose torch import
+    then overlaps the cells before the first run."""
+    code = textwrap.dedent("""
+        import psutil
+        import ddplab
+        def started():
+            return [" ".join(p.cmdline()) for p in psutil.Process().children()]
+        print(len(started()))
+        ddplab.placed(largest_world_size=2)
+        print(sum("forkserver import main" in c for c in started()))
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, cwd=tmp_path, check=True).stdout
+    assert out.split() == ["0", "1"]

@@ -37,7 +37,7 @@ FLOORS = {
         "ddplab": "", "ddplab.common": "", "ddplab.engine": "",
         "ddplab.screen": "the plots"}),
     "ddplab.doctor.store": ("the doctor's own TCPStore: evidence leaves a rank only through it",
-                            {}),
+                            {"ddplab.engine": "a store on loopback only"}),
     "ddplab.doctor.settings": ("what a doctor's run is asked to do, stated once and carried to "
                                "every rank as one variable",
                                {"ddplab.engine": "whether torchrun started us"}),
@@ -54,9 +54,7 @@ FLOORS = {
                              "judging, the ranks started and watched, torchrun mode", {
                                  "ddplab": "where the package lies, for the ranks' path",
                                  "ddplab.common": "", "ddplab.engine": "torchrun's environment; "
-                                                                       "the prestarted forkserver "
-                                                                       "ended; dying with the "
-                                                                       "parent",
+                                                                       "dying with the parent",
                                  "ddplab.doctor.judging": "", "ddplab.doctor.ranks": "",
                                  "ddplab.doctor.reporting": "", "ddplab.doctor.settings": "",
                                  "ddplab.doctor.store": ""}),

@@ -41,6 +41,7 @@ import sys
 from ddplab import chapters
 from ddplab.common.results import to_json
 from ddplab.engine.cluster import DEFAULT_TIMEOUT
+from ddplab.engine.forkserver import prestart
 from ddplab.engine.placement import BACKENDS, DEVICES, placed, range_of
 from ddplab.engine.torchrun import is_reporting_process, under_torchrun
 
@@ -132,6 +133,7 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["doctor"]:  # loads no chapter: its ranks run the reader's script
         return doctor_command().run(argv[1:])
+    prestart()  # every other command runs ranks: their torch import overlaps the chapters'
     cli = parser()
     args = cli.parse_args(argv)
     if args.command == "exercise":

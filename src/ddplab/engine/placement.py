@@ -37,7 +37,7 @@ import os
 import threading
 
 from ddplab.common.results import Placed
-from ddplab.engine import torchrun
+from ddplab.engine import forkserver, torchrun
 
 BACKENDS = ("auto", "gloo", "nccl")
 DEVICES = ("auto", "cpu", "cuda")
@@ -193,6 +193,7 @@ class placed:
         with _lock:
             self._previous = (_asked, _resolved)
             _asked, _resolved = self._asked, None
+        forkserver.prestart()  # runs will come: the ranks' torch import overlaps the caller's
 
     def __repr__(self) -> str:  # what a notebook cell that calls it shows
         largest = self._asked[2]

@@ -23,13 +23,13 @@ import multiprocessing.connection
 import os
 import shutil
 import signal
-import socket
 import threading
 import time
 
 from ddplab.engine import messages, rank_logs, respawn
 from ddplab.engine.errors import GUARD_HINT, RankError
 from ddplab.engine.forkserver import main_file_hidden_if_missing, main_path, process_context
+from ddplab.engine.loopback import loopback_store
 from ddplab.engine.placement import MAX_WORLD_SIZE, Placement, Ranks, needs_fresh_processes
 
 ERROR_GRACE = 0.25  # seconds to collect other ranks' errors after the first, before ending them
@@ -137,20 +137,7 @@ class Pool:
         if self._store is not None:
             return
         self._mp = process_context()
-        import torch.distributed as dist
-
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        try:
-            sock.bind(("127.0.0.1", 0))
-            sock.listen(MAX_WORLD_SIZE * 2)
-            self._port = sock.getsockname()[1]
-            # The store takes the socket over and closes it itself when it is destroyed.
-            self._store = dist.TCPStore("127.0.0.1", self._port, is_master=True,
-                                        wait_for_workers=False, master_listen_fd=sock.fileno(),
-                                        use_libuv=True)
-            sock.detach()
-        finally:
-            sock.close()
+        self._store, self._port = loopback_store(MAX_WORLD_SIZE * 2)
         self._logdir = rank_logs.new_folder()
 
     def _grow(self, world_size: int, placement: Placement, timeout: float) -> None:

@@ -40,9 +40,6 @@ def parser() -> argparse.ArgumentParser:
 
 def run(argv) -> int:
     """``python -m ddplab doctor ARGV``; the exit status."""
-    from ddplab.engine import forkserver
-
-    forkserver.end_forkserver()  # `import ddplab` started the book's pool: the doctor needs none
     return main(parser().parse_args(argv))
 
 

@@ -52,7 +52,7 @@ def base_environment() -> dict:
 
     env = dict(os.environ)
     env.update({"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),  # torchrun's default
-                "PYTHONUNBUFFERED": "1", "DDPLAB_PRESTART": "0", LOCAL: "1"})
+                "PYTHONUNBUFFERED": "1", LOCAL: "1"})
     if sys.platform.startswith("linux"):
         env.setdefault("GLOO_SOCKET_IFNAME", "lo")  # gloo's sockets on loopback only
     package_root = os.path.dirname(os.path.dirname(os.path.abspath(ddplab.__file__)))

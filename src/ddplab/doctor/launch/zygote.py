@@ -20,6 +20,8 @@ import select
 import signal
 import sys
 
+from ddplab.engine import rank_logs
+
 
 def preload() -> None:
     import torch  # noqa: F401
@@ -35,10 +37,7 @@ def _child(request: dict) -> None:
     code = 1
     try:
         os.setsid()
-        log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        os.dup2(log, 1)
-        os.dup2(log, 2)
-        os.close(log)
+        rank_logs.send_output_to(request["log"])
         devnull = os.open(os.devnull, os.O_RDONLY)
         os.dup2(devnull, 0)
         os.close(devnull)
