@@ -33,10 +33,10 @@ def test_a_note_still_being_written_and_other_lines_are_skipped():
 
 
 def test_where_a_note_says_a_rank_is():
-    assert notes.where({"rank": 0, "check_in": None}) == "passed the check-in"
-    assert notes.where({"rank": 0, "check_in": "Rank 1 failed"}) == "check-in: Rank 1 failed"
-    assert notes.where({"rank": 0, "stopped_at": 4}) == "left the loop at step 4"
-    assert notes.where({"rank": 0, "pid": 123}) is None  # says nothing of where it is
+    assert notes.position({"rank": 0, "check_in": None}) == "passed the check-in"
+    assert notes.position({"rank": 0, "check_in": "Rank 1 failed"}) == "check-in: Rank 1 failed"
+    assert notes.position({"rank": 0, "stopped_at": 4}) == "left the loop at step 4"
+    assert notes.position({"rank": 0, "pid": 123}) is None  # says nothing of where it is
     assert notes.states([{"rank": 0, "step": 1}, {"rank": 0, "pid": 9}]) == {
         0: "finished step 1"}
 

@@ -26,7 +26,7 @@ def layers_for(params_millions: float) -> tuple[int, ...]:
 
 
 @dataclasses.dataclass(frozen=True)
-class Settings:
+class ReportSettings:
     world_size: int
     params_millions: float | None = None  # None: the chapter's model, full or quick
     quick: bool = False

@@ -9,7 +9,7 @@ import dataclasses
 
 from ddplab.chapters.time_cost import accumulation_time, step_time
 from ddplab.report.figures import compared, measured_only
-from ddplab.report.settings import MICRO_BATCH_SIZE, Settings
+from ddplab.report.settings import MICRO_BATCH_SIZE, ReportSettings
 from ddplab.report.stage import NEEDS_RANKS, Section, Stage
 from ddplab.report.stages.step import StepSection
 
@@ -19,7 +19,7 @@ class AccumulationSection(Section):
     timing: accumulation_time.Timing | None = None  # None at one rank
 
 
-def measure(s: Settings, step: StepSection) -> AccumulationSection:
+def measure(s: ReportSettings, step: StepSection) -> AccumulationSection:
     if step.world_size < 2:
         return AccumulationSection({"missing": f"accumulation {NEEDS_RANKS}"})
     timing = accumulation_time.run(step.world_size, MICRO_BATCH_SIZE, s.micro_batches,
