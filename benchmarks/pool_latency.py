@@ -8,9 +8,11 @@ One tiny DDP step (``chapters.running.first_group.ddp_step``: Linear(16, 4), 8 s
 mean loss, forward + backward + all-reduce) is timed three ways, side by side:
 
 * warm: ``ddplab.run`` on the shared pool after one call at that world size (median of N);
-* first result: a fresh ``python`` runs ``import ddplab`` ... ``ddplab.run`` once; the time
-  from starting that interpreter to its result (median of K), for the forkserver with prestart
-  (the default), without prestart, and for the spawn start method;
+* first result: a fresh ``python`` runs a notebook's first cells, ``import ddplab``,
+  ``ddplab.placed(...)`` (which prestarts the forkserver), the chapter's import, then
+  ``ddplab.run`` once; the time from starting that interpreter to its result (median of K), for
+  the forkserver with prestart (the default), without (``DDPLAB_PRESTART=0``), and for the
+  spawn start method;
 * cold: ``torch.multiprocessing.spawn`` of W processes that form a group, run the step, exit.
 
 Ratios are against the warm median measured in this same process.
@@ -42,6 +44,7 @@ WORLD_SIZES = (1, 2, 4, 8)
 FIRST_RESULT = """
 import time, sys
 import ddplab
+ddplab.placed(largest_world_size={world_size})  # a notebook's first cell: starts the forkserver
 from ddplab.chapters.running import first_group as check
 ddplab.run(check.ddp_step, {world_size})
 print(time.time())

@@ -10,8 +10,8 @@ a difference, an error or the timeout; every process it started is ended either 
 same two nodes run ``python -m ddplab report --quick``: rank 0 (on either node) must write
 ``report.json`` and ``report.html`` under ``--report-out``, its JSON complete
 (``ddplab.report.schema``) at world size 2. While it
-runs (about 10 s), torchrun's own stores listen on every interface (ARCHITECTURE.md, "The
-rendered book in a browser"): torch gives them no listening address.
+runs (about 10 s), torchrun's own stores listen on every interface
+(docs/notes/2026-11-23-browser-check.md, "Two nodes"): torch gives them no listening address.
 """
 
 from __future__ import annotations

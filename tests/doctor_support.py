@@ -1,10 +1,12 @@
 """What the doctor's tests share: the corpus folder, running a script under the doctor with a
-mark in its environment, and finding any process left with that mark."""
+mark in its environment, finding any process left with that mark, and the checkout's status
+that a run must leave as it found it."""
 
 from __future__ import annotations
 
 import os
 import pathlib
+import subprocess
 import uuid
 
 CORPUS = pathlib.Path(__file__).parent / "doctor_corpus"
@@ -29,3 +31,13 @@ def processes_with(mark: str) -> list[int]:
         except OSError:  # gone, or not ours to read
             continue
     return found
+
+
+def checkout_status() -> str:
+    """``git status --porcelain`` of this checkout, untracked files included: a test that runs
+    scripts compares it before and after, so a script's ``torch.save("model.pt")`` that landed
+    in the checkout instead of the test's folder fails the test."""
+    root = pathlib.Path(__file__).parent.parent
+    return subprocess.run(["git", "-C", str(root), "status", "--porcelain",
+                           "--untracked-files=all"], capture_output=True, text=True,
+                          check=True).stdout

@@ -1,6 +1,6 @@
 """Computed ahead (``screen.ahead``): a panel's neighbouring values run in a thread of the
 caller, on the real shared pool, and a move there shows the kept run; the reader's own calls
-go first. Outside a kernel nothing runs ahead, so each test starts a worker of its own."""
+go first. Outside a kernel nothing runs ahead, so each test starts an owner of its own."""
 
 import os
 import threading
@@ -17,24 +17,24 @@ import rank_fns  # noqa: E402
 from ddplab.chapters.averaging import averaging, plots  # noqa: E402
 from ddplab.common.results import to_json  # noqa: E402
 from ddplab.engine.placement import Placement  # noqa: E402
-from ddplab.screen import ahead, ahead_worker, widgets  # noqa: E402
-from ddplab.screen.kept import Entry, Kept, key_of  # noqa: E402
+from ddplab.screen import ahead, widgets  # noqa: E402
+from ddplab.screen.run_ahead import Entry, Kept, RunAhead, key_of  # noqa: E402
 
 
 @pytest.fixture
-def worker(monkeypatch):
-    started = ahead_worker.Worker(quiet=0.05)
-    monkeypatch.setattr(ahead, "_worker", started)
+def owner(monkeypatch):
+    started = RunAhead(quiet=0.05)
+    monkeypatch.setattr(ahead, "_owner", started)
     yield started
     started.close()
     assert not started.alive()  # no thread left behind
 
 
-def settle(worker, timeout=180.0):
+def settle(owner, timeout=180.0):
     """Wait (not a timed assertion: a bound on a hang) until nothing is left to run ahead."""
     deadline = time.monotonic() + timeout
-    while not worker.settled():
-        assert time.monotonic() < deadline, "the worker never settled"
+    while not owner.settled():
+        assert time.monotonic() < deadline, "the owner never settled"
         time.sleep(0.05)
 
 
@@ -45,12 +45,12 @@ def until(condition, timeout=120.0):
         time.sleep(0.01)
 
 
-def test_a_kept_neighbour_is_a_real_run_of_exactly_those_values_and_is_shown_at_once(worker):
+def test_a_kept_neighbour_is_a_real_run_of_exactly_those_values_and_is_shown_at_once(owner):
     panel = widgets.explore(averaging.run, plots.gradients, world_size=(1, 4),
                             batch_size=(1, 8), reduction=["mean", "sum"])
     controls, note, status, image = panel.children[0], *panel.children[-3:]
     assert "run ahead" in note.value
-    settle(worker)
+    settle(owner)
     computed = panel.computed
     world_size, batch_size, _ = controls.children
     expected = [(3, 8), (4, 7)]  # world size 4 and batch size 8 stand at their maxima
@@ -64,12 +64,12 @@ def test_a_kept_neighbour_is_a_real_run_of_exactly_those_values_and_is_shown_at_
     assert to_json(computed.kept.get(computed.key({"world_size": 3, "batch_size": 8,
                                                    "reduction": "mean"})).result) \
         != to_json(averaging.run(world_size=4, batch_size=8))  # the comparison can fail
-    runs = worker.started
+    runs = owner.started
     world_size.value = 3
     shown = computed.kept.get(computed.key(computed.values()))
     assert bytes(image.value) == shown.png and "run ahead while you read" in status.value
     assert status.value.endswith(f", {ddplab.placement()}")  # where it ran, as a run says
-    assert worker.started == runs  # shown, not run again
+    assert owner.started == runs  # shown, not run again
 
 
 def logged_sweep(log, seconds=0.4, calls=3):
@@ -90,7 +90,7 @@ def logged_sweep(log, seconds=0.4, calls=3):
     return run
 
 
-def test_the_readers_call_waits_behind_one_call_run_ahead_at_most(worker):
+def test_the_readers_call_waits_behind_one_call_run_ahead_at_most(owner):
     log = []
     panel = widgets.explore(logged_sweep(log), plots.gradients, x=(0, 10))
     (slider,) = panel.children[0].children
@@ -108,22 +108,22 @@ def ended_ahead(log, x=None) -> int:
     return sum(e[0] == "end" and e[1] == "ddplab-ahead" and x in (None, e[2]) for e in log)
 
 
-def test_a_sweep_run_ahead_stops_between_its_calls_once_it_is_no_neighbour(worker):
+def test_a_sweep_run_ahead_stops_between_its_calls_once_it_is_no_neighbour(owner):
     log = []
     panel = widgets.explore(logged_sweep(log, seconds=0.5), plots.gradients, x=(0, 10))
     (slider,) = panel.children[0].children
-    settle(worker)  # 4 and 6 kept, 5 the reader's
+    settle(owner)  # 4 and 6 kept, 5 the reader's
     slider.value = 3  # ran by the reader; 2 is run ahead first (the move went down)
     until(lambda: ("start", "ddplab-ahead", 2, 0) in log)
     slider.value = 4  # kept: 2 is no neighbour now
-    settle(worker)
+    settle(owner)
     assert ended_ahead(log, 2) <= 1, log  # stopped after the call under way
     computed = panel.computed
     assert computed.key({"x": 2}) not in computed.kept
     assert computed.key({"x": 5}) in computed.kept and computed.key({"x": 3}) in computed.kept
 
 
-def test_a_move_to_the_value_under_way_waits_for_it_rather_than_running_it_again(worker):
+def test_a_move_to_the_value_under_way_waits_for_it_rather_than_running_it_again(owner):
     log = []
     panel = widgets.explore(logged_sweep(log, seconds=0.5), plots.gradients, x=(0, 10))
     (slider,) = panel.children[0].children
@@ -136,20 +136,20 @@ def test_a_move_to_the_value_under_way_waits_for_it_rather_than_running_it_again
     assert "started ahead" in seen[0] and "run ahead while you read" in status.value
 
 
-def test_a_cell_pauses_the_thread_after_its_call(worker):
+def test_a_cell_pauses_the_thread_after_its_call(owner):
     log = []
     widgets.explore(logged_sweep(log, seconds=0.3), plots.gradients, x=(0, 10))
     until(lambda: any(e[1] == "ddplab-ahead" for e in log))
-    worker.cell_starts()  # returns once the call under way has ended
+    owner.cell_starts()  # returns once the call under way has ended
     ended = ended_ahead(log)
-    time.sleep(0.5)  # ten times the worker's quiet time
+    time.sleep(0.5)  # ten times the owner's quiet time
     assert ended_ahead(log) == ended
-    worker.cell_ends()
-    settle(worker)
+    owner.cell_ends()
+    settle(owner)
     assert ended_ahead(log) > ended
 
 
-def test_a_panel_that_may_hang_on_purpose_is_never_run_ahead(worker):
+def test_a_panel_that_may_hang_on_purpose_is_never_run_ahead(owner):
     seen = []
 
     def run(world_size=2, timeout=3.0):
@@ -160,9 +160,9 @@ def test_a_panel_that_may_hang_on_purpose_is_never_run_ahead(worker):
     assert ahead.NOTE not in [getattr(w, "value", None) for w in panel.children]  # no note
     slider = panel.children[0].children[0]
     slider.value = 3
-    time.sleep(0.5)  # ten times the worker's quiet time
+    time.sleep(0.5)  # ten times the owner's quiet time
     slider.value = 2  # run again: its results are not kept either
-    assert seen == [2, 3, 2] and worker.started == 0
+    assert seen == [2, 3, 2] and owner.started == 0
 
 
 def test_a_panel_keeps_its_newest_results_only():
@@ -274,7 +274,7 @@ def test_in_a_kernel_a_move_shows_what_ran_ahead_at_once_and_nothing_outlives_it
     assert not alive, alive  # no rank, forkserver or kernel left
 
 
-def test_the_panel_used_last_runs_ahead_first_the_moved_direction_first(worker):
+def test_the_panel_used_last_runs_ahead_first_the_moved_direction_first(owner):
     log = []
 
     def panel_run(name):
@@ -286,32 +286,32 @@ def test_the_panel_used_last_runs_ahead_first_the_moved_direction_first(worker):
 
     first = widgets.explore(panel_run("first"), plots.gradients, x=(0, 10))
     second = widgets.explore(panel_run("second"), plots.gradients, x=(0, 10))
-    settle(worker)
+    settle(owner)
     assert log == [("first", 6), ("first", 4), ("second", 6), ("second", 4)]  # top down
     second.children[0].children[0].value = 3  # run by the reader: down
-    settle(worker)
+    settle(owner)
     assert log[4:] == [("second", 2)]  # 4 was kept; down first, then nothing left
     first.children[0].children[0].value = 6  # kept: shown, and first is the panel used now
-    settle(worker)
+    settle(owner)
     assert log[5:] == [("first", 7)]
 
 
-def test_a_run_kept_on_one_placement_is_not_shown_on_another(worker):
+def test_a_run_kept_on_one_placement_is_not_shown_on_another(owner):
     panel = widgets.explore(averaging.run, plots.gradients, world_size=(1, 4))
-    settle(worker)
+    settle(owner)
     computed, status = panel.computed, panel.children[-2]
     assert computed.key({"world_size": 3}) in computed.kept
-    worker.cell_starts()  # as the cell that places the process elsewhere pauses the thread
+    owner.cell_starts()  # as the cell that places the process elsewhere pauses the thread
     try:
         with ddplab.placed(backend="gloo", device="cuda"):
             assert computed.key({"world_size": 3}) not in computed.kept
             panel.children[0].children[0].value = 3
             assert not status.value.startswith("shown in")  # run there, not gloo on cpu's
     finally:
-        worker.cell_ends()
+        owner.cell_ends()
 
 
-def test_a_capped_slider_s_neighbours_stay_within_what_the_placement_serves(worker,
+def test_a_capped_slider_s_neighbours_stay_within_what_the_placement_serves(owner,
                                                                              monkeypatch):
     """A panel made where NCCL serves 2 ranks (2 GPUs, read by the panel as given here; its
     runs still go to this process's placement): no value above 2 ranks is run ahead, from a
@@ -329,7 +329,7 @@ def test_a_capped_slider_s_neighbours_stay_within_what_the_placement_serves(work
     capped = widgets.explore(averaging.run, plots.gradients, world_size=(1, 4))
     both = widgets.explore(grid, plots.gradients, rows=(1, 3), cols=(1, 3))
     assert capped.children[0].children[0].max == 2
-    settle(worker)
+    settle(owner)
     assert [v["world_size"] for v in capped.computed.neighbours()] == [2]  # 1, up to the cap
     assert both.computed.neighbours() == [{"rows": 1, "cols": 1}]  # not 1 x 3, nor 2 x 2
     assert ran == [1]

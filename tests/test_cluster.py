@@ -1,5 +1,6 @@
 """The lab engine against real gloo process groups on CPU ranks: results, reuse, failures."""
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -321,7 +322,6 @@ def test_a_killed_caller_leaves_no_rank_behind(python_env):
 
 
 def test_a_rank_killed_between_calls_is_replaced_without_an_error():
-    import os
     import signal
 
     import psutil
@@ -345,7 +345,7 @@ def test_a_failed_ranks_log_can_be_read_after_the_failure():
     assert len(logs) >= 2 and "ValueError: boom on rank 1" in logs[1]
 
 
-def test_the_caller_never_loads_the_rank_side():
+def test_the_caller_never_loads_the_rank_side(tmp_path):
     """The caller speaks to ranks in engine.messages' types; it must not import ddplab.engine.rank
     (or dynamo, which that module preloads for the ranks) to do so."""
     code = textwrap.dedent("""
@@ -354,15 +354,16 @@ def test_the_caller_never_loads_the_rank_side():
         assert ddplab.run(rank_fns.identify, 2)[1]["rank"] == 1
         print(sorted(m for m in ("ddplab.engine.rank", "torch._dynamo") if m in sys.modules))
     """)
+    here = __import__("conftest").HERE  # rank_fns' folder, on the path; the run's is tmp_path
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([here, os.environ.get("PYTHONPATH", "")]))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=120, cwd=str(__import__("conftest").HERE), check=True).stdout
+                         timeout=120, cwd=tmp_path, env=env, check=True).stdout
     assert out.strip().splitlines()[-1] == "[]"
 
 
 def test_a_killed_callers_log_folder_is_removed_by_the_next_pool(tmp_path):
     """A caller killed with SIGKILL cannot remove its rank logs; the next pool does, and
     leaves the folders of callers that are alive."""
-    import os
     import tempfile
 
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
@@ -377,3 +378,21 @@ def test_a_killed_callers_log_folder_is_removed_by_the_next_pool(tmp_path):
         for path in (stale, mine):
             if os.path.isdir(path):
                 os.rmdir(path)
+
+
+def test_importing_ddplab_starts_nothing_and_placed_starts_the_forkserver(tmp_path):
+    """``import ddplab`` starts no process (a tool that imports it, the doctor, pays nothing);
+    a notebook's first cell, ``ddplab.placed(...)``, starts the forkserver, whose torch import
+    then overlaps the cells before the first run."""
+    code = textwrap.dedent("""
+        import psutil
+        import ddplab
+        def started():
+            return [" ".join(p.cmdline()) for p in psutil.Process().children()]
+        print(len(started()))
+        ddplab.placed(largest_world_size=2)
+        print(sum("forkserver import main" in c for c in started()))
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, cwd=tmp_path, check=True).stdout
+    assert out.split() == ["0", "1"]

@@ -89,13 +89,15 @@ def test_the_report_fits_the_books_column():
 
 
 def test_the_doctor_is_self_contained():
-    """It runs the reader's script on processes of its own: no chapter, no report, and of the
-    engine only what under-torchrun means, the book's pool to end (``command.run``) and the
-    process toolkit it shares with the engine (``lifeline``: dying with the parent)."""
+    """It runs the reader's script on processes of its own: no chapter, no report, no pool,
+    and of the engine only what under-torchrun means and the process toolkit it shares with
+    the engine (``lifeline``: dying with the parent; ``loopback``: the store on 127.0.0.1 only;
+    ``rank_logs``: a rank's output sent to its log)."""
     import ast
 
     allowed = {"ddplab.common.checks", "ddplab.common.html_page", "ddplab.engine.torchrun",
-               "ddplab.engine", "ddplab.engine.forkserver", "ddplab.engine.lifeline"}
+               "ddplab.engine", "ddplab.engine.lifeline", "ddplab.engine.loopback",
+               "ddplab.engine.rank_logs"}
     doctor = pathlib.Path(__file__).parent.parent / "src" / "ddplab" / "doctor"
     found = set()
     for path in doctor.rglob("*.py"):
@@ -107,4 +109,4 @@ def test_the_doctor_is_self_contained():
     outside = {m for m in found if m.startswith("ddplab.") and not m.startswith("ddplab.doctor")}
     assert outside and outside <= allowed | {f"{m}.{n}" for m in allowed for n in (
         "int_in_range", "positive_int", "positive_number", "head", "table", "under_torchrun",
-        "forkserver", "exit_with_parent")}
+        "exit_with_parent", "loopback_store", "rank_logs")}

@@ -24,7 +24,7 @@ from torch.utils.data.distributed import DistributedSampler
 from ddplab.doctor.launch import launcher
 from ddplab.doctor.launch.diagnose import diagnose
 from ddplab.doctor.launch.processes import Zygote
-from doctor_support import CORPUS, MARK, new_mark, processes_with
+from doctor_support import CORPUS, MARK, checkout_status, new_mark, processes_with
 
 # script -> (arguments, errors, other findings (waste, advisory), doctor settings)
 EXPECTED = {
@@ -64,8 +64,10 @@ def _digest(path) -> str:
 
 @pytest.fixture(scope="module")
 def diagnoses():
-    """Every corpus script's diagnosis, and the processes left behind (none, we hope)."""
+    """Every corpus script's diagnosis, the processes left behind (none, we hope), and whether
+    the corpus and the checkout are as they were."""
     before = {p.name: _digest(p) for p in CORPUS.glob("*.py")}
+    status = checkout_status()
     mark = new_mark()
     os.environ[MARK] = mark
     try:
@@ -81,7 +83,8 @@ def diagnoses():
     finally:
         del os.environ[MARK]
     after = {p.name: _digest(p) for p in CORPUS.glob("*.py")}
-    return {"by_script": found, "left": processes_with(mark), "unchanged": before == after}
+    return {"by_script": found, "left": processes_with(mark), "unchanged": before == after,
+            "status": (status, checkout_status())}
 
 
 def _diagnose(name, zygote, logs):
@@ -115,6 +118,13 @@ def test_exactly_its_findings(diagnoses, name):
 def test_nothing_left_and_nothing_changed(diagnoses):
     assert diagnoses["left"] == []
     assert diagnoses["unchanged"]
+
+
+def test_the_checkout_is_left_as_it_was(diagnoses):
+    """The scripts save checkpoints and models in their working folder: a temporary one, never
+    the checkout (git status is the same before and after every corpus run)."""
+    before, after = diagnoses["status"]
+    assert after == before
 
 
 def test_clean_script_checked_everything(diagnoses):

@@ -24,9 +24,9 @@ def test_the_first_record_says_where_it_comes_from():
     m = record.machine
     assert (m["gpu"], m["driver"], m["torch"], m["date"]) == (
         "NVIDIA H100 80GB HBM3", "580.159.04", "2.11.0+cu130", "2026-11-25")
-    assert m["measured_by"] == "recorded from issue 27's run"
+    assert m["measured_by"] == "recorded from a run reported to the project"
     assert record.origin == ("measured on one NVIDIA H100 80GB HBM3, 2026-11-25, "
-                             "recorded from issue 27's run")
+                             "recorded from a run reported to the project")
 
 
 def test_the_records_mfu_is_six_params_tokens_per_second_over_peak():

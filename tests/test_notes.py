@@ -1,7 +1,6 @@
 """The notes ranks write to their logs, read back by both of their readers (``hang_watch`` in
 the caller, ``screen.while_running``'s ticking thread) through one module, ``engine.notes``."""
 
-import os
 import subprocess
 import sys
 
@@ -34,10 +33,10 @@ def test_a_note_still_being_written_and_other_lines_are_skipped():
 
 
 def test_where_a_note_says_a_rank_is():
-    assert notes.where({"rank": 0, "check_in": None}) == "passed the check-in"
-    assert notes.where({"rank": 0, "check_in": "Rank 1 failed"}) == "check-in: Rank 1 failed"
-    assert notes.where({"rank": 0, "stopped_at": 4}) == "left the loop at step 4"
-    assert notes.where({"rank": 0, "pid": 123}) is None  # says nothing of where it is
+    assert notes.position({"rank": 0, "check_in": None}) == "passed the check-in"
+    assert notes.position({"rank": 0, "check_in": "Rank 1 failed"}) == "check-in: Rank 1 failed"
+    assert notes.position({"rank": 0, "stopped_at": 4}) == "left the loop at step 4"
+    assert notes.position({"rank": 0, "pid": 123}) is None  # says nothing of where it is
     assert notes.states([{"rank": 0, "step": 1}, {"rank": 0, "pid": 9}]) == {
         0: "finished step 1"}
 
@@ -47,6 +46,5 @@ def test_the_notes_module_imports_no_torch():
     there would cost it a second."""
     code = ("import sys; import ddplab.engine.notes, ddplab.screen.while_running; "
             "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True, env={**os.environ, "DDPLAB_PRESTART": "0"})
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

@@ -7,12 +7,13 @@
     with ddplab.placed(backend="gloo", device="cuda"):   # where every run goes (the process's)
         results = ddplab.run(fn, world_size=4, **params)
     ddplab.placement()                                    # Placement('gloo', 'cuda') inside
+
+Importing it starts nothing: the forkserver that forks the ranks starts with the first
+``placed()`` (a notebook's first cell) or the first run.
 """
 
-from ddplab.engine.cluster import MAX_WORLD_SIZE, Cluster, RankError, logs, prestart, run
+from ddplab.engine.cluster import MAX_WORLD_SIZE, Cluster, RankError, logs, run
 from ddplab.engine.placement import placed, placement
-
-prestart()  # the forkserver imports torch while the caller does; see engine.forkserver.prestart
 
 __all__ = ["Cluster", "MAX_WORLD_SIZE", "RankError", "logs", "placed", "placement", "run"]
 __version__ = "0.1.0"

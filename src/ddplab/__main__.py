@@ -34,76 +34,108 @@ its own.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
+from collections.abc import Callable
 
 from ddplab import chapters
 from ddplab.common.results import to_json
 from ddplab.engine.cluster import DEFAULT_TIMEOUT
+from ddplab.engine.forkserver import prestart
 from ddplab.engine.placement import BACKENDS, DEVICES, placed, range_of
-from ddplab.engine.torchrun import is_reporting_process, under_torchrun
+from ddplab.engine.torchrun import is_reporting_process, launched_world_size, under_torchrun
 
 
-def parser() -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(prog="python -m ddplab", description=__doc__,
-                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    commands = top.add_subparsers(dest="command", required=True, metavar="EXPERIMENT")
-    for name, module in chapters.commands().items():
-        sub = commands.add_parser(name, help=module.__doc__.splitlines()[0],
-                                  description=module.__doc__,
-                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+@dataclasses.dataclass(frozen=True)
+class Command:
+    """One command of ``python -m ddplab``: its name, its help and description, its own
+    options (``add_arguments(parser)``) and what runs it (``main(args) -> exit status``), and
+    which of the shared options it takes (declared once, in :func:`add_shared`)."""
+
+    name: str
+    help: str
+    description: str
+    add_arguments: Callable
+    main: Callable
+    world_size: bool = True  # --world-size: 2 unless under torchrun, where it is torchrun's
+    placement: bool = True  # --backend and --device
+    timeout: float | None = DEFAULT_TIMEOUT  # --timeout's default; None: no --timeout
+    json: bool = True  # --json
+
+
+def add_shared(sub: argparse.ArgumentParser, command: Command) -> None:
+    """The options every command that takes them takes alike."""
+    if command.world_size:
         sub.add_argument("--world-size", type=int, default=None,
                          help="number of ranks (default 2; under torchrun: torchrun's)")
+    if command.placement:
         sub.add_argument("--backend", choices=BACKENDS, default="auto",
                          help="auto: DDPLAB_BACKEND, else nccl with a GPU for each rank, else "
                               "gloo (default auto)")
         sub.add_argument("--device", choices=DEVICES, default="auto",
                          help="auto: DDPLAB_DEVICE, else cuda under nccl, else cpu; cuda with "
                               "gloo puts every rank on the GPUs, rank r on cuda:(r %% GPUs)")
-        sub.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
+    if command.timeout is not None:
+        sub.add_argument("--timeout", type=float, default=command.timeout,
                          help=f"seconds before a silent rank is an error (default "
-                              f"{DEFAULT_TIMEOUT:g})")
+                              f"{command.timeout:g})")
+    if command.json:
         sub.add_argument("--json", action="store_true", help="print JSON")
-        if hasattr(module, "add_arguments"):
-            module.add_arguments(sub)
-    add_exercise_command(commands)
-    report_command().add_command(commands)
-    doctor_command().add_command(commands)
+
+
+def commands() -> dict[str, Command]:
+    """Every command, by name: each chapter's experiment, then ``exercise``, ``report`` and
+    ``doctor``."""
+    from ddplab import exercises
+    from ddplab.doctor.launch import command as doctor
+    from ddplab.report import command as report
+
+    found = {name: experiment(name, module) for name, module in chapters.commands().items()}
+    found["exercise"] = Command(
+        "exercise", "check your solution of an exercise on real ranks",
+        "Check a solution on real ranks against real DDP or torch. Exit 0: passed; 1: wrong; "
+        "2: the file cannot be used.", add_exercise_arguments, exercise_main, placement=False,
+        timeout=exercises.DEFAULT_TIMEOUT)
+    found["report"] = Command("report", report.HELP, report.__doc__, report.add_arguments,
+                              report.main, timeout=report.DEFAULT_TIMEOUT)
+    # The doctor declares its own options (its parser serves `python -m ddplab doctor`).
+    found["doctor"] = Command("doctor", doctor.HELP, doctor.__doc__, doctor.add_arguments,
+                              doctor.main, world_size=False, placement=False, timeout=None,
+                              json=False)
+    return found
+
+
+def experiment(name: str, module) -> Command:
+    """A chapter module's command: its ``run`` with the options' values, placed once."""
+    return Command(name, module.__doc__.splitlines()[0], module.__doc__,
+                   getattr(module, "add_arguments", lambda sub: None),
+                   lambda args: experiment_main(module, args))
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="python -m ddplab", description=__doc__,
+                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+    subs = top.add_subparsers(dest="command", required=True, metavar="EXPERIMENT")
+    for command in commands().values():
+        sub = subs.add_parser(command.name, help=command.help, description=command.description,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+        add_shared(sub, command)
+        command.add_arguments(sub)
     return top
 
 
-def report_command():
-    from ddplab.report import command
-
-    return command
-
-
-def doctor_command():
-    from ddplab.doctor.launch import command
-
-    return command
-
-
-def add_exercise_command(commands) -> None:
-    """``exercise NAME --solution FILE.py``: the one command that is not a chapter's."""
+def add_exercise_arguments(sub) -> None:
     from ddplab import exercises
 
-    sub = commands.add_parser("exercise", help="check your solution of an exercise on real ranks",
-                              description="Check a solution on real ranks against real DDP or "
-                              "torch. Exit 0: passed; 1: wrong; 2: the file cannot be used.")
     sub.add_argument("name", choices=list(exercises.EXERCISES), metavar="NAME",
                      help=", ".join(f"{n}: {e.function}" for n, e in exercises.EXERCISES.items()))
     sub.add_argument("--solution", required=True, metavar="FILE.py",
                      help="a file that defines the function (or class) the exercise names")
-    sub.add_argument("--world-size", type=int, default=2, help="ranks (default 2)")
-    sub.add_argument("--timeout", type=float, default=exercises.DEFAULT_TIMEOUT,
-                     help="seconds before a case that has not finished is a hang "
-                          f"(default {exercises.DEFAULT_TIMEOUT:g})")
-    sub.add_argument("--json", action="store_true", help="print JSON")
 
 
-def exercise_main(cli, args) -> int:
+def exercise_main(args) -> int:
     from ddplab import exercises
 
     try:
@@ -121,28 +153,7 @@ def exercise_main(cli, args) -> int:
     return 0 if verdict.passed else 1
 
 
-def bad_input(args, exc: Exception) -> int:
-    """One clear line and exit status 2, as argparse does for a malformed argument; the usage
-    text it would print first says nothing about a value out of range."""
-    print(f"python -m ddplab {args.command}: error: {exc}", file=sys.stderr)
-    return 2
-
-
-def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] == ["doctor"]:  # loads no chapter: its ranks run the reader's script
-        return doctor_command().run(argv[1:])
-    cli = parser()
-    args = cli.parse_args(argv)
-    if args.command == "exercise":
-        return exercise_main(cli, args)
-    if args.command == "report":
-        return report_command().main(args)
-    if args.command == "doctor":
-        return doctor_command().main(args)
-    if args.world_size is None:
-        args.world_size = int(os.environ["WORLD_SIZE"]) if under_torchrun() else 2
-    module = chapters.commands()[args.command]
+def experiment_main(module, args) -> int:
     params = {k: v for k, v in vars(args).items()
               if k not in ("command", "json", "backend", "device")}
     try:
@@ -156,6 +167,26 @@ def main(argv=None) -> int:
     if is_reporting_process():
         print(json.dumps(to_json(data), indent=1) if args.json else result.describe())
     return 0 if data.get("ok", True) else 1
+
+
+def bad_input(args, exc: Exception) -> int:
+    """One clear line and exit status 2, as argparse does for a malformed argument; the usage
+    text it would print first says nothing about a value out of range."""
+    print(f"python -m ddplab {args.command}: error: {exc}", file=sys.stderr)
+    return 2
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["doctor"]:  # its own parser: it loads no chapter (its ranks run the
+        from ddplab.doctor.launch import command as doctor  # reader's script, not the book's)
+
+        return doctor.run(argv[1:])
+    prestart()  # every other command runs ranks: their torch import overlaps the chapters'
+    args = parser().parse_args(argv)
+    if getattr(args, "world_size", 0) is None:
+        args.world_size = launched_world_size() if under_torchrun() else 2
+    return commands()[args.command].main(args)
 
 
 if __name__ == "__main__":

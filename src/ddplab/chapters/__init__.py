@@ -4,7 +4,7 @@
 A chapter is registered by being here: the CLI finds its commands (a module's ``COMMAND``) and
 the forkserver preload imports its rank functions through the functions below, so no list of
 chapters is kept anywhere else. Of the rest of the library only the report imports a chapter
-(it runs their drivers, from the floor above them: ARCHITECTURE.md, "Layers"); a chapter imports
+(it runs their drivers, from the floor above them: ARCHITECTURE.md, "Floors"); a chapter imports
 no other, and what two chapters share lives in ``ddplab.common``.
 """
 

@@ -4,10 +4,10 @@ A record is a JSON file in ``ddplab/common/gpu_records/`` (installed with the pa
 machine it was measured on (GPU, driver, torch, CUDA, date, and who or what measured it), a
 memory measurement with the CUDA allocator, and training throughput of GPT-2-shaped models as
 step times and model FLOPs utilisation. ``benchmarks/gpu.py`` writes records of this schema on
-whatever GPU it runs on; the first one, ``h100-2026-11-25.json``, was recorded from issue 27's
-run on one H100; ``h200-2026-11-26.json`` is ``benchmarks/gpu.py``'s own run on one H200 (its
-memory rows are known wrong: see its ``memory.note``; the memory page reads the H100's by
-name). ``load()`` without a name gives the newest record by date.
+whatever GPU it runs on; ``h100-2026-11-25.json`` holds the figures of one H100 run reported to
+the project (not made by that script); ``h200-2026-11-26.json`` is ``benchmarks/gpu.py``'s own
+run on one H200 (its memory rows are known wrong: see its ``memory.note``; the memory page
+reads the H100's by name). ``load()`` without a name gives the newest record by date.
 
 Model FLOPs utilisation (MFU) is ``6 x params x tokens/s / peak``: 6 FLOPs per parameter and
 token for forward and backward (Kaplan et al. 2020, section 2.1), attention's own FLOPs left
@@ -66,13 +66,6 @@ class GpuRecord:
         count = m.get("gpu_count", 1)
         return (f"measured on {'one' if count == 1 else count} {m['gpu']}, {m['date']}, "
                 f"{m['measured_by']}")
-
-    @property
-    def provenance(self) -> str:
-        """``origin`` with the software it ran."""
-        m = self.machine
-        return (f"{self.origin} (driver {m['driver']}, torch {m['torch']}, CUDA {m['cuda']})"
-                + (f"; {m['note']}" if m.get("note") else ""))
 
 
 def validate(data: dict) -> dict:

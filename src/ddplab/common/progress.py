@@ -1,8 +1,8 @@
 """How a sweep reports progress: between its short runs it calls ``progress(done, total,
 label)``, when the caller gave one (``widgets.explore_sweep`` shows it as a bar). A rank cannot
 report while it runs, so a long experiment is a sequence of short ``ddplab.run`` calls
-(ARCHITECTURE.md, "Sweeps and progress"). A sweep may also pass ``partial``, a result of the
-runs done so far, which a panel draws at once (the figure fills in run by run)."""
+(ARCHITECTURE.md, "The screen, and work run ahead"). A sweep may also pass ``partial``, a
+result of the runs done so far, which a panel draws at once (the figure fills in run by run)."""
 
 from __future__ import annotations
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import datetime
 import json
 import os
-import socket
 
 PREFIX = "ddplab-doctor/"
 ADDRESS = "DDPLAB_DOCTOR_STORE"  # host:port, in every process the doctor starts
@@ -33,21 +32,10 @@ class Store:
 
     @classmethod
     def host(cls) -> Store:
-        """A server on a socket bound to loopback only (``master_listen_fd``), as the engine's
-        pool does; the store closes the socket itself."""
-        import torch.distributed as dist
+        """A server on loopback only, the engine's pool's kind (``engine.loopback``)."""
+        from ddplab.engine.loopback import loopback_store
 
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        try:
-            sock.bind(("127.0.0.1", 0))
-            sock.listen(128)
-            port = sock.getsockname()[1]
-            tcp = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False,
-                                master_listen_fd=sock.fileno(), use_libuv=True,
-                                timeout=datetime.timedelta(seconds=60))
-            sock.detach()
-        finally:
-            sock.close()
+        tcp, port = loopback_store(128, timeout=60)
         store = cls(tcp)
         store.address = f"127.0.0.1:{port}"
         return store

@@ -39,13 +39,12 @@ import cloudpickle
 
 from ddplab.engine import messages, placement, pool, torchrun, turns
 from ddplab.engine.errors import GUARD_HINT, RankError
-from ddplab.engine.forkserver import prestart
 from ddplab.engine.placement import MAX_WORLD_SIZE, Placement, Ranks, placed
 
 DEFAULT_TIMEOUT = 60.0
 
 __all__ = ["Cluster", "DEFAULT_TIMEOUT", "MAX_WORLD_SIZE", "Placement", "RankError", "Ranks",
-           "logs", "placed", "prestart", "run"]
+           "logs", "placed", "run"]
 
 
 def run(fn, world_size: int, *, timeout: float = DEFAULT_TIMEOUT, **params) -> Ranks:

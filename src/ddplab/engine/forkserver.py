@@ -59,11 +59,12 @@ def process_context():
 
 
 def prestart() -> None:
-    """Start the forkserver now (``import ddplab`` calls this), in the background.
+    """Start the forkserver now, in the background (``ddplab.placed`` calls this: a notebook's
+    first cell says where its runs go, so they will come).
 
     Its preload (torch, DDP, dynamo) takes about 2 s here and is the bulk of the first call's
-    latency; started at import, it overlaps with the caller's own imports
-    (benchmarks/RESULTS.md, "The pool").
+    latency; started at the first ``placed()``, it overlaps with the caller's own imports and
+    cells (benchmarks/RESULTS.md, "The pool"). ``import ddplab`` alone starts nothing.
     Only in a top-level process: not in a rank, not in the forkserver itself, not under
     torchrun; ``DDPLAB_PRESTART=0`` turns it off.
     """

@@ -2,7 +2,7 @@
 group in turn, so that moving between world sizes forms no group once each size has been seen.
 
 Why: forming a gloo group (rendezvous through the store, then a connection to every peer) costs
-more than a small DDP step (ARCHITECTURE.md, "Groups"), and a lab's world-size slider moves back
+more than a small DDP step (benchmarks/RESULTS.md), and a lab's world-size slider moves back
 and forth between a few sizes.
 
 How, and what it relies on in torch (checked in 2.13, ``torch/distributed/distributed_c10d.py``):

@@ -151,7 +151,7 @@ def run_watched(fn, world_size: int, timeout: float, catch_rank_errors: bool = F
     notes while they hang); what it returns is ``Watched.during``."""
     positive_number("timeout", timeout)
     call_id = uuid.uuid4().hex
-    beside = None if during is None else Beside(during, call_id)
+    beside = None if during is None else DuringCall(during, call_id)
     placement = placements.serving(world_size)  # known even if it hangs
     start = time.perf_counter()
     try:
@@ -169,7 +169,7 @@ def run_watched(fn, world_size: int, timeout: float, catch_rank_errors: bool = F
                    during=None if beside is None else beside.result(), placement=placement)
 
 
-class Beside(threading.Thread):
+class DuringCall(threading.Thread):
     """``fn(call_id)`` in a thread; ``result()`` waits for it and returns (or raises) its
     outcome."""
 

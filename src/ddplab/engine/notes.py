@@ -63,7 +63,7 @@ def of_call(logs: Iterable[str], call_id: str, world_size: int) -> list[list[dic
     return notes
 
 
-def where(entry: dict) -> str | None:
+def position(entry: dict) -> str | None:
     """Where the rank that wrote ``entry`` is, in words; None for a note that does not say."""
     if "waiting" in entry:
         return f"waits in {entry['waiting']}"
@@ -81,7 +81,7 @@ def states(entries: Iterable[dict]) -> dict[int, str]:
     """Where each rank is, by its last note that says so."""
     found = {}
     for entry in entries:
-        state = where(entry)
+        state = position(entry)
         if state is not None:
             found[entry["rank"]] = state
     return found

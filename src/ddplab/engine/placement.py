@@ -24,7 +24,7 @@ What the placement cannot serve is a ValueError before any rank starts (:func:`c
 silent switch: CUDA without a GPU, NCCL on CPU tensors, NCCL with more ranks than GPUs, a world
 size beyond the largest said. gloo on CUDA serves any number of ranks: rank ``r`` uses
 ``cuda:(r % gpus)`` (gloo takes CUDA tensors for the collectives DDP uses, not for
-``send``/``recv``: see ARCHITECTURE.md, "gloo on CUDA").
+``send``/``recv``: docs/notes/2026-11-26-gloo-cuda-point-to-point.md).
 
 What does not run on some placement is named in :data:`UNSUPPORTED`; a driver asks
 :func:`unsupported` (or :func:`require`) before it starts ranks.
@@ -37,7 +37,7 @@ import os
 import threading
 
 from ddplab.common.results import Placed
-from ddplab.engine import torchrun
+from ddplab.engine import forkserver, torchrun
 
 BACKENDS = ("auto", "gloo", "nccl")
 DEVICES = ("auto", "cpu", "cuda")
@@ -193,6 +193,7 @@ class placed:
         with _lock:
             self._previous = (_asked, _resolved)
             _asked, _resolved = self._asked, None
+        forkserver.prestart()  # runs will come: the ranks' torch import overlaps the caller's
 
     def __repr__(self) -> str:  # what a notebook cell that calls it shows
         largest = self._asked[2]
@@ -254,9 +255,8 @@ def needs_fresh_processes(workers: Placement, group_size: int | None, world_size
 
 # (feature, placement) -> why it does not run there: what was seen, where, and what to do
 # instead. A driver asks with the name it is given (a strategy, a hook), so an entry refuses
-# exactly what was seen to fail. PowerSGD with gloo on CUDA is not here any more: its refusal
-# rested on one H100 run of a script that is not kept (issue 27, before ddplab offered gloo on
-# CUDA), and torch's hook ran there on an H200 (see compression.py).
+# exactly what was seen to fail (docs/notes/ has each observation; PowerSGD with gloo on CUDA
+# ran on an H200, so it is not here).
 UNSUPPORTED = {
     ("fsdp", Placement("gloo", "cuda")):
         "with gloo on CUDA tensors a rank was killed by SIGSEGV under FSDP2 (ddplab memory "

@@ -23,19 +23,19 @@ import multiprocessing.connection
 import os
 import shutil
 import signal
-import socket
 import threading
 import time
 
 from ddplab.engine import messages, rank_logs, respawn
 from ddplab.engine.errors import GUARD_HINT, RankError
 from ddplab.engine.forkserver import main_file_hidden_if_missing, main_path, process_context
+from ddplab.engine.loopback import loopback_store
 from ddplab.engine.placement import MAX_WORLD_SIZE, Placement, Ranks, needs_fresh_processes
 
 ERROR_GRACE = 0.25  # seconds to collect other ranks' errors after the first, before ending them
 
 
-class Worker:
+class RankProcess:
     """One rank process of the pool and the caller's end of its pipe."""
 
     def __init__(self, rank, process, conn):
@@ -47,7 +47,7 @@ class Pool:
 
     def __init__(self):
         self._lock = threading.RLock()
-        self._workers: list[Worker] = []
+        self._workers: list[RankProcess] = []
         self._placement_of_workers: Placement | None = None  # what they serve, for life
         self._group_size = None  # world size of the last group the workers formed or used
         self._generation = 0
@@ -137,20 +137,7 @@ class Pool:
         if self._store is not None:
             return
         self._mp = process_context()
-        import torch.distributed as dist
-
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        try:
-            sock.bind(("127.0.0.1", 0))
-            sock.listen(MAX_WORLD_SIZE * 2)
-            self._port = sock.getsockname()[1]
-            # The store takes the socket over and closes it itself when it is destroyed.
-            self._store = dist.TCPStore("127.0.0.1", self._port, is_master=True,
-                                        wait_for_workers=False, master_listen_fd=sock.fileno(),
-                                        use_libuv=True)
-            sock.detach()
-        finally:
-            sock.close()
+        self._store, self._port = loopback_store(MAX_WORLD_SIZE * 2)
         self._logdir = rank_logs.new_folder()
 
     def _grow(self, world_size: int, placement: Placement, timeout: float) -> None:
@@ -168,7 +155,7 @@ class Pool:
                 with main_file_hidden_if_missing():
                     process.start()
                 child_conn.close()
-                new.append(Worker(rank, process, parent_conn))
+                new.append(RankProcess(rank, process, parent_conn))
                 self._workers.append(new[-1])
             if new:
                 self._group_size = None
@@ -186,7 +173,7 @@ class Pool:
             self._generations[world_size] = self._generation
         return self._generations[world_size]
 
-    def _collect(self, workers: list[Worker], timeout: float, starting=False) -> list:
+    def _collect(self, workers: list[RankProcess], timeout: float, starting=False) -> list:
         """One reply from each worker, by rank; raise if a rank raised, died or timed out."""
         pending = {w.rank: w for w in workers}
         replies, errors = {}, {}
@@ -226,7 +213,7 @@ class Pool:
                                "call. Pass a larger timeout for longer runs.")
         return [replies[w.rank] for w in workers]
 
-    def _died(self, worker: Worker, starting: bool) -> RankError:
+    def _died(self, worker: RankProcess, starting: bool) -> RankError:
         worker.process.join(1.0)
         code = worker.process.exitcode
         if code is not None and code < 0:
@@ -265,7 +252,7 @@ class Pool:
         return os.path.join(self._logdir, f"rank{rank}.log")
 
 
-def died_idle(worker: Worker) -> bool:
+def died_idle(worker: RankProcess) -> bool:
     """Whether an idle rank is gone. An idle rank never writes, so a readable pipe is its end
     (EOF); ``is_alive()`` alone lags until the forkserver has reaped the process."""
     return not worker.process.is_alive() or worker.conn.poll()

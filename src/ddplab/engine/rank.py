@@ -35,7 +35,7 @@ import torch._dynamo  # noqa: F401
 import torch.distributed as dist
 import torch.nn.parallel  # noqa: F401
 
-from ddplab.engine import messages
+from ddplab.engine import messages, rank_logs
 from ddplab.engine.groups import Groups
 from ddplab.engine.lifeline import exit_with_parent
 
@@ -94,7 +94,7 @@ def worker_main(conn, rank: int, store_port: int, log_path: str, placement) -> N
     """Serve rank ``rank`` of the local pool until told to stop or the parent goes away.
     ``placement`` (``engine.placement.Placement``) is where every call it serves runs, learnt
     once here: a CPU rank never sees a GPU."""
-    _send_output_to(log_path)
+    rank_logs.send_output_to(log_path)
     if placement.device == "cpu":
         hide_gpus()
     # Jupyter's interrupt signals the kernel's whole process group: the kernel decides, not us.
@@ -164,20 +164,3 @@ def _error_reply(rank: int, exc: BaseException, what: str) -> messages.Error:
     print(traceback.format_exc(), file=sys.stderr, flush=True)
     return messages.Error(f"rank {rank} {what} {type(exc).__name__}: {exc}",
                           traceback.format_exc())
-
-
-def _send_output_to(log_path: str) -> None:
-    """Point fds 1 and 2 at the rank's log file.
-
-    A rank must never print into a notebook: ipykernel forwards output written to the kernel's
-    own fds, which children inherit, and nbval does not capture it, so stray output would both
-    clutter cells and break output checks. The log is read back with ``Cluster.logs()``.
-    """
-    sys.stdout.flush()
-    sys.stderr.flush()
-    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    os.close(fd)
-    sys.stdout.reconfigure(line_buffering=True)
-    sys.stderr.reconfigure(line_buffering=True)

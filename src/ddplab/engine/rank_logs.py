@@ -11,9 +11,27 @@ from __future__ import annotations
 import glob
 import os
 import shutil
+import sys
 import tempfile
 
 LOG_PREFIX = "ddplab-logs-"  # then the caller's pid: tempdir/ddplab-logs-<pid>-<random>
+
+
+def send_output_to(log_path: str) -> None:
+    """Point this process's fds 1 and 2 at ``log_path`` (appended to), line-buffered.
+
+    A rank must never print into a notebook: ipykernel forwards output written to the kernel's
+    own fds, which children inherit, and nbval does not capture it, so stray output would both
+    clutter cells and break output checks. The engine's ranks and the doctor's (whose log tail
+    the report shows) call it first."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    sys.stdout.reconfigure(line_buffering=True)
+    sys.stderr.reconfigure(line_buffering=True)
 
 
 def remove_stale_logs() -> None:

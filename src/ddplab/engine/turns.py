@@ -7,8 +7,8 @@ So a thread marked :func:`background` asks before each call it makes whether to 
 a call from another thread is waiting for the pool or running, or its own ``should_stop()``
 says so, it raises :class:`GaveWay` instead of calling. A call it has already started runs to
 its end: ending the ranks mid-call would cost a respawn and every kept group, more than the
-rest of most calls (ARCHITECTURE.md, "Computed ahead"). So a foreground call waits behind one
-background call at most, and a sweep computed ahead stops between two of its runs.
+rest of most calls (ARCHITECTURE.md, "The screen, and work run ahead"). So a foreground call
+waits behind one background call at most, and a sweep computed ahead stops between two of its runs.
 """
 
 from __future__ import annotations

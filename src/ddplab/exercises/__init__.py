@@ -1,7 +1,7 @@
 """Exercises: write a piece of DDP yourself and check it on real ranks.
 
     from ddplab import exercises
-    exercises.check("average-gradients", average_gradients)     # in a cell: a Verdict
+    exercises.check("average-gradients", average_gradients)     # in a cell: a Grade
     python -m ddplab exercise average-gradients --solution mine.py [--world-size N] [--json]
 
 Each exercise module ends with one record, ``EXERCISE`` (:class:`.record.Exercise`): its name,
@@ -22,7 +22,7 @@ import time
 
 from ddplab.common.checks import int_in_range, positive_number
 from ddplab.exercises import checker
-from ddplab.exercises.checker import Unusable, Verdict
+from ddplab.exercises.checker import Grade, Unusable
 from ddplab.exercises.record import Exercise
 
 
@@ -37,7 +37,7 @@ def _discover() -> dict[str, Exercise]:
 EXERCISES = _discover()
 DEFAULT_TIMEOUT = 20.0
 
-__all__ = ["EXERCISES", "Exercise", "Unusable", "Verdict", "check", "exercise"]
+__all__ = ["EXERCISES", "Exercise", "Grade", "Unusable", "check", "exercise"]
 
 
 def exercise(name: str) -> Exercise:
@@ -47,7 +47,7 @@ def exercise(name: str) -> Exercise:
     return EXERCISES[name]
 
 
-def check(name: str, solution, world_size: int = 2, timeout: float = DEFAULT_TIMEOUT) -> Verdict:
+def check(name: str, solution, world_size: int = 2, timeout: float = DEFAULT_TIMEOUT) -> Grade:
     """Run ``solution`` (the function or class itself) on real ranks, case by case, against
     real DDP or torch; the first case that differs is the verdict's message."""
     spec = exercise(name)
@@ -61,7 +61,7 @@ def check(name: str, solution, world_size: int = 2, timeout: float = DEFAULT_TIM
         failed = spec.judge_in_caller(solution)
         if failed:
             case, problem = failed
-            return Verdict(name, False, problem, case, time.perf_counter() - start)
+            return Grade(name, False, problem, case, time.perf_counter() - start)
     all_cases = spec.cases(world_size)
     for size, params in all_cases:
         outcome = checker.run_case(spec.on_rank, size, timeout, spec.function,
@@ -70,9 +70,9 @@ def check(name: str, solution, world_size: int = 2, timeout: float = DEFAULT_TIM
         if outcome.problem and spec.explain is not None:  # a hang or a raise, in words
             problem = spec.explain(size, params, outcome) or problem
         if problem:
-            return Verdict(name, False, problem, {"world_size": size, **params},
+            return Grade(name, False, problem, {"world_size": size, **params},
                            time.perf_counter() - start)
     sizes = sorted({size for size, _ in all_cases})
     count = spec.counted or len(all_cases)
-    return Verdict(name, True, f"{count} cases on world sizes {sizes} agree with "
+    return Grade(name, True, f"{count} cases on world sizes {sizes} agree with "
                                f"{spec.against}.", None, time.perf_counter() - start)

@@ -37,7 +37,7 @@ class Unusable(ValueError):
 
 
 @dataclasses.dataclass
-class Verdict:
+class Grade:
     """The checker's answer: passed or not, and a message that says what differs and where."""
 
     name: str

@@ -80,7 +80,7 @@ def on_rank(ctx, solution, call_id: str, lengths: list[int], dtype: str) -> dict
             "shape": list(result.shape), "values": result.detach().cpu().flatten().tolist()}
 
 
-def where(world_size: int, params: dict) -> str:
+def case_label(world_size: int, params: dict) -> str:
     return f"world size {world_size}, lengths {params['lengths']}, {params['dtype']}"
 
 
@@ -94,7 +94,7 @@ def explain(world_size: int, params: dict, outcome) -> str | None:
         return None
     lines = [" ".join(line.split()) for line in problem.splitlines()]
     what = lines[0] if said[0] == 0 else f"{lines[0]} {lines[said[0]]}"  # a killed rank's log
-    return (f"{where(world_size, params)}: all_gather needs equal sizes: gather the lengths, "
+    return (f"{case_label(world_size, params)}: all_gather needs equal sizes: gather the lengths, "
             f"pad to the largest, then trim. What happened: {what}")
 
 
@@ -107,7 +107,7 @@ def judge(world_size: int, params: dict, results: list) -> str | None:
         if not right[rank]:
             problem = ((right[0] and only_on_rank_0(rank, got, lengths))
                        or mistake(rank, got, lengths, dtype))
-            return f"{where(world_size, params)}: {problem}"
+            return f"{case_label(world_size, params)}: {problem}"
     return None
 
 

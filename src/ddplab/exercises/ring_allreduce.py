@@ -139,7 +139,7 @@ def on_rank(ctx, solution, call_id: str, length: int, dtype: str, seed: int) -> 
             "returned": None if returned is None else returned.detach().cpu().double().numpy()}
 
 
-def where(world_size: int, params: dict) -> str:
+def case_label(world_size: int, params: dict) -> str:
     return f"world size {world_size}, {params['length']} elements, {params['dtype']}"
 
 
@@ -154,7 +154,7 @@ def expected(world_size: int, params: dict) -> tuple[np.ndarray, np.ndarray]:
 
 
 def judge(world_size: int, params: dict, results: list) -> str | None:
-    head = where(world_size, params)
+    head = case_label(world_size, params)
     used = sorted({name for result in results for name in result["collectives"]})
     if used:
         ranks = [r for r, result in enumerate(results) if result["collectives"]]
@@ -233,7 +233,7 @@ def too_much_sent(world_size: int, params: dict, sent: list[list[dict]]) -> str 
         what = f"the tensors went to rank {rank}, and rank {rank} sent the sum to every rank"
     else:
         what = f"rank {rank} sent {len(sends)} messages of {sizes} elements to rank(s) {to}"
-    return (f"{where(world_size, params)}: rank {rank} sent {volumes[rank]} elements, "
+    return (f"{case_label(world_size, params)}: rank {rank} sent {volumes[rank]} elements, "
             f"{volumes[rank] / length:.3g} times its tensor ({what}). The ring sends each rank "
             f"2(N-1)/N = {2 * (world_size - 1) / world_size:.3g} times the tensor, whatever N: "
             f"2(N-1) = {2 * (world_size - 1)} steps of one chunk of at most "
@@ -256,7 +256,7 @@ def explain(world_size: int, params: dict, outcome) -> str | None:
     words = [uses(used) + "."] if used else []
     if stuck and len(stuck) == world_size and all(n and n["p2p"] == "send" for n in last.values()):
         waits = ", ".join(f"rank {r} in a send to rank {last[r]['peer']}" for r in stuck)
-        return (f"{where(world_size, params)}: {outcome.problem.split(';')[0]}: every rank "
+        return (f"{case_label(world_size, params)}: {outcome.problem.split(';')[0]}: every rank "
                 f"sends before it receives ({waits}), and none reaches its recv: gloo's send "
                 "returns only once the receiver has posted its recv, whatever the size. Post "
                 "the send with dist.isend, then recv, then wait on the send (or let even ranks "
@@ -268,7 +268,7 @@ def explain(world_size: int, params: dict, outcome) -> str | None:
             for r, n in last.items() if n) + ".")
     if not words:
         return None
-    return f"{where(world_size, params)}: {outcome.problem} {' '.join(words)}"
+    return f"{case_label(world_size, params)}: {outcome.problem} {' '.join(words)}"
 
 
 EXERCISE = Exercise(

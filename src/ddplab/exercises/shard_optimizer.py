@@ -164,7 +164,7 @@ def on_rank(ctx, solution, call_id: str, optimizer: str, layers: list[int], seed
             "initial": initial, "state": state_bytes(optimizers_in(sharded), names)}
 
 
-def where(world_size: int, params: dict) -> str:
+def case_label(world_size: int, params: dict) -> str:
     count = 2 * (len(params["layers"]) - 1)
     return (f"world size {world_size}, {params['optimizer']}, layers {params['layers']} "
             f"({count} parameters)")
@@ -174,7 +174,7 @@ def explain(world_size: int, params: dict, outcome) -> str | None:
     """A hang or a raise, with the case named: a raise where some rank owns no parameter, and
     a hang in the broadcasts (from the notes: how many each rank started, from which source),
     in words."""
-    at = where(world_size, params)
+    at = case_label(world_size, params)
     count = 2 * (len(params["layers"]) - 1)
     if not outcome.problem.startswith("hang"):
         if count >= world_size:
@@ -213,7 +213,7 @@ def judge(world_size: int, params: dict, results: list) -> str | None:
 
 def parameters_problem(world_size: int, params: dict, results: list, want: dict,
                        scaled: dict) -> str | None:
-    after, first = f"{where(world_size, params)}: after {STEPS} steps", results[0]
+    after, first = f"{case_label(world_size, params)}: after {STEPS} steps", results[0]
     for name in want:
         differ = [r for r, res in enumerate(results) if not close(res["got"][name],
                                                                   first["got"][name])]
@@ -257,7 +257,7 @@ def parameters_problem(world_size: int, params: dict, results: list, want: dict,
 
 
 def state_problem(world_size: int, params: dict, results: list, want: dict) -> str | None:
-    at = where(world_size, params)
+    at = case_label(world_size, params)
     full, held = sum(want.values()), [sum(res["state"].values()) for res in results]
     if world_size > 1 and all(h >= full for h in held):
         return (f"{at}: every rank holds the whole optimizer state ({full} bytes on each of the "

@@ -23,7 +23,7 @@ from ddplab.common.progress import report as progress_report
 from ddplab.common.results import to_json
 from ddplab.engine.torchrun import is_reporting_process, launched_world_size, under_torchrun
 from ddplab.report import stages
-from ddplab.report.settings import Settings
+from ddplab.report.settings import ReportSettings
 from ddplab.report.stage import Section, check
 from ddplab.report.summary import summary_lines
 
@@ -73,7 +73,7 @@ def run(world_size: int | None = None, params_millions: float | None = None,
     report.run(...)``). ``progress(done, total, label)`` is called before each stage."""
     if world_size is None:
         world_size = launched_world_size() if under_torchrun() else 2
-    settings = Settings(world_size, params_millions, quick, timeout)
+    settings = ReportSettings(world_size, params_millions, quick, timeout)
     registry = check(stages.STAGES)
     data = {"schema_version": SCHEMA_VERSION, "settings": settings.to_json(),
             **{stage.key: None for stage in registry if stage.parent is None},

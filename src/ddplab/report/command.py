@@ -10,23 +10,20 @@ included, before any rank trains.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
 
 from ddplab.engine.torchrun import is_reporting_process
 
+HELP = "measure this cluster and set the book's model beside each figure"
+DEFAULT_TIMEOUT = 120.0  # s: a stage's runs are longer than a chapter command's
 
-def add_command(commands) -> None:
-    from ddplab.engine.placement import BACKENDS, DEVICES
+
+def add_arguments(sub) -> None:
+    """The report's own options (``python -m ddplab`` adds the shared ones)."""
     from ddplab.report.settings import DEFAULT_PARAMS_MILLIONS
 
-    sub = commands.add_parser(
-        "report", help="measure this cluster and set the book's model beside each figure",
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub.add_argument("--world-size", type=int, default=None,
-                     help="number of ranks (default 2; under torchrun: torchrun's)")
     sub.add_argument("--out", default="ddplab-report",
                      help="folder for report.html and report.json (default ddplab-report)")
     sub.add_argument("--params-millions", type=float, default=None,
@@ -34,12 +31,6 @@ def add_command(commands) -> None:
                           f"the chapter 'The time cost''s)")
     sub.add_argument("--quick", action="store_true",
                      help="fewer sizes, repeats and configurations (for CI)")
-    sub.add_argument("--backend", choices=BACKENDS, default="auto")
-    sub.add_argument("--device", choices=DEVICES, default="auto",
-                     help="cpu or cuda (gloo on cuda runs several ranks on one GPU)")
-    sub.add_argument("--timeout", type=float, default=120.0,
-                     help="seconds before a rank that has not answered is a hang (default 120)")
-    sub.add_argument("--json", action="store_true", help="print report.json's content")
 
 
 class Progress:

@@ -13,9 +13,6 @@ DEPTH = 16  # Linear(width, width) layers of the step's MLP, as in the chapter "
 # The chapter's model (16 x 512 x 512, 4.2 M parameters): 17 MB of float32 per copy, small
 # enough for any GPU and for a CPU rank.
 DEFAULT_PARAMS_MILLIONS = 4.2
-# --quick keeps the chapter's model: with 1 M parameters the step was mostly DDP's wait, which
-# the model (overlap assumed) underestimates on CPU ranks, and measured/model reached 2.4 here
-QUICK_PARAMS_MILLIONS = DEFAULT_PARAMS_MILLIONS
 MAX_PARAMS_MILLIONS = 100_000  # the memory check below refuses what the machine cannot hold
 BATCH_SIZE = 32  # samples per rank, the chapter's
 MICRO_BATCH_SIZE = 8  # samples per micro-batch in the accumulation stage, the chapter's
@@ -29,9 +26,9 @@ def layers_for(params_millions: float) -> tuple[int, ...]:
 
 
 @dataclasses.dataclass(frozen=True)
-class Settings:
+class ReportSettings:
     world_size: int
-    params_millions: float | None = None  # None: the default of full or quick
+    params_millions: float | None = None  # None: the chapter's model, full or quick
     quick: bool = False
     timeout: float = 120.0
 
@@ -47,8 +44,7 @@ class Settings:
 
     @property
     def layers(self) -> tuple[int, ...]:
-        default = QUICK_PARAMS_MILLIONS if self.quick else DEFAULT_PARAMS_MILLIONS
-        return layers_for(self.params_millions or default)
+        return layers_for(self.params_millions or DEFAULT_PARAMS_MILLIONS)
 
     @property
     def sizes(self) -> tuple[int, ...]:

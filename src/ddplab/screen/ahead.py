@@ -1,11 +1,11 @@
 """Computed ahead: while the reader reads a panel, the kernel runs the values next to its sliders.
 
-A slider move that re-runs real DDP costs the run and the draw (ARCHITECTURE.md, "Slider
+A slider move that re-runs real DDP costs the run and the draw (benchmarks/RESULTS.md, "Slider
 latency"); the warm pool sits idle while the reader reads. So, in a Jupyter kernel, one
-background thread (:class:`Worker`, one per kernel) runs each panel's neighbouring values,
+background thread (``run_ahead.RunAhead``, one per kernel) runs each panel's neighbouring values,
 every slider one step up and one step down from where it stands, and draws their figures on a
 figure of its own; each result is kept with its PNG, keyed by every control's value
-and the placement (:mod:`ddplab.screen.kept`). A move to a value kept shows it at once; any
+and the placement (``run_ahead.Kept``). A move to a value kept shows it at once; any
 other move runs as before. Every figure shown is still a real run of exactly those values.
 The thread's runs go where the process is placed (``ddplab.placed``), as the reader's do; a
 run on another placement is another run, so the key names the placement, and a neighbour is
@@ -13,8 +13,9 @@ never one the panel would refuse to run (a slider stops at what the placement se
 
 Whose turn it is, the reader's first:
 
-* The reader's move takes its turn (:meth:`Panel.turn`). A kept value is shown without
-  touching the pool. A value the thread is running now is waited for (it is already under way).
+* The reader's move takes its turn (:meth:`Panel.move`, the one call ``widgets.explore``
+  makes). A kept value is shown without touching the pool. A value the thread is running
+  now is waited for (it is already under way).
   Any other value waits for nothing but the call the thread has started (``engine.turns``: the
   thread gives way before its next call; a started call runs to its end, which costs the reader
   less than ending the ranks and forming their groups again) and then runs alone.
@@ -28,12 +29,13 @@ Whose turn it is, the reader's first:
 * What it runs, in order: the neighbours of the panel the reader used last (the slider moved
   last first, in the direction it moved), then those of the panels below it, then above it (a
   reader reads down a lab; before any move, from the first panel on).
-  Each panel keeps its last :data:`~ddplab.screen.kept.KEPT` results. A panel whose run may
+  Each panel keeps its last ``run_ahead.KEPT`` results. A panel whose run may
   hang on purpose (it has a ``timeout`` control) is never run ahead, and its results are not
   kept: its point is the wait.
 
 Outside a kernel (a script, the tests, a book build) nothing runs ahead. ``DDPLAB_AHEAD=0``
-turns it off in a kernel too.
+turns it off in a kernel too. This module is the panel's side and the kernel's hooks;
+``screen.run_ahead`` owns the thread, its lock, its queue and the kept results.
 """
 
 from __future__ import annotations
@@ -48,33 +50,36 @@ import time
 import ipywidgets
 
 from ddplab.engine import placement, pool
-from ddplab.screen.ahead_worker import Worker
-from ddplab.screen.kept import Entry, Kept, key_of
 from ddplab.screen.live_figure import LiveFigure
+from ddplab.screen.run_ahead import Entry, Kept, RunAhead, key_of
 
 NOTE = ("<small>While you read, the values one step either side of each slider are run ahead: "
         "a move there shows at once, from a real run of exactly those values.</small>")
 
 
 class Panel:
-    """One panel's side: its kept results, its neighbouring values, the reader's turns.
+    """One panel's side: its controls, its neighbouring values, the reader's moves.
 
-    ``worker`` None (outside a kernel) makes every turn a plain run; ``ahead`` False (a panel
+    ``owner`` None (outside a kernel) makes every move a plain run; ``ahead`` False (a panel
     whose run may hang on purpose) keeps nothing and runs nothing ahead, but its runs still
     take their turn, so nothing runs beside them. ``fits(values)`` says whether the panel
     would run ``values`` here (a neighbour it would refuse is not run ahead)."""
 
-    def __init__(self, worker, run, plot, controls: dict, ahead: bool = True, fits=None):
-        self.worker, self.run, self.controls = worker, run, controls
+    def __init__(self, owner: RunAhead | None, run, plot, controls: dict, ahead: bool = True,
+                 fits=None):
+        self.owner, self.run, self.controls = owner, run, controls
         self.fits = fits or (lambda values: True)
-        self.ahead = worker is not None and ahead
-        self.kept = Kept()
-        self.failed = set()  # keys whose run raised in the thread: not tried again
+        self.ahead = owner is not None and ahead
         self.figure = LiveFigure(plot)  # the thread's own figure, never the one on screen
         self.moved = None  # (control's name, +1 or -1): the last move, its neighbours first
         self.context = contextvars.copy_context()  # the reader's: the thread runs in it
         if self.ahead:
-            worker.add(self)
+            owner.add(self)
+
+    @property
+    def kept(self) -> Kept:
+        """This panel's kept results (the owner's)."""
+        return self.owner.kept(self) if self.owner is not None else Kept(0)
 
     def values(self) -> dict:
         return {name: w.value for name, w in self.controls.items()}
@@ -101,62 +106,22 @@ class Panel:
                     found.append(moved)
         return found
 
-    def turn(self, values: dict, change=None):
-        """``with panel.turn(values, change) as turn:`` around a reader's move."""
+    def move(self, values: dict, change, *, show, run, waiting=lambda: None) -> None:
+        """A move to ``values`` (``change``: the slider's, None for the panel's first run):
+        ``show(entry, where, started)`` the run kept for them, else ``run()`` alone; see
+        ``RunAhead.move``."""
         if change is not None:
             name = next((n for n, w in self.controls.items() if w is change.get("owner")), None)
             old, new = change.get("old"), change.get("new")
             if isinstance(old, int) and isinstance(new, int) and new != old:
                 self.moved = (name, 1 if new > old else -1)
-        where = placement.placement()
-        turn = Turn(self.worker, self, key_of(values, where), where,
-                    by_reader=change is not None)
-        if self.worker is None:
-            return contextlib.nullcontext(turn)
-        return self.worker.turn(self, turn)
-
-
-class Turn:
-    """A reader's move: what is kept for its values, waiting for the thread, keeping its run."""
-
-    def __init__(self, worker, panel: Panel, key, where, by_reader: bool = True):
-        self.worker, self.panel, self.key, self.where = worker, panel, key, where
-        self.by_reader = by_reader  # a move, not the panel's first run (made by its cell)
-        self.alone_asked = False
-
-    def show_kept(self, image, status) -> bool:
-        """Show the result kept for these values (or the one under way, waited for) in
-        ``image`` and ``status``; False where there is none."""
-        start = time.perf_counter()
-        entry = self.kept(status)
-        if entry is None:
-            return False
-        image.value = entry.png
-        status.value = shown_text(entry, time.perf_counter() - start, self.where)
-        return True
-
-    def kept(self, status=None) -> Entry | None:
-        """The result kept for these values, or the one the thread is running now, waited for
-        (saying so in ``status``)."""
-        if not self.panel.ahead:
-            return None
-        entry = self.panel.kept.get(self.key)
-        if entry is None and self.worker.under_way(self.panel, self.key):
-            if status is not None:
-                status.value = "<i>running... (started ahead, while you read)</i>"
-            self.worker.wait_for(self.panel, self.key)
-            entry = self.panel.kept.get(self.key)
-        return entry
-
-    def alone(self) -> None:
-        """Wait until the thread has ended its call (it starts no other until this turn ends)."""
-        if self.worker is not None:
-            self.worker.alone(self)
-
-    def keep(self, result, png: bytes, run_s: float, draw_s: float) -> None:
-        """Keep the reader's own run and figure: a move back shows them at once."""
-        if self.panel.ahead:
-            self.panel.kept.put(self.key, Entry(result, png, run_s, draw_s, ahead=False))
+        if self.owner is None:
+            run()
+            return
+        where, started = placement.placement(), time.perf_counter()
+        self.owner.move(self, key_of(values, where), by_reader=change is not None,
+                        show=lambda entry: show(entry, where, started), run=run,
+                        waiting=waiting)
 
 
 def shown_text(entry: Entry, elapsed: float, where) -> str:
@@ -171,41 +136,42 @@ def shown_text(entry: Entry, elapsed: float, where) -> str:
 def shown(panel: Panel | None) -> None:
     """``panel`` is on screen now (a chooser showed it): run its neighbours first."""
     if panel is not None and panel.ahead:
-        panel.worker.shown(panel)
+        panel.owner.shown(panel)
 
 
-_worker: Worker | None = None
+_owner: RunAhead | None = None
 
 
-def worker() -> Worker | None:
-    """The kernel's worker, started with the first panel; None outside a Jupyter kernel."""
-    global _worker
-    if _worker is not None or os.environ.get("DDPLAB_AHEAD", "1") == "0":
-        return _worker
+def owner() -> RunAhead | None:
+    """The kernel's run-ahead owner, started with the first panel; None outside a Jupyter
+    kernel."""
+    global _owner
+    if _owner is not None or os.environ.get("DDPLAB_AHEAD", "1") == "0":
+        return _owner
     ipython = sys.modules.get("IPython")  # imported by every kernel; never imported here
     shell = ipython.get_ipython() if ipython is not None else None
     if shell is None or getattr(shell, "kernel", None) is None:
         return None
     # Made by a cell (a panel's first run): paused until that cell's post_execute.
-    _worker = Worker(paused=True)
+    _owner = RunAhead(paused=True)
     events = shell.events
 
     def cell_starts():
         # Let the thread go on only after the inline backend has shown the cell's figures:
         # last among post_execute's callbacks, whichever registered since.
         with contextlib.suppress(ValueError):
-            events.unregister("post_execute", _worker.cell_ends)
-        events.register("post_execute", _worker.cell_ends)
+            events.unregister("post_execute", _owner.cell_ends)
+        events.register("post_execute", _owner.cell_ends)
         # The comm package fires pre_execute and post_execute around a widget's message too
         # (comm/base_comm.py, BaseComm.handle_msg): a slider's move is no cell. Nothing new
         # starts meanwhile, but a move to a kept value must not wait for the call under way.
-        _worker.cell_starts(wait=not widget_message(shell))
+        _owner.cell_starts(wait=not widget_message(shell))
 
     events.register("pre_execute", cell_starts)
-    events.register("post_execute", _worker.cell_ends)
+    events.register("post_execute", _owner.cell_ends)
     pool.shared()  # its close registered first, so that the thread's runs before it
-    atexit.register(_worker.close)  # (atexit runs last in, first out)
-    return _worker
+    atexit.register(_owner.close)  # (atexit runs last in, first out)
+    return _owner
 
 
 def widget_message(shell) -> bool:

@@ -17,7 +17,7 @@ from ddplab.common.results import placement_text
 RANK_COLORS = plt.get_cmap("tab10").colors + plt.get_cmap("Dark2").colors
 PAGE_WIDTH = 7.5  # inches: the book's text column at the theme's width, labels stay readable
 WIDE = 9.0  # inches: a figure that may overflow into the margin (the page scales it down)
-# Points for every legend (legends at 7-8 were hard to read at 1280 px, issues 32 and 40).
+# Points for every legend (legends at 7-8 were hard to read at 1280 px).
 LEGEND_SIZE = 10
 # What a reader sees: a page saves a figure at 100 pixels an inch (matplotlib's figure.dpi,
 # which the inline backend keeps) and, at 1280 px, shows it whole up to FIGURE_PX pixels wide

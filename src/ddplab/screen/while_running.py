@@ -86,5 +86,5 @@ def rank_notes(offsets: dict):
 
 
 def rank_states(offsets: dict) -> dict:
-    """Where each rank is, by its last note that says so (``engine.notes.where``)."""
+    """Where each rank is, by its last note that says so (``engine.notes.position``)."""
     return notes.states(rank_notes(offsets))

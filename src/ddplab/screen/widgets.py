@@ -57,7 +57,7 @@ def explore(run, plot, **controls) -> ipywidgets.Widget:
     status = ipywidgets.HTML()
     # In a kernel, the values next to each slider are run while the reader reads (a panel
     # whose run may hang on purpose excepted: its point is the wait); see screen.ahead.
-    computed = ahead.Panel(ahead.worker(), run, plot, widgets, ahead="timeout" not in widgets,
+    computed = ahead.Panel(ahead.owner(), run, plot, widgets, ahead="timeout" not in widgets,
                            fits=lambda values: ranks_of(run, values) <= most)
 
     def update(change=None):
@@ -65,14 +65,15 @@ def explore(run, plot, **controls) -> ipywidgets.Widget:
         if ranks_of(run, values) > most:
             status.value = f"<b>not run</b>: {ranks_of(run, values)} ranks; {limit}"
             return
-        with computed.turn(values, change) as turn:
-            if turn.show_kept(image, status):  # run ahead, or shown before: at once
-                getattr(run, "shown_kept", lambda: None)()  # explore_sweep: its bar
-                return
-            turn.alone()  # nothing runs beside the reader's run
-            ran = run_and_draw(values)
-            if ran is not None:
-                turn.keep(*ran)
+        # Run ahead, or shown before: at once; else run now, with nothing beside it.
+        computed.move(values, change, show=show_kept, run=lambda: run_and_draw(values),
+                      waiting=lambda: setattr(status, "value", "<i>running... (started "
+                                              "ahead, while you read)</i>"))
+
+    def show_kept(entry, where, started):
+        image.value = entry.png
+        status.value = ahead.shown_text(entry, time.perf_counter() - started, where)
+        getattr(run, "shown_kept", lambda: None)()  # explore_sweep: its bar
 
     def run_and_draw(values):
         status.value = "<i>running...</i>"

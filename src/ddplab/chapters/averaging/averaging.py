@@ -151,8 +151,8 @@ class Averaging(Result):
             raise ValueError("this run left out naive data parallel (naive=False)")
         return float(np.abs(self.naive_grads - self.ddp_grads).max())
 
-    def json_fields(self) -> dict:  # "counts": the field's earlier name, kept for scripts
-        return {**super().json_fields(), "counts": self.batch_sizes,
+    def json_fields(self) -> dict:
+        return {**super().json_fields(),
                 "max_abs_diff_ddp_vs_reference": self.max_diff}
 
     def describe(self) -> str:

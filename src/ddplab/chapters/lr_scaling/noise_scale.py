@@ -133,10 +133,6 @@ class NoiseScale(Result):
     target: float | None = None  # estimate over the steps before this loss is reached
 
     @property
-    def loss_floor(self) -> float:
-        return regression.LOSS_FLOOR
-
-    @property
     def b_small(self) -> int:
         return self.batch_size
 

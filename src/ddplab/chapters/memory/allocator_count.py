@@ -3,7 +3,7 @@
 On a CPU rank, glibc's count of the bytes ``malloc`` has handed out (``malloc_count``). On a
 GPU rank that count is wrong twice over: the tensors are not in host memory, and the CUDA
 runtime's own host allocations are (on one H100, 821 MB "measured" against 173 MB predicted at
-8 M parameters, issue 27). There the count is the CUDA caching allocator's:
+8 M parameters). There the count is the CUDA caching allocator's:
 ``torch.cuda.memory_allocated``, the bytes of the blocks live tensors occupy (rounded up to
 512 bytes; cached but free blocks are not counted), and ``max_memory_allocated`` since
 ``reset_peak_memory_stats`` for peaks (torch/cuda/memory.py). Both are counted on the host as

@@ -28,31 +28,17 @@ before it, and the copy runs the last batch alone (PowerSGD's error does depend 
 its error feedback: the hooked model runs them all).
 
 The hooked model has one bucket (``BUCKET_CAP_MB``). With two, PowerSGD on gloo aborted in 9 of
-15 runs here (``gloo::EnforceNotMet ... Received data size doesn't match expected size. Is
-there a distributed collective mismatch in your code?``): it issues its second and third
+15 runs (``gloo::EnforceNotMet ... Received data size doesn't match expected size. Is there a
+distributed collective mismatch in your code?``; docs/notes/2026-11-23-powersgd-one-bucket-on-
+gloo.md): it issues its second and third
 all-reduces (P, Q) from callbacks when the one before has finished, on gloo's thread, while
 DDP's autograd thread hands it the next bucket, so two ranks can issue their collectives in
 different orders. With one bucket, 15 of 15 ran.
 
-**With gloo on CUDA tensors** (one GPU, ranks sharing it) PowerSGD was refused until the GPU
-round of issue 37, for one observation: on an H100 (torch 2.11, issue 27) "the PowerSGD hook
-gave no result within 120 s", from a script of that session that is not kept, written before
-ddplab offered gloo on CUDA, so its bucket layout is unknown. On an H200 (torch 2.11.0+cu130)
-torch's hook alone ran with gloo on CUDA: two ranks on cuda:0, ``Linear(64, 64)`` and
-``Linear(64, 8)``, one bucket, ``PowerSGDState(matrix_approximation_rank=1,
-start_powerSGD_iter=2)``, four steps, the last two compressed. What this run does beyond that
-probe: 16 ``Linear(512, 512)`` with biases (16 matrices compressed, each P and Q all-reduced
-as one buffer, the biases uncompressed: the same three all-reduces per bucket), one bucket
-here too, the counting wrapper around ``dist.all_reduce``, a barrier and a device
-synchronisation per iteration, a second DDP on the same group run once at the end, and the
-pool's kept group and 60 s timeout. Both keep torch's defaults for error feedback and warm
-start, and both reach ``torch.cuda.synchronize(device)`` in ``decompress`` (powerSGD_hook.py,
-torch 2.13 lines 630-631), on gloo's thread, since CUDA is available in both. With one bucket each
-rank issues the three all-reduces of a step one after the other, each from the callback of the
-one before, and the next step's first collective only after backward has waited for the last:
-the same order on every rank, which the two-bucket abort above lacks. So nothing known stops it,
-and the refusal is lifted; ``tests/test_placement.py``'s GPU test and ``make gpu-check``'s
-``compress --hook powersgd`` on gloo with CUDA tensors confirm it on a GPU.
+**With gloo on CUDA tensors** (one GPU, ranks sharing it) it runs too: torch's hook ran there
+on an H200, and with one bucket every rank issues a step's three all-reduces in the same order
+(docs/notes/2026-11-26-powersgd-gloo-cuda.md). ``tests/test_placement.py``'s GPU test and
+``make gpu-check``'s ``compress --hook powersgd`` on gloo with CUDA tensors confirm it on a GPU.
 """
 
 from __future__ import annotations

@@ -20,8 +20,6 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 import ddplab
 from ddplab.common.results import Result
 
-FP16_MAX = float(torch.finfo(torch.float16).max)  # 65504
-
 
 def averaged_gradient(ctx, value: float, hook: bool) -> list[float]:
     """The weight's gradient after DDP's all-reduce, with or without the fp16 hook."""

@@ -35,7 +35,7 @@ def fit_latency_bandwidth(sizes, seconds) -> LatencyBandwidthFit:
     equations) where both come out non-negative; otherwise the better of the two one-parameter
     fits, latency only or bandwidth only (the optimum of a convex problem whose unconstrained
     optimum is infeasible lies on the boundary). Noisy times do that: on a loaded 2-core
-    machine a 4 KiB all-reduce took 280 us and a 256 KiB one 264 us (issue 29), which an
+    machine a 4 KiB all-reduce took 280 us and a 256 KiB one 264 us, which an
     unconstrained fit turns into a negative cost per byte."""
     sizes, seconds = list(sizes), list(seconds)
     if len(sizes) != len(seconds) or len(set(sizes)) < 2:

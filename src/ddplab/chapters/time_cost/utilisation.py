@@ -4,7 +4,7 @@ assumption.
 The cost model turns FLOPs into seconds at a model FLOPs utilisation (MFU). Large runs report
 40-50% (PaLM: 46.2%, Chowdhery et al. 2022, table 3), but a model of a few hundred million
 parameters keeps a GPU far less busy: GPT-2 shapes from 124 M to 1.3 B parameters measured
-10-21% eager and 22-38% under ``torch.compile`` on one H100 (issue 27's run), and 17-36% and
+10-21% eager and 22-38% under ``torch.compile`` on one H100 (a reported run), and 17-36% and
 34-47% on one H200 (``benchmarks/gpu.py``; ``ddplab.common.gpu_record``: the two records were
 not made by the same script). A flat 40% made the computation of 124 M-355 M models look
 1.4-4.1 times faster than the H100 measured, 1.0-2.4 times than the H200 did, and so their

@@ -23,12 +23,6 @@ from ddplab.doctor.settings import DEFAULTS, world_size_for
 HELP = "run your training script on instrumented ranks and name its DDP mistakes"
 
 
-def add_command(commands) -> None:
-    """``doctor`` in ``python -m ddplab``'s list of commands."""
-    add_arguments(commands.add_parser("doctor", help=HELP, description=__doc__,
-                                      formatter_class=argparse.RawDescriptionHelpFormatter))
-
-
 def parser() -> argparse.ArgumentParser:
     """The doctor's own parser: ``python -m ddplab doctor`` builds no other (it loads no
     chapter: its ranks run the reader's script, not the book's)."""
@@ -40,9 +34,6 @@ def parser() -> argparse.ArgumentParser:
 
 def run(argv) -> int:
     """``python -m ddplab doctor ARGV``; the exit status."""
-    from ddplab.engine import forkserver
-
-    forkserver.end_forkserver()  # `import ddplab` started the book's pool: the doctor needs none
     return main(parser().parse_args(argv))
 
 

@@ -43,7 +43,6 @@ class Run:
     launcher: dict | None = None  # the outcome of a process that was no rank
     hang: dict | None = None  # {"alarm": {...}, "positions": {rank: {...}}}
     output: dict = dataclasses.field(default_factory=dict)  # process name -> output tail
-    died: dict = dataclasses.field(default_factory=dict)  # process name -> exit status
     seconds: float = 0.0
 
 
@@ -53,7 +52,7 @@ def base_environment() -> dict:
 
     env = dict(os.environ)
     env.update({"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),  # torchrun's default
-                "PYTHONUNBUFFERED": "1", "DDPLAB_PRESTART": "0", LOCAL: "1"})
+                "PYTHONUNBUFFERED": "1", LOCAL: "1"})
     if sys.platform.startswith("linux"):
         env.setdefault("GLOO_SOCKET_IFNAME", "lo")  # gloo's sockets on loopback only
     package_root = os.path.dirname(os.path.dirname(os.path.abspath(ddplab.__file__)))
@@ -99,7 +98,6 @@ def run(script: str, args: list[str], settings: Settings, zygote: Zygote,
                    and time.monotonic() < deadline):
                 time.sleep(POLL)
         finally:
-            statuses = {rank: zygote.status(pid) for rank, pid in pids.items()}
             zygote.kill(pids.values())
             for rank in range(count):
                 path = os.path.join(logs, f"rank{rank}.log")
@@ -107,7 +105,6 @@ def run(script: str, args: list[str], settings: Settings, zygote: Zygote,
                     with open(path, "rb") as f:
                         result.output[f"rank{rank}"] = f.read().decode(errors="replace")[
                             -LOG_TAIL:]
-    result.died = {rank: code for rank, code in statuses.items() if code not in (None, 0)}
     result.seconds = time.perf_counter() - started
     return result
 

@@ -3,7 +3,7 @@
 A rank started from scratch imports torch (about 1.4 s of CPU here) and, at DDP's
 construction, dynamo (about 1.1 s: ``DistributedDataParallel.__init__`` reads
 ``torch._dynamo.utils.get_optimize_ddp_mode``); the engine's forkserver preloads the same for
-the same reason (ARCHITECTURE.md, "Why dynamo is preloaded"). The doctor starts this process
+the same reason (``ddplab.engine.preload``). The doctor starts this process
 with the ranks' common environment; it imports, then reads one request per line on stdin
 (``{"request": n, "log": path, "env": {...}, "cwd": path}``), forks, and answers
 ``{"pid": ..., "request": n}``; it reports
@@ -20,6 +20,8 @@ import select
 import signal
 import sys
 
+from ddplab.engine import rank_logs
+
 
 def preload() -> None:
     import torch  # noqa: F401
@@ -35,10 +37,7 @@ def _child(request: dict) -> None:
     code = 1
     try:
         os.setsid()
-        log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        os.dup2(log, 1)
-        os.dup2(log, 2)
-        os.close(log)
+        rank_logs.send_output_to(request["log"])
         devnull = os.open(os.devnull, os.O_RDONLY)
         os.dup2(devnull, 0)
         os.close(devnull)

@@ -18,7 +18,7 @@ def tensor_hash(tensor) -> str:
 def summary(tensor) -> list:
     """[hash, sum, norm]: equal hashes mean equal bytes; the numbers are for the message."""
     t = tensor.detach()
-    as_float = t.double() if t.is_floating_point() else t.double()
+    as_float = t.double()
     return [tensor_hash(t), float(as_float.sum()), float(as_float.norm())]
 
 

@@ -17,7 +17,6 @@ import socket
 import sys
 import threading
 import time
-import traceback
 
 import ddplab.doctor.records as records
 from ddplab.doctor.ranks import where
@@ -178,10 +177,6 @@ def _plain(value: dict) -> dict:
 
 def _dumps(value) -> str:
     return json.dumps(value, default=str)
-
-
-def crash_text() -> str:
-    return traceback.format_exc()
 
 
 RECORDER = Recorder()

@@ -9,7 +9,7 @@ import dataclasses
 
 from ddplab.chapters.time_cost import accumulation_time, step_time
 from ddplab.report.figures import compared, measured_only
-from ddplab.report.settings import MICRO_BATCH_SIZE, Settings
+from ddplab.report.settings import MICRO_BATCH_SIZE, ReportSettings
 from ddplab.report.stage import NEEDS_RANKS, Section, Stage
 from ddplab.report.stages.step import StepSection
 
@@ -19,7 +19,7 @@ class AccumulationSection(Section):
     timing: accumulation_time.Timing | None = None  # None at one rank
 
 
-def measure(s: Settings, step: StepSection) -> AccumulationSection:
+def measure(s: ReportSettings, step: StepSection) -> AccumulationSection:
     if step.world_size < 2:
         return AccumulationSection({"missing": f"accumulation {NEEDS_RANKS}"})
     timing = accumulation_time.run(step.world_size, MICRO_BATCH_SIZE, s.micro_batches,
@@ -28,7 +28,7 @@ def measure(s: Settings, step: StepSection) -> AccumulationSection:
     # The model's compute is batch x seconds per sample, measured at the batch it predicts: a
     # micro-batch of 8 costs more than 8 samples at BATCH_SIZE's rate, because each backward
     # writes (or adds to) every parameter's gradient whatever the batch. Calibrated at
-    # BATCH_SIZE, the rows ran 1.7-2.5x the model's (issue 40).
+    # BATCH_SIZE, the rows ran 1.7-2.5x the model's.
     alone, _ = step_time.paired(step.world_size, MICRO_BATCH_SIZE, s.layers,
                                 iterations=s.iterations, timeout=s.timeout)
     micro = dataclasses.replace(step.model, seconds_per_sample=(

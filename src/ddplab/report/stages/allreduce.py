@@ -8,7 +8,7 @@ import dataclasses
 
 from ddplab.chapters.time_cost import allreduce, cost_model, latency_fit
 from ddplab.report.figures import compared, measured_only, value
-from ddplab.report.settings import Settings
+from ddplab.report.settings import ReportSettings
 from ddplab.report.stage import NEEDS_RANKS, Section, Stage
 from ddplab.report.stages.machine import MachineSection
 
@@ -38,7 +38,7 @@ def sizes_that_fit(sizes, machine_section: dict) -> list[int]:
     return fitting or list(sizes[:1])
 
 
-def measure(s: Settings, machine: MachineSection) -> AllReduceSection:
+def measure(s: ReportSettings, machine: MachineSection) -> AllReduceSection:
     if machine.world_size < 2:  # one rank still measures the copy bandwidth DDP's copies use
         result = allreduce.run(1, sizes=(4 * 1024,), repeats=1, timeout=s.timeout)
         copy = result.copy_bandwidth_bytes_per_s

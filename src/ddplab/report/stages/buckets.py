@@ -7,7 +7,7 @@ import dataclasses
 
 from ddplab.chapters.time_cost import bucket_size
 from ddplab.report.figures import compared, value
-from ddplab.report.settings import BATCH_SIZE, MiB, Settings
+from ddplab.report.settings import BATCH_SIZE, MiB, ReportSettings
 from ddplab.report.stage import NEEDS_RANKS, Section, Stage
 from ddplab.report.stages.allreduce import AllReduceSection
 from ddplab.report.stages.step import StepSection
@@ -19,7 +19,7 @@ class BucketsSection(Section):
     tradeoff: bucket_size.Tradeoff | None = None  # the model's, where the fit gives one
 
 
-def measure(s: Settings, allreduce: AllReduceSection, step: StepSection) -> BucketsSection:
+def measure(s: ReportSettings, allreduce: AllReduceSection, step: StepSection) -> BucketsSection:
     if step.world_size < 2:
         return BucketsSection({"missing": f"bucket sizes and accumulation {NEEDS_RANKS}"})
     model, fit = step.model, allreduce.fit

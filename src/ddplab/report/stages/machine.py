@@ -13,7 +13,7 @@ import torch
 import ddplab
 from ddplab.chapters.memory import calculator
 from ddplab.common import mlp
-from ddplab.report.settings import Settings
+from ddplab.report.settings import ReportSettings
 from ddplab.report.stage import Section, Stage, Table
 
 GiB = 2 ** 30
@@ -100,13 +100,13 @@ class MachineSection(Section):
         return len(self.data["hosts"])
 
 
-def measure(s: Settings) -> MachineSection:
+def measure(s: ReportSettings) -> MachineSection:
     section = MachineSection(describe(s.world_size, s.timeout))
     check_memory(s, section.data)
     return section
 
 
-def bytes_needed_per_rank(s: Settings) -> float:
+def bytes_needed_per_rank(s: ReportSettings) -> float:
     """The largest stage's bytes on one rank: the step stage holds the model twice (with and
     without DDP, ``step_time.paired``) with gradients and DDP's buckets, the memory stage one
     Adam model (the calculator's count); activations and buffers taken as the same again."""
@@ -116,7 +116,7 @@ def bytes_needed_per_rank(s: Settings) -> float:
     return 2 * max(step, adam)
 
 
-def check_memory(s: Settings, section: dict) -> None:
+def check_memory(s: ReportSettings, section: dict) -> None:
     free = section["available_memory"]
     if free is None:
         return

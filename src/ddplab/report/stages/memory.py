@@ -10,7 +10,7 @@ import ddplab
 from ddplab.chapters.memory import memory
 from ddplab.engine.placement import unsupported
 from ddplab.report.figures import compared, measured_only
-from ddplab.report.settings import Settings
+from ddplab.report.settings import ReportSettings
 from ddplab.report.stage import Section, Stage
 from ddplab.report.stages.machine import MachineSection
 
@@ -20,7 +20,7 @@ class MemorySection(Section):
     results: dict  # strategy -> memory.Memory, for each strategy run
 
 
-def measure(s: Settings, machine: MachineSection) -> MemorySection:
+def measure(s: ReportSettings, machine: MachineSection) -> MemorySection:
     rows, results, missing = {}, {}, []
     where = ddplab.placement()
     for strategy in s.strategies:

@@ -4,7 +4,7 @@ prediction, labelled as one, with nothing measured beside it."""
 from __future__ import annotations
 
 from ddplab.report.figures import predicted_only, shown
-from ddplab.report.settings import Settings
+from ddplab.report.settings import ReportSettings
 from ddplab.report.stage import NEEDS_RANKS, Section, Stage, Table
 from ddplab.report.stages.machine import MachineSection
 from ddplab.report.stages.step import StepSection
@@ -12,7 +12,7 @@ from ddplab.report.stages.step import StepSection
 NODE_MULTIPLES = (2, 4)
 
 
-def measure(s: Settings, machine: MachineSection, step: StepSection) -> Section:
+def measure(s: ReportSettings, machine: MachineSection, step: StepSection) -> Section:
     if step.model.link is None:
         return Section({"missing": f"a prediction for more nodes {NEEDS_RANKS}"})
     out = {"what": "a PREDICTION of the calibrated model, not a measurement: the same ranks "

@@ -15,7 +15,7 @@ import dataclasses
 from ddplab.chapters.time_cost import calibration, cost_model, step_time
 from ddplab.common import mlp
 from ddplab.report.figures import compared, measured_only, predicted_only
-from ddplab.report.settings import BATCH_SIZE, Settings
+from ddplab.report.settings import BATCH_SIZE, ReportSettings
 from ddplab.report.stage import Section, Stage
 from ddplab.report.stages.allreduce import AllReduceSection
 from ddplab.report.stages.machine import MachineSection
@@ -29,7 +29,7 @@ class StepSection(Section):
     ddp: step_time.StepTime
 
 
-def measure(s: Settings, machine: MachineSection, allreduce: AllReduceSection) -> StepSection:
+def measure(s: ReportSettings, machine: MachineSection, allreduce: AllReduceSection) -> StepSection:
     world_size = machine.world_size
     alone, ddp = step_time.paired(world_size, BATCH_SIZE, s.layers, iterations=s.iterations,
                                   timeout=s.timeout)

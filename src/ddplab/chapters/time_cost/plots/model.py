@@ -70,7 +70,7 @@ def cluster(prediction, axes=None):
                     lw=2.2 if chosen else 1, color=rank_color(i), label=name)
     eff_ax.set_ylim(0, 1.05)
     eff_ax.set_ylabel("model: weak scaling efficiency", fontsize=8.5)
-    # beside the axes, not on them: the curves fill the lower left (Fig 5.9, issue 40)
+    # beside the axes, not on them: the curves fill the lower left
     eff_ax.legend(fontsize=LEGEND_SIZE, loc="upper left", bbox_to_anchor=(1.01, 1.0),
                   title="between nodes", title_fontsize=LEGEND_SIZE, frameon=False)
     _cluster_labels(bar_ax, eff_ax, prediction, end)

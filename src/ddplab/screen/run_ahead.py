@@ -1,40 +1,100 @@
-"""The thread that runs panels' values ahead, one run at a time, and the reader's turns.
+"""The owner of work run ahead: one thread per kernel, its lock, its queue of panels and each
+panel's kept results (what ``screen.ahead``'s docstring tells, done here).
 
-One :class:`Worker` per kernel (``screen.ahead`` makes it). The rules it keeps, whose turn it
-is, are told in ``screen.ahead``'s docstring; here is how: one condition variable guards what
-the thread runs now (``_current``), the reader's turns in progress (``_readers``, of which
-``_alone`` wait for the pool) and whether a cell runs (``_paused``). The thread starts a run
-only when none of these holds and the kernel has been idle for ``quiet`` seconds; before each
-call of a run it asks ``_should_stop`` (through ``engine.turns``), and gives way.
+:class:`RunAhead` holds all of its state under one condition variable: the panels in the order
+they were made (the queue: the panel used last first, then those below it, then above), each
+panel's :class:`Kept` results and the keys whose run raised, what the thread runs now
+(``_current``), the reader's moves in progress (``_readers``, of which ``_alone`` wait for the
+pool) and whether a cell runs (``_paused``). The thread starts a run only when none of these
+holds and the kernel has been idle for ``quiet`` seconds; before each call of a run it asks
+``_should_stop`` (through ``engine.turns``), and gives way. A reader's move is one call,
+:meth:`RunAhead.move`.
+
+A panel is duck-typed here (``ahead.Panel``: ``ahead``, ``run``, ``figure``, ``context``,
+``neighbours()``, ``key(values)``), so this module imports nothing of the screen.
 """
 
 from __future__ import annotations
 
-import contextlib
+import collections
 import contextvars
 import threading
 import time
 import weakref
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 from ddplab.engine import turns
-from ddplab.screen.kept import KEPT, Entry
-
-if TYPE_CHECKING:
-    from ddplab.screen.ahead import Panel, Turn
 
 QUIET = 0.5  # s the kernel stays idle after a figure or a cell before the thread starts a run
+KEPT = 64  # results a panel keeps (a PNG of 30-150 KB each)
 
 
-class Worker:
-    """The kernel's one thread that runs panels' neighbouring values (see the module)."""
+@dataclass(frozen=True)
+class Entry:
+    """A real run of one panel's values: its result and its figure, as PNG."""
+
+    result: object
+    png: bytes
+    run_s: float
+    draw_s: float
+    ahead: bool  # run ahead in the background, not by the reader's own move
+
+
+def key_of(values: dict, where=None) -> tuple:
+    """Every control's value, by name, and ``where`` (the placement the run went to), as a key
+    (a value that cannot be hashed by its repr)."""
+    key = [where]
+    for name, value in values.items():
+        try:
+            hash(value)
+        except TypeError:
+            value = ("repr", repr(value))
+        key.append((name, type(value).__name__, value))  # 1 and True and 1.0 stay apart
+    return tuple(key)
+
+
+class Kept:
+    """The newest ``size`` entries by key; reads and writes from two threads."""
+
+    def __init__(self, size: int = KEPT):
+        self.size = size
+        self._entries = collections.OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key) -> Entry | None:
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None:
+                self._entries.move_to_end(key)  # shown again: kept longer
+            return entry
+
+    def put(self, key, entry: Entry) -> None:
+        with self._lock:
+            self._entries[key] = entry
+            self._entries.move_to_end(key)
+            while len(self._entries) > self.size:
+                self._entries.popitem(last=False)
+
+    def __contains__(self, key) -> bool:
+        with self._lock:
+            return key in self._entries
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._entries)
+
+
+class RunAhead:
+    """The kernel's one thread that runs panels' neighbouring values, and what it keeps."""
 
     def __init__(self, quiet: float = QUIET, paused: bool = False):
         self.quiet = quiet
         self._cond = threading.Condition()
         self._panels = []  # weak references, in the order the panels were made
+        self._kept = weakref.WeakKeyDictionary()  # panel -> Kept
+        self._failed = weakref.WeakKeyDictionary()  # panel -> keys whose run raised
         self._focus = None  # weak reference to the panel the reader used last
-        self._readers = 0  # reader's turns in progress
+        self._readers = 0  # reader's moves in progress
         self._alone = 0  # of them, those that wait for the pool
         self._paused = paused  # a cell runs
         self._idle_since = time.monotonic()
@@ -47,56 +107,71 @@ class Worker:
 
     # -- the reader's side (the kernel's main thread)
 
-    def add(self, panel: Panel) -> None:
+    def add(self, panel) -> None:
+        """Run ``panel``'s neighbours ahead and keep its results."""
         with self._cond:
             self._panels.append(weakref.ref(panel))
+            self._kept[panel] = Kept()
+            self._failed[panel] = set()
 
-    @contextlib.contextmanager
-    def turn(self, panel: Panel, turn: Turn):
-        """Around a reader's move on ``panel``: the thread starts nothing meanwhile."""
+    def kept(self, panel) -> Kept:
+        """``panel``'s kept results (none for a panel not run ahead)."""
+        with self._cond:
+            kept = self._kept.get(panel)  # (an empty Kept is falsy: no `or` here)
+        return kept if kept is not None else Kept(0)
+
+    def move(self, panel, key, *, by_reader: bool, show, run, waiting=lambda: None) -> None:
+        """A reader's move on ``panel`` to the values ``key`` names: ``show(entry)`` the run
+        kept for them, or the one under way (``waiting()`` first, then it is waited for); else
+        ``run()`` with nothing beside it, once the thread's call has ended, and keep the
+        ``(result, png, run_s, draw_s)`` it returns (None: it failed, nothing to keep). The
+        thread starts nothing until the move is over."""
         with self._cond:
             self._readers += 1
+        alone = False
         try:
-            yield turn
+            entry = self._kept_or_under_way(panel, key, waiting) if panel.ahead else None
+            if entry is not None:
+                show(entry)
+                return
+            with self._cond:
+                alone = True
+                self._alone += 1
+                self._until_idle()
+            ran = run()
+            if ran is not None and panel.ahead:
+                self.kept(panel).put(key, Entry(*ran, ahead=False))
         finally:
             with self._cond:
                 self._readers -= 1
-                self._alone -= turn.alone_asked
+                self._alone -= alone
                 self._idle_since = time.monotonic()
                 panel.context = contextvars.copy_context()
-                if panel.ahead and turn.by_reader:
+                if panel.ahead and by_reader:
                     self._focus = weakref.ref(panel)
                 self._cond.notify_all()
 
-    def shown(self, panel: Panel) -> None:
+    def shown(self, panel) -> None:
         """``panel`` is on screen now (a chooser showed it): its neighbours first."""
         with self._cond:
             self._focus = weakref.ref(panel)
             self._idle_since = time.monotonic()
             self._cond.notify_all()
 
-    def under_way(self, panel: Panel, key) -> bool:
+    def _kept_or_under_way(self, panel, key, waiting) -> Entry | None:
+        entry = self.kept(panel).get(key)
         with self._cond:
-            return self._current == (panel, key)
-
-    def wait_for(self, panel: Panel, key) -> None:
+            if entry is not None or self._current != (panel, key):
+                return entry
+        waiting()
         with self._cond:
-            if self._current != (panel, key):
-                return
             self._waited = (panel, key)
             try:
                 while self._current == (panel, key):
                     self._cond.wait()
             finally:
                 self._waited = None
-
-    def alone(self, turn: Turn) -> None:
-        """Wait until the thread has ended its call (and its draw)."""
-        with self._cond:
-            if not turn.alone_asked:
-                turn.alone_asked = True
-                self._alone += 1
-            self._until_idle()
+        return self.kept(panel).get(key)
 
     # -- the kernel's cells (IPython's events)
 
@@ -168,7 +243,8 @@ class Worker:
         return max(0.0, self.quiet - (time.monotonic() - self._idle_since))
 
     def _next(self):
-        """(panel, key, values) of the first neighbour not yet kept, or None."""
+        """(The lock held.) (panel, key, values) of the first neighbour not yet kept, or
+        None."""
         alive = [ref() for ref in self._panels]
         self._panels = [ref for ref, panel in zip(self._panels, alive) if panel is not None]
         alive = [panel for panel in alive if panel is not None]
@@ -179,11 +255,11 @@ class Worker:
         for panel in alive[start:] + alive[:start]:
             for values in panel.neighbours():
                 key = panel.key(values)
-                if key not in panel.kept and key not in panel.failed:
+                if key not in self._kept[panel] and key not in self._failed[panel]:
                     return panel, key, values
         return None
 
-    def _should_stop(self, panel: Panel, key) -> bool:
+    def _should_stop(self, panel, key) -> bool:
         """Asked before each call of a run in the thread (``engine.turns``)."""
         if self._stopped:
             return True
@@ -192,7 +268,7 @@ class Worker:
         return bool(self._paused or self._alone
                     or key not in {panel.key(v) for v in panel.neighbours()})
 
-    def _compute(self, panel: Panel, key, values: dict) -> None:
+    def _compute(self, panel, key, values: dict) -> None:
         start = time.perf_counter()
         try:
             with turns.background(lambda: self._should_stop(panel, key)):
@@ -206,9 +282,11 @@ class Worker:
         except turns.GaveWay:
             return
         except Exception:  # shown when the reader moves there: the run is made again then
-            if len(panel.failed) >= KEPT:
-                panel.failed.clear()
-            panel.failed.add(key)
+            with self._cond:
+                failed = self._failed[panel]
+                if len(failed) >= KEPT:
+                    failed.clear()
+                failed.add(key)
             return
-        panel.kept.put(key, Entry(result, png, ran - start, time.perf_counter() - ran,
-                                  ahead=True))
+        self.kept(panel).put(key, Entry(result, png, ran - start, time.perf_counter() - ran,
+                                        ahead=True))
