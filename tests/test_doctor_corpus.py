@@ -24,6 +24,7 @@ from torch.utils.data.distributed import DistributedSampler
 from ddplab.doctor.launch import launcher
 from ddplab.doctor.launch.diagnose import diagnose
 from ddplab.doctor.launch.processes import Zygote
+from ddplab.doctor.reporting import text
 from doctor_support import CORPUS, MARK, new_mark, processes_with
 
 # script -> (arguments, errors, other findings (waste, advisory), doctor settings)
@@ -55,6 +56,7 @@ EXPECTED = {
     "plain_uneven.py": ([], {"uneven-inputs"}, set(), {}),
     "plain_crash.py": ([], set(), set(), {}),
     "blog_fixed_rank.py": ([], {"duplicate-rank"}, set(), {}),
+    "cuda_hardcoded.py": ([], set(), set(), {}),
 }
 
 
@@ -264,3 +266,33 @@ def test_a_script_that_fails_on_its_own(diagnoses):
         diagnosis.crash["traceback"]
     assert "plain_crash.py" in diagnosis.crash["traceback"]
     assert "ddplab" not in diagnosis.crash["traceback"]  # the reader's frames only
+
+
+def test_a_cuda_script_runs_unedited_on_cpu_ranks(diagnoses):
+    """No GPU here: the script's mp.spawn(nprocs=torch.cuda.device_count()) starts the 2 ranks
+    asked for, its CUDA runs on the CPU, NCCL as gloo, and the report's first line says what
+    was mapped."""
+    diagnosis = diagnoses["by_script"]["cuda_hardcoded.py"]
+    assert diagnosis.world_size == 2 and diagnosis.steps_run == 8
+    assert (diagnosis.backend_requested, diagnosis.backend_used) == ("nccl", "gloo")
+    calls = {c["what"] for c in diagnosis.mapped["calls"]}
+    assert {"torch.cuda.set_device", "model.cuda()", "DistributedDataParallel(device_ids=...)",
+            "GradScaler('cuda') -> GradScaler('cpu')", ".cuda()", ".to('cuda')",
+            "autocast('cuda') -> autocast('cpu', bfloat16)",
+            "SyncBatchNorm (statistics all-reduced over gloo)",
+            "torch.cuda.synchronize"} <= calls
+    assert diagnosis.mapped["gpus"] == 0 and diagnosis.mapped["ranks"] == 2
+    first = text.report(diagnosis).splitlines()[0]
+    assert first.startswith("CUDA mapped onto the CPU (0 GPUs here for 2 ranks")
+    collectives = next(v for v in diagnosis.checks if v.id == "cpu-tensor-nccl")
+    assert collectives.status == "passed"  # the loss it all-reduces is on "cuda"
+
+
+def test_a_tensor_the_author_left_on_the_cpu_is_still_found_under_nccl(diagnoses):
+    """plain_nccl_cpu.py takes its CUDA branch here (is_available is True for the script): the
+    model and batches go to "cuda", the logged loss is made on the CPU. Only that one is found."""
+    diagnosis = diagnoses["by_script"]["plain_nccl_cpu.py"]
+    assert diagnosis.mapped is not None
+    found = [f for f in diagnosis.findings if f.id == "cpu-tensor-nccl"]
+    source = (CORPUS / "plain_nccl_cpu.py").read_text().splitlines()
+    assert [source[f.line - 1].strip() for f in found] == ["dist.all_reduce(logged)"]

@@ -40,6 +40,19 @@ class Evidence:
         inits = [g for g in self.records("group") if g["kind"] == "init"]
         return inits[0]["backend"] if inits else None
 
+    def mapped(self) -> dict | None:
+        """What of the script's CUDA ran on the CPU (``ranks.cuda_on_cpu``): the machine's GPUs
+        and ranks, and each thing mapped, in the order first seen, with its first line."""
+        machine = next((r for rank in self.ranks for r in self.records("cuda_on_cpu", rank)),
+                       None)
+        seen = {}
+        for record in sorted(self.all("mapped"), key=lambda r: (r["rank"], r["t"])):
+            seen.setdefault(record["what"], {"what": record["what"], "file": record["file"],
+                                             "line": record["line"]})
+        if machine is None or not seen:
+            return None
+        return {"gpus": machine["gpus"], "ranks": machine["ranks"], "calls": list(seen.values())}
+
     def steps_run(self) -> int:
         return min((self.by_rank[r]["steps"] for r in self.ranks), default=0)
 

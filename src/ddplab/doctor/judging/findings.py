@@ -94,6 +94,7 @@ class Diagnosis:
     seconds: float = 0.0
     output: dict = dataclasses.field(default_factory=dict)
     root: str | None = None  # the folder the script ran in: paths are shown from there
+    mapped: dict | None = None  # the script's CUDA run on the CPU: {"gpus", "ranks", "calls"}
 
     @property
     def findings(self) -> list:
@@ -118,4 +119,6 @@ class Diagnosis:
                 "outcome": self.outcome, "exit_code": self.exit_code(),
                 "checks": [v.to_json() for v in self.checks],
                 "findings": [f.to_json() for f in self.findings],
-                "crash": self.crash, "hang": self.hang, "seconds": round(self.seconds, 2)}
+                "crash": self.crash, "hang": self.hang, "seconds": round(self.seconds, 2),
+                "mapped": self.mapped and dict(self.mapped, calls=[
+                    dict(c, file=shown_path(c["file"])) for c in self.mapped["calls"]])}

@@ -8,8 +8,8 @@ import runpy
 import sys
 import traceback
 
+from ddplab.doctor.ranks import cuda_on_cpu, where
 from ddplab.doctor.ranks import recorder as _recorder
-from ddplab.doctor.ranks import where
 from ddplab.doctor.ranks.watch import amp as watch_amp
 from ddplab.doctor.ranks.watch import collectives as watch_collectives
 from ddplab.doctor.ranks.watch import data as watch_data
@@ -19,8 +19,8 @@ from ddplab.doctor.ranks.watch import model as watch_model
 from ddplab.doctor.ranks.watch import steps as watch_steps
 
 READER_DIR = "DDPLAB_DOCTOR_READER_DIR"
-WATCHERS = (watch_group, watch_collectives, watch_data, watch_model, watch_steps, watch_amp,
-            watch_files)
+WATCHERS = (cuda_on_cpu, watch_group, watch_collectives, watch_data, watch_model, watch_steps,
+            watch_amp, watch_files)
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
 

@@ -59,9 +59,21 @@ def summary_parts(diagnosis) -> tuple[str, str]:
             f"{diagnosis.outcome}: {said}")
 
 
+def mapped_lines(diagnosis) -> list[str]:
+    """The report's first line where the script's CUDA ran on the CPU: the machine, and what
+    was mapped."""
+    mapped = diagnosis.mapped
+    if not mapped:
+        return []
+    gpus = f"{mapped['gpus']} GPU{'s' * (mapped['gpus'] != 1)}"
+    calls = ", ".join(c["what"] for c in mapped["calls"])
+    return wrapped(f"CUDA mapped onto the CPU ({gpus} here for {mapped['ranks']} ranks; NCCL "
+                   f"runs as gloo, judged by NCCL's rules): {calls}")
+
+
 @paths_from_root
 def report(diagnosis) -> str:
-    lines = []
+    lines = mapped_lines(diagnosis)
     for f in diagnosis.findings:
         lines += finding_lines(f)
     if diagnosis.findings:

@@ -17,6 +17,7 @@ import inspect
 
 from ddplab.doctor.ranks import patching, where
 from ddplab.doctor.ranks import recorder as _recorder
+from ddplab.doctor.ranks.cuda_on_cpu import device_type
 from ddplab.doctor.ranks.watch.group import group_info, nccl_rules
 
 COLLECTIVES = ("all_reduce", "broadcast", "all_gather", "all_gather_into_tensor", "reduce",
@@ -65,7 +66,7 @@ def make_wrapper(name: str):
             seq = rec.count(f"seq/{key}") if name not in POINT_TO_POINT else None
             entry = rec.add("collective", op=name, seq=seq, group=key,
                             file=spot and spot[0], line=spot and spot[1],
-                            devices=sorted({t.device.type for t in tensors}),
+                            devices=sorted({device_type(t) for t in tensors}),
                             nccl=nccl_rules(info["requested"]),
                             requested=info["requested"],
                             reduce=str(bound.get("op", "")).split(".")[-1] or None,

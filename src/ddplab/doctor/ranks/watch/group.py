@@ -26,7 +26,7 @@ import os
 import sys
 import urllib.parse
 
-from ddplab.doctor.ranks import patching, where
+from ddplab.doctor.ranks import cuda_on_cpu, patching, where
 from ddplab.doctor.ranks import recorder as _recorder
 
 LOCAL = "DDPLAB_DOCTOR_LOCAL"  # "1": the doctor started these processes (not torchrun)
@@ -40,10 +40,11 @@ DUPLICATE_RANK = "ddplab doctor: a second process passed init_process_group"
 
 
 def used_backend(requested):
-    """What runs here: NCCL (alone or in a mapping) without CUDA becomes gloo."""
+    """What runs here: NCCL (alone or in a mapping) without a GPU per rank becomes gloo."""
     import torch
 
-    if requested and "nccl" in str(requested).lower() and not torch.cuda.is_available():
+    if requested and "nccl" in str(requested).lower() and (
+            cuda_on_cpu.active() or not torch.cuda.is_available()):
         return "gloo"
     return requested
 
@@ -113,7 +114,8 @@ def install() -> None:
             with rec.blocking("init_process_group", line=spot[1] if spot else None):
                 real(used_backend(backend), init_method=init_method, timeout=wait,
                      world_size=world_size, rank=rank, store=store, group_name=group_name,
-                     pg_options=pg_options, device_id=device_id, **more)
+                     pg_options=pg_options,
+                     device_id=None if cuda_on_cpu.active() else device_id, **more)
             if rec.rank is None:
                 rec.attach(rec.store or evidence_store(), dist.get_rank(), dist.get_world_size())
             rec.add("group", kind="init", requested=backend, used=used_backend(backend),
