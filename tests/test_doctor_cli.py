@@ -87,8 +87,9 @@ def test_json_and_page(tmp_path):
     page = (out / "doctor.html").read_text()
     assert "sampler-set-epoch" in page and "sampler.set_epoch(epoch)" in page
     assert "<script" not in page and "src=\"http" not in page and "src='http" not in page
-    assert (tmp_path / "snapshot.pt").exists()  # the script ran here, as it would
+    assert not (tmp_path / "snapshot.pt").exists()  # the script's save went to the scratch
     assert not (CORPUS / "snapshot.pt").exists()
+    assert data["writes"] == {"0": ["snapshot.pt"]}  # what it would have written, by rank
 
 
 def test_a_script_without_a_process_group(tmp_path):

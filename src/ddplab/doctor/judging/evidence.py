@@ -53,6 +53,21 @@ class Evidence:
             return None
         return {"gpus": machine["gpus"], "ranks": machine["ranks"], "calls": list(seen.values())}
 
+    def writes(self) -> dict:
+        """rank -> the files the script would have written there (they went to the run's
+        scratch folder), in the order first written."""
+        found = {}
+        for rank in self.ranks:
+            paths = list(dict.fromkeys(w["path"] for w in self.records("write", rank)))
+            if paths:
+                found[rank] = paths
+        return found
+
+    def trackers(self) -> dict | None:
+        """The experiment trackers the script imported and the settings that kept them from
+        recording a run."""
+        return next((t for rank in self.ranks for t in self.records("trackers", rank)), None)
+
     def steps_run(self) -> int:
         return min((self.by_rank[r]["steps"] for r in self.ranks), default=0)
 

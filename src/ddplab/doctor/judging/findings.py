@@ -95,6 +95,8 @@ class Diagnosis:
     output: dict = dataclasses.field(default_factory=dict)
     root: str | None = None  # the folder the script ran in: paths are shown from there
     mapped: dict | None = None  # the script's CUDA run on the CPU: {"gpus", "ranks", "calls"}
+    writes: dict = dataclasses.field(default_factory=dict)  # rank -> paths it would have written
+    trackers: dict | None = None  # {"modules", "settings"}: trackers kept from recording
 
     @property
     def findings(self) -> list:
@@ -120,5 +122,8 @@ class Diagnosis:
                 "checks": [v.to_json() for v in self.checks],
                 "findings": [f.to_json() for f in self.findings],
                 "crash": self.crash, "hang": self.hang, "seconds": round(self.seconds, 2),
+                "writes": {rank: [shown_path(p) for p in paths]
+                           for rank, paths in self.writes.items()},
+                "trackers": self.trackers,
                 "mapped": self.mapped and dict(self.mapped, calls=[
                     dict(c, file=shown_path(c["file"])) for c in self.mapped["calls"]])}

@@ -8,7 +8,7 @@ import runpy
 import sys
 import traceback
 
-from ddplab.doctor.ranks import cuda_on_cpu, where
+from ddplab.doctor.ranks import cuda_on_cpu, scratch, where
 from ddplab.doctor.ranks import recorder as _recorder
 from ddplab.doctor.ranks.watch import amp as watch_amp
 from ddplab.doctor.ranks.watch import collectives as watch_collectives
@@ -19,8 +19,8 @@ from ddplab.doctor.ranks.watch import model as watch_model
 from ddplab.doctor.ranks.watch import steps as watch_steps
 
 READER_DIR = "DDPLAB_DOCTOR_READER_DIR"
-WATCHERS = (cuda_on_cpu, watch_group, watch_collectives, watch_data, watch_model, watch_steps,
-            watch_amp, watch_files)
+WATCHERS = (cuda_on_cpu, scratch, watch_group, watch_collectives, watch_data, watch_model,
+            watch_steps, watch_amp, watch_files)
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -28,7 +28,7 @@ def install(reader_dir: str) -> None:
     where.set_reader_dir(reader_dir)
     os.environ[READER_DIR] = where.reader_dir()
     for watcher in WATCHERS:
-        watcher.install()
+        watcher.install(*([where.reader_dir()] if watcher is scratch else []))
 
 
 def readers_traceback(exc: BaseException) -> str:
@@ -66,4 +66,8 @@ def run_script(script: str, args: list[str]) -> tuple[str, dict]:
     sys.argv = [script, *args]
     sys.path[0] = folder
     install(folder)
-    return outcome_of(lambda: runpy.run_path(script, run_name="__main__"))
+    ended = outcome_of(lambda: runpy.run_path(script, run_name="__main__"))
+    trackers = scratch.trackers_used()
+    if trackers:
+        _recorder.RECORDER.add("trackers", **trackers)
+    return ended

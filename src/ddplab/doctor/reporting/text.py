@@ -71,6 +71,22 @@ def mapped_lines(diagnosis) -> list[str]:
                    f"runs as gloo, judged by NCCL's rules): {calls}")
 
 
+def side_effect_lines(diagnosis) -> list[str]:
+    """What the script would have written, by rank (its writes went to a scratch folder), and
+    the trackers kept from recording."""
+    lines = []
+    if diagnosis.writes:
+        by_rank = "; ".join(f"rank {rank}: " + ", ".join(shown_path(p) for p in paths)
+                            for rank, paths in sorted(diagnosis.writes.items()))
+        lines += wrapped(f"your files are unchanged: what the script wrote went to a scratch "
+                         f"folder ({by_rank})")
+    if diagnosis.trackers:
+        settings = ", ".join(f"{k}={v}" for k, v in diagnosis.trackers["settings"].items())
+        lines += wrapped(f"{', '.join(diagnosis.trackers['modules'])} recorded no run: "
+                         f"{settings}")
+    return lines
+
+
 @paths_from_root
 def report(diagnosis) -> str:
     lines = mapped_lines(diagnosis)
@@ -91,6 +107,7 @@ def report(diagnosis) -> str:
     if not diagnosis.findings and diagnosis.exit_code() != 2:
         lines.append("no findings. What was checked:")
         lines += table(diagnosis)
+    lines += side_effect_lines(diagnosis)
     run, outcome = summary_parts(diagnosis)
     if len(summary(diagnosis)) <= WIDTH:
         lines.append(summary(diagnosis))
