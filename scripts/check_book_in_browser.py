@@ -11,7 +11,9 @@ the screen's edge, and at 1280 px no block of code or output that wraps or scrol
 printout wider than the column's 100 characters fails, with its page, width and first
 characters: make the formatter that prints it wrap it); the book's search finds the error index
 for every message it lists, and lists the answering page first for "ZeRO", "FSDP", "clip" and
-"watchdog" (``TOPICS``). On a page with static panels, moving each
+"watchdog" (``TOPICS``); for each phrasing of ``PHRASES`` its first result opens at the
+section that answers it; each of the doctor's book links opens a section of the built book.
+On a page with static panels, moving each
 control changes the figure and the text. Then the labs in one real JupyterLab, each run up to
 its first panel: in the first (--lab) a slider move re-runs real DDP and the figure changes, the
 time from the move to the new figure printed; then every other lab (unless --one-lab), its
@@ -47,6 +49,12 @@ ROOT = Path(__file__).resolve().parent.parent
 MAX_PAGE_BYTES = 6_000_000
 MAX_PANEL_BYTES = 1_500_000
 COLAB = re.compile(r"^https://colab\.research\.google\.com/github/[^/]+/[^/]+/blob/[^/]+/(.+)$")
+
+
+# The pages a reader starts from carry the install box (book/_install.md), with the line the
+# cluster page gives.
+INSTALL_PAGES = ("book/intro.html", "book/running.html", "book/doctor.html")
+INSTALL_LINE = 'pip install "ddplab @ git+https://github.com/ddplab/ddplab"'
 
 
 class Checks:
@@ -154,6 +162,15 @@ def check_page(page, checks: Checks, html: Path, base: str, rel: str, shots: Pat
     for lab in colab:
         checks.check(lab.startswith("labs/") and (ROOT / lab).is_file(),
                      f"{rel}: Colab button opens {lab}, not a lab in labs/")
+    if shown in INSTALL_PAGES:
+        boxes = page.eval_on_selector_all(
+            "article .admonition.install", "bs => bs.map(b => b.innerText)")
+        checks.check(len(boxes) == 1 and INSTALL_LINE in boxes[0],
+                     f"{rel}: no install box with {INSTALL_LINE!r} ({len(boxes)} boxes)")
+    # A launch menu (the rocket) with nothing in it: a page without a lab shows none.
+    empty = page.eval_on_selector_all(".dropdown-launch-buttons",
+                                      "ds => ds.filter(d => !d.querySelector('li a')).length")
+    checks.check(empty == 0, f"{rel}: {empty} empty launch menu(s)")
     panels = check_panels(page, checks, rel)
     page.screenshot(path=str(shots / (rel.replace("/", "_").removesuffix(".html") + ".png")),
                     full_page=True)
@@ -266,10 +283,12 @@ def check_images(page, checks: Checks, rel: str) -> None:
 
 
 def check_phone(page, checks: Checks, base: str, rel: str, shots: Path) -> None:
-    """The page at a phone's width: nothing wider than the screen."""
+    """The page at a phone's width: nothing wider than the screen, every figure at its own
+    size (in a box that scrolls), so that its text is as large as at 1280 px."""
     page.goto(base + rel, wait_until="load")
     page.wait_for_load_state("networkidle")  # index.html redirects
     check_layout(page, checks, rel, PHONE[0])
+    check_images(page, checks, f"{rel} at {PHONE[0]} px")  # figures at their size: text 10 px
     page.screenshot(path=str(shots / (rel.replace("/", "_").removesuffix(".html")
                                       + f"_{PHONE[0]}.png")))
 
@@ -285,6 +304,29 @@ def error_messages() -> list[str]:
 # ranked the memory page 7th of 8, behind pages that only matched `zero_grad`).
 TOPICS = {"ZeRO": "book/memory.html", "FSDP": "book/memory.html",
           "clip": "book/training_loop.html", "watchdog": "book/errors.html"}
+
+
+# What readers type, and the section that answers it (its label): the first result must open
+# the page at that section, not at the page's top (issue 49). A section that answers one
+# carries an index entry for it (```{index} speedup```), which the search ranks first and
+# links to the section (book/_ext/ddplab_book.py, index_entries_open_their_section).
+PHRASES = {"speedup": "time-cost-slower", "slower": "time-cost-slower",
+           "resume": "memory-resume-resized", "checkpoint": "hangs-checkpoints",
+           "truncate": "training-loop-gather-cut", "hang": "hangs-end-of-epoch",
+           "out of memory": "memory-which", "connection refused": "running-two-nodes",
+           "learning rate": "lr-scaling-short-answer", "accumulation": "time-cost-accumulation"}
+
+# Whether the page opened at its #fragment shows the section that holds the label's target,
+# with its heading at the top of the screen.
+_AT_SECTION = """label => {
+  const target = document.getElementById(decodeURIComponent(location.hash.slice(1)));
+  const mark = document.getElementById(label);
+  if (!target || !mark) return `no ${target ? '' : 'target '}${mark ? '' : 'label'}`;
+  const section = mark.tagName == 'SECTION' ? mark : mark.closest('section');
+  if (target !== section) return `opens at #${target.id}, not the section of ${label}`;
+  const top = section.querySelector('h1, h2, h3, h4').getBoundingClientRect().top;
+  return top >= -1 && top < window.innerHeight / 3 ? '' : `its heading at ${Math.round(top)} px`;
+}"""
 
 
 def search_results(page, base: str, query: str) -> list[str]:
@@ -312,6 +354,28 @@ def check_search(page, checks: Checks, base: str) -> None:
         found = search_results(page, base, query)
         checks.check(bool(found) and found[0].startswith(answer),
                      f"search for {query!r} does not list {answer} first: {found[:5]}")
+    for query, label in PHRASES.items():
+        found = search_results(page, base, query)
+        if not checks.check(bool(found), f"search for {query!r} finds nothing"):
+            continue
+        page.goto(base + found[0], wait_until="load")
+        page.wait_for_timeout(300)  # the theme scrolls to the fragment after load
+        wrong = page.evaluate(_AT_SECTION, label)
+        checks.check(not wrong, f"search for {query!r}: the first result {found[0]} does not "
+                                f"open at section {label}: {wrong}; then {found[1:4]}")
+
+
+def check_doctor_links(checks: Checks, html: Path) -> None:
+    """Each link the doctor gives (``Check.url``: the rendered book's page, at the section's
+    label) names a page of this build and an id on it."""
+    from ddplab.doctor.judging.checks import CHECKS
+    from ddplab.doctor.judging.findings import BOOK
+
+    for check in CHECKS:
+        page, _, anchor = check.url.removeprefix(BOOK).partition("#")
+        target = html / "book" / page
+        checks.check(target.is_file() and anchor in anchors(target),
+                     f"doctor check {check.id}: {check.url} is no section of the built book")
 
 
 def check_panels(page, checks: Checks, rel: str) -> str:
@@ -482,6 +546,7 @@ def check_book(checks: Checks, html: Path, report: Path, shots: Path) -> None:
                    if not f.relative_to(html).parts[0].startswith("_"))
     if not pages:
         sys.exit(f"no pages under {html}: build the book first")
+    check_doctor_links(checks, html)
     server, base = serve(html)
     try:
         with sync_playwright() as p:

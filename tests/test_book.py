@@ -94,7 +94,7 @@ def test_the_intros_questions_link_to_real_sections_and_every_chapter_settles_so
     with open(os.path.join(ROOT, "_toc.yml")) as f:
         toc = yaml.safe_load(f)
     chapters = [c["file"].removeprefix("book/") for part in toc["parts"] if part.get("numbered")
-                for c in part["chapters"]] + ["errors"]
+                for c in part["chapters"]] + ["errors", "doctor"]
     with open(os.path.join(ROOT, "book", "intro.md")) as f:
         intro = f.read()
     pages = labels_by_page()
@@ -107,3 +107,26 @@ def test_the_intros_questions_link_to_real_sections_and_every_chapter_settles_so
     fewer = "\n".join(line for line in intro.splitlines() if "{ref}`training-loop" not in line)
     assert "no question of the intro is settled in training_loop.md" in intro_problems(
         fewer, pages, chapters)
+
+
+INSTALL_PAGES = ("intro", "running", "doctor")
+
+
+def test_the_install_box_is_on_the_pages_a_reader_starts_from_and_says_what_pip_does():
+    """One box (book/_install.md) on the intro, running and doctor pages: the cluster page's
+    and the README's line, and the torch it names is requirements.txt's lowest."""
+    def read(*parts):
+        with open(os.path.join(ROOT, *parts)) as f:
+            return f.read()
+    box = read("book", "_install.md")
+    line = re.search(r"^pip install .+$", box, re.M).group(0)
+    for page in INSTALL_PAGES:
+        assert "```{include} _install.md" in read("book", f"{page}.md"), page
+    assert line in read("book", "your_cluster.md") and line in read("README.md")
+    assert f"git+{config()['repository']['url']}" in line
+    floor = re.search(r"^torch>=([0-9.]+)$", read("requirements.txt"), re.M).group(1)
+    assert f"torch {floor} or newer" in box and f"older than {floor}" in box
+    # torch's own floor of Python, as the wheels here declare it
+    from importlib.metadata import metadata
+    python = metadata("torch")["Requires-Python"].removeprefix(">=")
+    assert f"Python {python} or newer" in box

@@ -7,6 +7,9 @@ from __future__ import annotations
 import pathlib
 import re
 
+import yaml
+
+from ddplab.doctor.judging import findings
 from ddplab.doctor.judging.checks import CHECKS, SECTIONS
 from ddplab.doctor.judging.findings import KINDS, Diagnosis, Finding, Verdict
 from ddplab.doctor.judging.judges import model as judge_model
@@ -20,21 +23,15 @@ ASKED = {"sampler-set-epoch", "no-distributed-sampler", "collective-on-some-rank
          "lr-not-scaled"}
 
 
-def github_anchor(heading: str) -> str:
-    """The id GitHub gives a Markdown heading: lower case, punctuation dropped, spaces to
-    hyphens."""
-    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
-
-
-def headings() -> dict:
-    """label -> (page, the heading right after ``(label)=``) over the book's pages."""
+def labels() -> dict:
+    """label -> (page, the line right after ``(label)=``) over the book's pages."""
     found = {}
     for page in BOOK.glob("*.md"):
         lines = page.read_text().splitlines()
         for i, line in enumerate(lines[:-1]):
             match = re.fullmatch(r"\((.+)\)=", line)
             if match:
-                found[match.group(1)] = (page.name, lines[i + 1].lstrip("#").strip())
+                found[match.group(1)] = (page.stem, lines[i + 1])
     return found
 
 
@@ -47,12 +44,20 @@ def test_one_record_per_check_and_every_asked_id():
     assert {c.id: c.kind for c in CHECKS}["lr-not-scaled"] == "advisory"
 
 
-def test_each_check_links_a_section_of_the_book():
-    found = headings()
+def test_each_check_links_a_section_of_the_rendered_book():
+    """Each check's link is the rendered page of the label's section, at the label (Sphinx
+    gives it an id; the browser check opens each in the built book); every label the doctor
+    names stands before a heading of that page."""
+    found = labels()
+    assert set(SECTIONS) == {check.section for check in CHECKS}
     for check in CHECKS:
-        page, heading = found[check.section]
-        assert SECTIONS[check.section] == (page, github_anchor(heading)), check.id
-        assert check.url.endswith(f"{page}#{github_anchor(heading)}")
+        page, after = found[check.section]
+        assert SECTIONS[check.section] == page and after.startswith("#"), check.id
+        assert check.url == f"{findings.BOOK}{page}.html#{check.section}"
+    # the book is the GitHub Pages site of the repository the book names
+    config = yaml.safe_load((BOOK.parent / "_config.yml").read_text())
+    owner, name = config["repository"]["url"].removeprefix("https://github.com/").split("/")
+    assert findings.BOOK == f"https://{owner}.github.io/{name}/book/"
 
 
 def test_each_fix_is_python():

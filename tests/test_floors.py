@@ -36,6 +36,8 @@ FLOORS = {
     CHAPTER: ("one chapter: its experiments (rank functions, drivers, results) and plots", {
         "ddplab": "", "ddplab.common": "", "ddplab.engine": "",
         "ddplab.screen": "the plots"}),
+    "ddplab.doctor.records": ("the record kinds a watcher writes and a judge reads, one "
+                              "frozen type each", {}),
     "ddplab.doctor.store": ("the doctor's own TCPStore: evidence leaves a rank only through it",
                             {}),
     "ddplab.doctor.settings": ("what a doctor's run is asked to do, stated once and carried to "
@@ -43,11 +45,12 @@ FLOORS = {
                                {"ddplab.engine": "whether torchrun started us"}),
     "ddplab.doctor.ranks": ("the doctor on every rank: the entry point, the watchers, the "
                             "recorder, the reader's line, processes the script spawns", {
-                                "ddplab.doctor.settings": "", "ddplab.doctor.store": "",
+                                "ddplab.doctor.records": "", "ddplab.doctor.settings": "",
+                                "ddplab.doctor.store": "",
                                 "ddplab.engine": "dying with the parent"}),
     "ddplab.doctor.judging": ("the doctor's judging: the evidence read back, the checks' "
                               "registry, the judges, findings and verdicts",
-                              {"ddplab.doctor.ranks": "the duplicate-rank message's text"}),
+                              {"ddplab.doctor.records": ""}),
     "ddplab.doctor.reporting": ("the diagnosis shown: text, JSON, a page",
                                 {"ddplab.common": "", "ddplab.doctor.judging": ""}),
     "ddplab.doctor.launch": ("the doctor's own process: the command line, the run and its "
@@ -58,8 +61,8 @@ FLOORS = {
                                                                        "ended; dying with the "
                                                                        "parent",
                                  "ddplab.doctor.judging": "", "ddplab.doctor.ranks": "",
-                                 "ddplab.doctor.reporting": "", "ddplab.doctor.settings": "",
-                                 "ddplab.doctor.store": ""}),
+                                 "ddplab.doctor.records": "", "ddplab.doctor.reporting": "",
+                                 "ddplab.doctor.settings": "", "ddplab.doctor.store": ""}),
     "ddplab.doctor.examples": ("the doctor's example scripts (a reader's script: torch only)",
                                {}),
     "ddplab.doctor": ("`ddplab doctor`: the package, whose folders are the processes it runs "

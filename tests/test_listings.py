@@ -213,6 +213,14 @@ RUNS = [
         every = L.gather_unequal(torch.arange(rank + 2, dtype=torch.float32))
         assert every.tolist() == [0.0, 1.0, 0.0, 1.0, 2.0]
     """),
+    Run("training_loop", ("gather_in_sampler_order",), """
+        from torch.utils.data import DistributedSampler
+        mine = torch.tensor(list(DistributedSampler(range(7), shuffle=True, seed=3)))
+        every = L.gather_in_sampler_order(mine.to(device) * 10, 7)
+        g = torch.Generator()
+        g.manual_seed(3)  # the sampler's own order: seed + epoch (0)
+        assert every.tolist() == (torch.randperm(7, generator=g) * 10).tolist(), every
+    """),
     Run("training_loop", ("clipped_step",), """
         torch.manual_seed(0)
         ddp = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 1))

@@ -304,18 +304,24 @@ def test_the_cluster_model_computes_at_the_records_utilisation_unless_the_reader
     chip = cost_model.ACCELERATORS["H100 SXM"]
     p = cluster_prediction.run(params_millions=124.439808, nodes=1, gpus_per_node=1,
                                batch_size=16, tokens_per_sample=1024)
-    # one GPU alone, the newest record's 124 M run (16 x 1024 tokens): the model computes for
-    # as long as that record's step took, to the rounding of its MFU (the H200's and the H100
-    # SXM's dense BF16 peak are both 989 TFLOP/s)
-    newest = gpu_record.load()
-    assert newest.data["peak_flops"] == chip.flops == 989e12
-    step_ms = {r["mode"]: r["step_ms"] for r in newest.rows if r["params"] == GPT2_SMALL}
-    mfu = utilisation.from_record(GPT2_SMALL).value
+    # one GPU alone, the H100 record's 124 M run (16 x 1024 tokens): the model computes for as
+    # long as that record's step took, to the rounding of its MFU; the newest record (the
+    # H200's) is another card's and is not used
+    assert chip.record == H100 != gpu_record.load().name
+    record = gpu_record.load(chip.record)
+    assert record.data["peak_flops"] == chip.flops == 989e12
+    step_ms = {r["mode"]: r["step_ms"] for r in record.rows if r["params"] == GPT2_SMALL}
+    mfu = utilisation.from_record(GPT2_SMALL, record=H100).value
+    assert p.utilisation.value == mfu == pytest.approx(0.221)
     assert p.step.compute_s == pytest.approx(6 * GPT2_SMALL * 16 * 1024 / (989e12 * mfu))
     assert p.step.compute_s == pytest.approx(step_ms["compiled"] / 1e3, rel=0.005)
     eager = cluster_prediction.run(124.439808, nodes=1, gpus_per_node=1, batch_size=16,
                                    tokens_per_sample=1024, compiled=False)
     assert eager.step.compute_s == pytest.approx(step_ms["eager"] / 1e3, rel=0.005)
+    with pytest.raises(ValueError, match="no GPU record was measured on A100"):
+        cluster_prediction.run(1300, accelerator="A100 SXM 80GB")
+    a100 = cluster_prediction.run(1300, accelerator="A100 SXM 80GB", utilisation=0.3)
+    assert a100.utilisation.value == 0.3
     mine = cluster_prediction.run(1300, nodes=4, utilisation=0.5)
     assert mine.utilisation.source == "MFU 50.0%, set by the reader"
     assert mine.step.compute_s == pytest.approx(

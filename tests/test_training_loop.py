@@ -64,6 +64,38 @@ def test_gathered_auc_is_one_process_auc_and_padding_changes_it():
     assert result.metric_padded_sampler != pytest.approx(reference)
 
 
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_gathered_then_cut_is_exact_only_interleaved(shuffle):
+    """10 samples on 4 ranks through a padded DistributedSampler: the sampler's order, worked
+    out here in one process, is what the interleaved gather keeps; rank by rank, the cut keeps
+    a repeated sample and drops a real one, and the AUC moves."""
+    from torch.utils.data import DistributedSampler
+
+    result = evaluation.gather_cut(world_size=4, dataset_size=10, shuffle=shuffle)
+    per_rank = [list(DistributedSampler(range(10), num_replicas=4, rank=r, shuffle=shuffle,
+                                        seed=0)) for r in range(4)]
+    assert result.samples_per_rank == per_rank
+    order = [per_rank[i % 4][i // 4] for i in range(12)]  # position i went to rank i % 4
+    assert result.kept_interleaved == order[:10] and sorted(order[:10]) == list(range(10))
+    assert result.kept_rank_by_rank == sum(per_rank, [])[:10]
+    assert len(result.repeated) == 1 and len(result.missing) == 1
+    scores, labels = evaluation.validation_set(10, 0)
+    pos, neg = scores[labels == 1], scores[labels == 0]
+    reference = np.mean([[float(p > n) for n in neg] for p in pos])
+    assert result.metric_interleaved == pytest.approx(reference)
+    assert result.metric_rank_by_rank != pytest.approx(reference)
+
+
+def test_gathered_then_cut_rank_by_rank_is_right_by_luck_with_one_padded_sample():
+    """One padded sample sits last on the last rank: the cut removes it either way."""
+    result = evaluation.gather_cut(world_size=2, dataset_size=9)
+    assert result.kept_rank_by_rank == [0, 2, 4, 6, 8, 1, 3, 5, 7]
+    assert result.kept_interleaved == list(range(9))
+    assert result.repeated == [] and result.missing == []
+    with pytest.raises(ValueError, match="shuffle"):
+        evaluation.gather_cut(shuffle=1)
+
+
 def test_plain_all_gather_of_unequal_shards_raises_on_gloo():
     message = evaluation.unequal_all_gather_error(world_size=3, dataset_size=10)
     assert message.startswith("ProcessGroupGloo::allgather: invalid tensor size")

@@ -22,3 +22,10 @@ def test_nobody_at_the_address():
 def test_no_such_interface():
     assert rendezvous.no_such_interface("nosuch7").endswith(
         "Unable to find address for: nosuch7")
+
+
+def test_a_master_that_starts_within_the_timeout_is_found():
+    waited, answer = rendezvous.late_master(late=1.0)
+    assert answer == "yes" and 1.0 <= waited < 10  # it waited for the master, then was answered
+    with pytest.raises(ValueError, match="late"):
+        rendezvous.late_master(late=10)

@@ -1,6 +1,7 @@
 """Sphinx glue for this book: a chapter's Colab button opens its lab notebook, formulas
 render with a MathJax copy shipped in the build, so that no page fetches anything, and every
-figure says what it shows and links to itself at full size.
+figure says what it shows and links to itself at full size, and an index entry at a
+section's top opens that section from the search.
 
 The theme points a page's Colab button at the page's own source, but Colab opens only .ipynb
 and the chapters are MyST Markdown. A chapter names its lab in its front matter
@@ -15,6 +16,7 @@ import re
 import shutil
 
 from docutils import nodes
+from sphinx import addnodes
 from sphinx.util.osutil import relative_uri
 
 # What MathJax's tex-mml-chtml component needs beside itself: its CHTML fonts, and the
@@ -29,6 +31,8 @@ def setup(app):
     app.connect("config-inited", one_search_box)
     app.connect("build-finished", copy_mathjax)
     app.connect("doctree-resolved", describe_and_link_figures)
+    app.connect("doctree-resolved", index_entries_open_their_section)
+    app.connect("env-get-outdated", reread_pages_with_index_entries)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
 
 
@@ -67,9 +71,12 @@ def copy_mathjax(app, exception):
 
 
 def point_colab_at_lab(app, pagename, templatename, context, doctree):
+    """A chapter's Colab button opens its lab; a Markdown page without a lab gets none, and
+    no launch menu at all once the menu has no button left (the theme would show an empty
+    one)."""
     lab = app.env.metadata.get(pagename, {}).get("lab")
     is_markdown = str(app.env.doc2path(pagename)).endswith(".md")
-    for group in context.get("header_buttons", []):
+    for group in list(context.get("header_buttons", [])):
         if group.get("label") != "launch-buttons":
             continue
         for button in list(group["buttons"]):
@@ -81,6 +88,8 @@ def point_colab_at_lab(app, pagename, templatename, context, doctree):
                 button["tooltip"] = "Open this chapter's lab in Colab"
             elif is_markdown:
                 group["buttons"].remove(button)
+        if not group["buttons"]:  # the launch menu, emptied
+            context["header_buttons"].remove(group)
 
 
 def describe_and_link_figures(app, doctree, docname):
@@ -109,3 +118,30 @@ def _ancestors(node):
     while node.parent is not None:
         node = node.parent
         yield node
+
+
+def index_entries_open_their_section(app, doctree, docname):
+    """Index entries written in a section, outside any paragraph (```{index} speedup, slower```
+    under its heading), name what the section answers: each becomes a main entry pointing at
+    the section itself, not at the directive's own target below the heading. The book's search
+    lists a main entry that nearly equals the query first (``searchtools.js``, Sphinx 7.4: score
+    100 against 15 for a word in a title; an entry not main is listed after every other
+    result, and ``!`` makes only the first entry of a line main), and its link then opens the
+    page at the section's heading. Rewritten before the page is fed to the search index
+    (``index_page``)."""
+    for node in doctree.findall(addnodes.index):
+        section = node.parent
+        if not isinstance(section, nodes.section) or not section["ids"]:
+            continue
+        node["entries"] = [(kind, value, section["ids"][0], "main", key)
+                           for kind, value, _, _, key in node["entries"]]
+
+
+def reread_pages_with_index_entries(app, env, added, changed, removed):
+    """Pages with index entries are read and written on every build: Sphinx 7.4 keeps no page's
+    index entries from one build's search index to the next (``IndexBuilder.load`` restores
+    titles and words only), so an unchanged page not written again would drop out of the
+    search's index entries (seen here: 52 entries after a full build, 29 after one that wrote
+    two pages). Their notebooks come from the execution cache."""
+    return [doc for doc in env.found_docs - added - changed - removed
+            if "```{index}" in pathlib.Path(env.doc2path(doc)).read_text()]

@@ -16,6 +16,8 @@ The folders are the processes the code runs in, and the order evidence flows thr
   hooks where they exist, wrappers where they do not), the script's CUDA mapped onto the CPU
   where there is no GPU per rank (``ranks/cuda_on_cpu/``), the recorder that keeps what one
   process saw, the reader's line (``where``), processes the script spawns itself.
+- ``records``: one frozen type per kind of record a watcher writes and a judge reads (a
+  DDP made, a loader pass, a collective, a step, ...), and their trip through JSON.
 - ``store``: the doctor's own TCPStore, the only way evidence leaves a rank (never the
   script's process groups: an extra collective there shifts their sequence numbers).
 - ``judging/``: the evidence read back, the checks' registry (``checks.CHECKS``), one judge

@@ -6,8 +6,8 @@ keeps its notes in a store for the same reason (``TraceUtils.h``). Locally the d
 ``TCPStore`` on a socket it bound to 127.0.0.1 itself (``TCPStore("127.0.0.1", ...)`` alone
 listens on every interface); under torchrun the ranks use torchrun's store under a prefix.
 
-Values are JSON. Keys (under ``PREFIX``): ``mode`` (``ranks``, ``spawn`` or ``none``: what
-rank 0's process turned out to be), ``hello/R``, ``evidence/R``, ``done/R``, ``alarm``,
+Values are JSON. Keys (under ``PREFIX``): ``mode`` (a ``records.Mode``: what rank 0's process
+turned out to be), ``hello/R``, ``evidence/R``, ``done/R``, ``alarm``,
 ``rollcall``, ``where/R``, ``release``, ``launcher``.
 """
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 
 @dataclasses.dataclass(frozen=True)

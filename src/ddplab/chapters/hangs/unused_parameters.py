@@ -13,6 +13,12 @@ used-parameter map, cost time on every step, used parameters or not.
 from __future__ import annotations
 
 import dataclasses
+import datetime
+import os
+import signal
+import socket
+import subprocess
+import sys
 import textwrap
 
 import torch
@@ -22,7 +28,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 import ddplab
 from ddplab.common import timed_step
-from ddplab.common.checks import an_int, int_in_range, positive_int
+from ddplab.common.checks import an_int, int_in_range, one_of, positive_int, positive_number
 from ddplab.common.mlp import make_model
 from ddplab.common.results import Result
 
@@ -47,19 +53,11 @@ class WithAuxHead(torch.nn.Module):
 # ---------------------------------------------------------------- on every rank
 
 
-def two_steps(ctx, find_unused_parameters: bool, seed: int, detail: bool = False) -> dict:
-    """Two training steps of ``WithAuxHead`` without its aux head; DDP's error, if any.
-    ``detail``: DDP built under ``TORCH_DISTRIBUTED_DEBUG=DETAIL``'s level (the reducer reads
-    it when it is made; the group stays unwrapped), so that its error names the parameters."""
+def two_steps(ctx, find_unused_parameters: bool, seed: int) -> dict:
+    """Two training steps of ``WithAuxHead`` without its aux head; DDP's error, if any."""
     torch.manual_seed(seed)
     model = WithAuxHead().to(ctx.device)
-    level = dist.get_debug_level()
-    if detail:
-        dist.set_debug_level(dist.DebugLevel.DETAIL)
-    try:
-        ddp = DDP(model, find_unused_parameters=find_unused_parameters)
-    finally:
-        dist.set_debug_level(level)  # the pool's ranks are reused
+    ddp = DDP(model, find_unused_parameters=find_unused_parameters)
     g = torch.Generator().manual_seed(seed + ctx.rank)
     done = 0
     try:
@@ -164,10 +162,70 @@ def run(world_size: int = 2, layers=(32,) * 13, steps: int = 30, batch_size: int
         ms_without=ms["without"], ms_with=ms["with"])
 
 
-def named(world_size: int = 2, seed: int = 0) -> str:
-    """DDP's error for the unused head under ``TORCH_DISTRIBUTED_DEBUG=DETAIL``, rank 0's: it
-    ends by naming the parameters that got no gradient."""
+# The reader's script, cut to what makes the error: a model with a head the loss never uses.
+_SCRIPT = """
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from ddplab.chapters.hangs.unused_parameters import FEATURES, WithAuxHead
+
+dist.init_process_group("gloo")
+torch.manual_seed(0)
+ddp = DDP(WithAuxHead())
+for _ in range(2):
+    X, y = torch.randn(8, FEATURES), torch.randn(8, 1)
+    F.mse_loss(ddp(X), y).backward()
+"""
+
+
+def under_debug_level(level: str = "INFO", world_size: int = 2,
+                      timeout: float = 120.0) -> list[subprocess.CompletedProcess]:
+    """The script above on ``world_size`` fresh interpreters started as torchrun starts them,
+    with ``TORCH_DISTRIBUTED_DEBUG=level`` in their environment before they start (torch reads
+    it once, when ``torch.distributed`` is imported: ``set_debug_level_from_env()`` in
+    ``torch/distributed/__init__.py``); each rank's exit code and stderr, by rank. With DETAIL
+    on gloo, torch 2.13 dies in DDP's constructor (SIGSEGV; ``hangs.md``, "What
+    TORCH_DISTRIBUTED_DEBUG=DETAIL catches"). Their store is served here, on a socket bound to
+    127.0.0.1, and the ranks connect to it as torchrun's do (``TORCHELASTIC_USE_AGENT_STORE``,
+    ``_create_c10d_store`` in ``torch/distributed/rendezvous.py``)."""
+    one_of("level", level, ("OFF", "INFO", "DETAIL"))
     int_in_range("world_size", world_size, 1, ddplab.MAX_WORLD_SIZE)
-    ranks = ddplab.run(two_steps, world_size, find_unused_parameters=False, seed=seed,
-                       detail=True)
-    return ranks[0]["error"]
+    positive_number("timeout", timeout)
+    listen = socket.socket()
+    try:
+        listen.bind(("127.0.0.1", 0))
+        listen.listen()
+        port = listen.getsockname()[1]
+        # The store takes the socket over and closes it itself when it is destroyed.
+        store = dist.TCPStore("127.0.0.1", port, world_size, True, wait_for_workers=False,
+                              master_listen_fd=listen.fileno(),
+                              timeout=datetime.timedelta(seconds=timeout))
+        listen.detach()
+    finally:
+        listen.close()
+    procs = [subprocess.Popen(
+        [sys.executable, "-c", _SCRIPT], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        text=True, start_new_session=True,
+        env={**os.environ, "TORCH_DISTRIBUTED_DEBUG": level, "GLOO_SOCKET_IFNAME": "lo",
+             "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+             "TORCHELASTIC_USE_AGENT_STORE": "True", "RANK": str(rank),
+             "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world_size),
+             "LOCAL_WORLD_SIZE": str(world_size)})
+        for rank in range(world_size)]
+    done = []
+    for proc in procs:
+        try:
+            err = proc.communicate(timeout=timeout)[1]
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            err = proc.communicate()[1] + f"\n(killed after {timeout} s)"
+        done.append(subprocess.CompletedProcess(proc.args, proc.returncode, None, err))
+    del store
+    return done
+
+
+def lines_holding(stderr: str, phrase: str) -> list[str]:
+    """The lines of ``stderr`` that hold ``phrase``, as the terminal shows them."""
+    return [line for line in stderr.splitlines() if phrase in line]

@@ -42,9 +42,11 @@ rank's CUDA stream before reading `time.perf_counter`; `cost_model`, `latency_fi
   fitted to the two smallest (clamping there made small models too fast; labelled a model in
   the source); or the reader's own (`cluster_prediction.run(utilisation=)`). It was a
   flat 40% (PaLM's figure), which one H100 measured 1.4-4.1x above what 124 M-355 M models reach
-  (issue 27's script), one H200 1.0-2.4x (`benchmarks/gpu.py`). Without a name the newest
-  record is used (the H200's); the H200 and the H100 SXM the cluster model assumes have the
-  same dense BF16 peak, which the time-cost page asserts, so the fraction carries over.
+  (issue 27's script), one H200 1.0-2.4x (`benchmarks/gpu.py`). The cluster model takes the
+  record measured on its accelerator's own kind of card (`cost_model.Accelerator.record`: the
+  H100 SXM's for H100 nodes), never the newest: the H200 shares the H100 SXM's dense BF16 peak
+  but not its memory bandwidth, and ran the same models 1.24-1.94x faster, so one card's
+  fraction is not another's (the time-cost page computes the ratio from the two records).
 - **The check** asserts measured/model within a factor of 2 at 1 and 2 ranks (`calibration.
   MARGIN`); the computation is measured with as many ranks busy (two ranks share the memory
   bandwidth of one machine, which two GPUs do not).

@@ -5,9 +5,10 @@
 
 ``cost_model.predict_step`` for a model of N parameters, a sample of ``tokens_per_sample`` tokens
 (6 FLOPs per parameter and token at a model FLOPs utilisation of the accelerator's peak: by
-default the one measured on one GPU for a model of that size, eager or compiled, from a GPU
-record (``utilisation.from_record``); or ``utilisation=``, a fraction the reader sets), on nodes
-of GPUs joined by published links (``cost_model.INTRA_NODE``, ``INTER_NODE``).
+default the one measured for a model of that size, eager or compiled, on the accelerator's own
+kind of card, from its GPU record (``utilisation.from_record``, ``Accelerator.record``); or
+``utilisation=``, a fraction the reader sets), on nodes of GPUs joined by published links
+(``cost_model.INTRA_NODE``, ``INTER_NODE``).
 """
 
 from __future__ import annotations
@@ -64,8 +65,9 @@ def run(params_millions: float = 1300, gpus_per_node: int = 8, nodes: int = 4,
         compiled: bool = True, utilisation: float | None = None) -> ClusterPrediction:
     """The model's step for a model of ``params_millions`` M parameters trained with DDP on
     ``nodes`` x ``gpus_per_node`` accelerators; a sample is ``tokens_per_sample`` tokens.
-    The computation runs at ``utilisation`` of peak if given, else at the MFU a GPU record
-    measured for this size (``compiled``: under ``torch.compile``, else eager)."""
+    The computation runs at ``utilisation`` of peak if given, else at the MFU the
+    accelerator's GPU record measured for this size (``compiled``: under ``torch.compile``,
+    else eager)."""
     positive_number("params_millions", params_millions)
     for name, value in (("gpus_per_node", gpus_per_node), ("nodes", nodes),
                         ("accumulation", accumulation), ("batch_size", batch_size),
@@ -77,7 +79,7 @@ def run(params_millions: float = 1300, gpus_per_node: int = 8, nodes: int = 4,
     one_of("accelerator", accelerator, list(cost_model.ACCELERATORS))
     params = params_millions * 1e6
     chip = cost_model.ACCELERATORS[accelerator]
-    mfu = _utilisation(params, compiled, utilisation)
+    mfu = _utilisation(params, compiled, utilisation, chip)
     per_sample = cost_model.seconds_per_sample(params, chip, tokens_per_sample, mfu.value)
 
     def step(n: int, link: str) -> cost_model.Step:
@@ -92,10 +94,18 @@ def run(params_millions: float = 1300, gpus_per_node: int = 8, nodes: int = 4,
                              batch_size, tokens_per_sample, mfu, step(nodes, inter), curves)
 
 
-def _utilisation(params: float, compiled: bool, utilisation: float | None) -> Utilisation:
+def _utilisation(params: float, compiled: bool, utilisation: float | None,
+                 chip: cost_model.Accelerator) -> Utilisation:
+    """The reader's ``utilisation``, else the MFU measured on ``chip``'s own kind of card (its
+    ``record``): never another card's record."""
     if not isinstance(compiled, bool):
         raise ValueError(f"compiled must be True or False, got {compiled!r}")
-    return from_record(params, compiled) if utilisation is None else given(utilisation)
+    if utilisation is not None:
+        return given(utilisation)
+    if chip.record is None:
+        raise ValueError(f"no GPU record was measured on {chip.name}: give utilisation=, a "
+                         "fraction of its peak")
+    return from_record(params, compiled, record=chip.record)
 
 
 def scaling_curves(params: float, global_batch_size: int, batch_size: int,
@@ -108,7 +118,7 @@ def scaling_curves(params: float, global_batch_size: int, batch_size: int,
     divides ``global_batch_size`` over the GPUs, ``batch_size`` at a time, accumulating the
     rest (one all-reduce per step either way); utilisation as in ``run``."""
     chip = cost_model.ACCELERATORS[accelerator]
-    mfu = _utilisation(params, compiled, utilisation).value
+    mfu = _utilisation(params, compiled, utilisation, chip).value
     per_sample = cost_model.seconds_per_sample(params, chip, tokens_per_sample, mfu)
     out = {f"weak: {batch_size} per GPU": {}, f"strong: {global_batch_size} in all": {}}
     weak, strong = out

@@ -118,19 +118,32 @@ INTER_NODE = {link.name: link for link in (
 
 @dataclasses.dataclass(frozen=True)
 class Accelerator:
-    """What one rank computes with: ``flops`` per second (dense), ``memory_bandwidth`` bytes/s."""
+    """What one rank computes with: ``flops`` per second (dense), ``memory_bandwidth`` bytes/s,
+    and ``record``: the GPU record (``gpu_record.names()``) whose model FLOPs utilisation the
+    model takes for it, None where no card of its kind was measured (the reader then gives a
+    utilisation). A fraction of peak measured on one card is not another's: the H200 has the
+    H100 SXM's 989 TFLOP/s but 43% more memory bandwidth, and ran the same models 1.24-1.94
+    times faster (the two records)."""
 
     name: str
     flops: float
     memory_bandwidth: float
     source: str
+    record: str | None = None
 
 
+H100_RECORD = "h100-2026-11-25"
 ACCELERATORS = {a.name: a for a in (
     Accelerator("H100 SXM", 989e12, 3.35e12,
-                "989 TFLOP/s dense BF16, 3.35 TB/s HBM3 (NVIDIA H100 datasheet)"),
+                "989 TFLOP/s dense BF16, 3.35 TB/s HBM3 (NVIDIA H100 datasheet); MFU from the "
+                f"record measured on one H100 SXM ({H100_RECORD})", H100_RECORD),
+    Accelerator("H100 PCIe", 756e12, 2.0e12,
+                "756 TFLOP/s dense BF16, 2.0 TB/s HBM2e (NVIDIA H100 datasheet, PCIe column); "
+                f"no PCIe card was measured: MFU from the H100 SXM's record ({H100_RECORD}), "
+                "an assumption", H100_RECORD),
     Accelerator("A100 SXM 80GB", 312e12, 2.04e12,
-                "312 TFLOP/s dense BF16, 2.04 TB/s HBM2e (NVIDIA A100 datasheet)"),
+                "312 TFLOP/s dense BF16, 2.04 TB/s HBM2e (NVIDIA A100 datasheet); no A100 was "
+                "measured: give a utilisation"),
 )}
 
 # FLOPs of one forward and backward per parameter and per sample (or token): 2 forward, 4

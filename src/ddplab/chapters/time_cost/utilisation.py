@@ -9,8 +9,10 @@ parameters keeps a GPU far less busy: GPT-2 shapes from 124 M to 1.3 B parameter
 not made by the same script). A flat 40% made the computation of 124 M-355 M models look
 1.4-4.1 times faster than the H100 measured, 1.0-2.4 times than the H200 did, and so their
 communication look larger. Without a name, the newest record
-is used; every value's source names its card. The H200 and the H100 SXM have the same dense
-BF16 peak (989 TFLOP/s), so a fraction measured on one is a rate on the other's peak too.
+is used; every value's source names its card. The cluster model names the record of its own
+card (``cost_model.Accelerator.record``): a fraction measured on one card is not another's. The
+H200 has the H100 SXM's dense BF16 peak (989 TFLOP/s) but more memory bandwidth, and ran the
+same models 1.24-1.94 times faster than the H100 record.
 
 ``from_record`` interpolates the record's MFU linearly in ``log(params)`` between the two
 recorded sizes around ``params`` (MFU rose roughly evenly per doubling of size in the record).

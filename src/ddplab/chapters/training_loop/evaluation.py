@@ -14,12 +14,16 @@ work, both run here:
 
 ``DistributedSampler(drop_last=False)`` instead pads: it repeats the first samples until every
 rank has ceil(D / W) (``DistributedSampler.__iter__``, ``torch/utils/data/distributed.py``),
-and the gathered metric counts those samples twice.
+and the gathered metric counts those samples twice. Gathered and cut to D, they drop out only
+in the sampler's order (position i on rank i % W): ``gather_in_sampler_order`` interleaves the
+ranks before the cut; ``gather_cut`` runs it beside the rank-by-rank cut, which keeps a repeat
+and loses a sample once two or more positions are padded.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import textwrap
 
 import numpy as np
 import torch
@@ -27,7 +31,7 @@ import torch.distributed as dist
 from torch.utils.data import DistributedSampler
 
 import ddplab
-from ddplab.common.checks import an_int, int_in_range, positive_int
+from ddplab.common.checks import a_bool, an_int, int_in_range, positive_int
 from ddplab.common.results import Result
 
 COMMAND = "gather-metric"  # python -m ddplab gather-metric
@@ -43,6 +47,16 @@ def gather_unequal(t: torch.Tensor) -> torch.Tensor:
     out = [torch.zeros_like(padded) for _ in sizes]
     dist.all_gather(out, padded)
     return torch.cat([o[:int(n)] for o, n in zip(out, sizes)])
+
+
+def gather_in_sampler_order(t: torch.Tensor, dataset_size: int) -> torch.Tensor:
+    """All-gather what each rank computed for its ``DistributedSampler(drop_last=False)``
+    samples, back in the sampler's order, its padding cut off. Position i of the sampler's
+    list went to rank i % world_size, so interleave the ranks' rows before cutting: rank
+    after rank, the cut keeps a repeated sample and drops a real one."""
+    out = [torch.empty_like(t) for _ in range(dist.get_world_size())]
+    dist.all_gather(out, t)  # equal shapes: the sampler gives every rank ceil(D / W) samples
+    return torch.stack(out, dim=1).flatten(0, 1)[:dataset_size]
 
 
 def auc(scores: np.ndarray, labels: np.ndarray) -> float:
@@ -86,6 +100,25 @@ def evaluate(ctx, dataset_size: int, seed: int) -> dict:
                               np.concatenate([o[1] for o in objects])),
             "auc_padded": auc(torch.cat(out_s).cpu().numpy(), torch.cat(out_y).cpu().numpy()),
             "padded_count": len(padded)}
+
+
+def gather_then_cut(ctx, dataset_size: int, seed: int, shuffle: bool) -> dict:
+    """Score this rank's ``DistributedSampler`` samples (padded), gather the sample indices
+    and the scores, then cut to ``dataset_size`` two ways: rank after rank, and interleaved."""
+    scores, labels = validation_set(dataset_size, seed)
+    sampler = DistributedSampler(range(dataset_size), num_replicas=ctx.world_size,
+                                 rank=ctx.rank, shuffle=shuffle, seed=seed)
+    mine = torch.tensor(list(sampler), device=ctx.device)
+    out = [torch.empty_like(mine) for _ in range(ctx.world_size)]
+    dist.all_gather(out, mine)
+    rank_by_rank = torch.cat(out)[:dataset_size].cpu().numpy()  # the cut that goes wrong
+    interleaved = gather_in_sampler_order(mine, dataset_size).cpu().numpy()
+    s = gather_in_sampler_order(torch.from_numpy(scores).to(ctx.device)[mine], dataset_size)
+    y = gather_in_sampler_order(torch.from_numpy(labels).to(ctx.device)[mine], dataset_size)
+    return {"samples": mine.cpu().tolist(), "rank_by_rank": rank_by_rank.tolist(),
+            "interleaved": interleaved.tolist(),
+            "auc_rank_by_rank": auc(scores[rank_by_rank], labels[rank_by_rank]),
+            "auc_interleaved": auc(s.cpu().numpy(), y.cpu().numpy())}
 
 
 def gather_equal_only(ctx, dataset_size: int) -> dict:
@@ -165,6 +198,67 @@ def unequal_all_gather_error(world_size: int = 3, dataset_size: int = 10,
         return next(line.split("Error: ", 1)[1] for line in reversed(text.splitlines())
                     if "invalid tensor size" in line)
     raise AssertionError("all_gather of unequal shards did not raise")
+
+
+@dataclasses.dataclass
+class GatherThenCut(Result):
+    world_size: int
+    dataset_size: int
+    shuffle: bool
+    samples_per_rank: list[list[int]]  # the sampler's indices, padding included
+    kept_rank_by_rank: list[int]  # all_gather, torch.cat, cut to dataset_size
+    kept_interleaved: list[int]  # gather_in_sampler_order
+    metric_one_process: float
+    metric_rank_by_rank: float
+    metric_interleaved: float
+
+    @property
+    def repeated(self) -> list[int]:
+        """Samples the rank-by-rank cut keeps twice."""
+        kept = self.kept_rank_by_rank
+        return sorted({i for i in kept if kept.count(i) > 1})
+
+    @property
+    def missing(self) -> list[int]:
+        """Samples the rank-by-rank cut drops."""
+        return sorted(set(range(self.dataset_size)) - set(self.kept_rank_by_rank))
+
+    json_extras = ("repeated", "missing")
+
+    def describe(self) -> str:
+        ranks = "  ".join(f"rank {r}: {s}" for r, s in enumerate(self.samples_per_rank))
+        return "\n".join([
+            f"{self.dataset_size} samples on {self.world_size} ranks, DistributedSampler "
+            f"(shuffle={self.shuffle}, drop_last=False)",
+            textwrap.fill(ranks, 98, subsequent_indent="  "),
+            f"rank by rank, cut:  {self.kept_rank_by_rank}",
+            f"  twice: {self.repeated}, missing: {self.missing}",
+            f"interleaved, cut:   {self.kept_interleaved}",
+            f"AUC: one process {self.metric_one_process:.6f}, rank by rank "
+            f"{self.metric_rank_by_rank:.6f}, interleaved {self.metric_interleaved:.6f}"])
+
+
+def gather_cut(world_size: int = 4, dataset_size: int = 10, seed: int = 0,
+               shuffle: bool = False, timeout: float = 60.0) -> GatherThenCut:
+    """A padded sampler's predictions gathered and cut to ``dataset_size``, rank by rank and
+    interleaved, against one process's AUC."""
+    int_in_range("world_size", world_size, 1, 64)
+    positive_int("dataset_size", dataset_size)
+    an_int("seed", seed)
+    a_bool("shuffle", shuffle)
+    if dataset_size < 2 * world_size:
+        raise ValueError(f"dataset_size must be at least 2 * world_size ({2 * world_size}), "
+                         f"got {dataset_size}")
+    results = ddplab.run(gather_then_cut, world_size, timeout=timeout,
+                         dataset_size=dataset_size, seed=seed, shuffle=shuffle)
+    scores, labels = validation_set(dataset_size, seed)
+    first = results[0]
+    return GatherThenCut.from_ranks(
+        results, world_size=world_size, dataset_size=dataset_size, shuffle=shuffle,
+        samples_per_rank=[r["samples"] for r in results],
+        kept_rank_by_rank=first["rank_by_rank"], kept_interleaved=first["interleaved"],
+        metric_one_process=auc(scores, labels), metric_rank_by_rank=first["auc_rank_by_rank"],
+        metric_interleaved=first["auc_interleaved"])
 
 
 # ---------------------------------------------------------------- CLI

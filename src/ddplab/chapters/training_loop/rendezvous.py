@@ -10,6 +10,9 @@ meets it.
 - **Nobody at the address.** A node whose MASTER_ADDR / ``--rdzv-endpoint`` names a host or port
   where no store listens (a typo, a firewall, the master not started yet) waits for the store's
   timeout, then gives up. Made here with a client store on a free loopback port, 2 s.
+- **A master that starts late.** A client that finds nobody at the address tries again until
+  its store's timeout, so a master that starts within it is found. Made here with a client
+  started before its master, on loopback.
 - **No such interface.** ``GLOO_SOCKET_IFNAME`` (``NCCL_SOCKET_IFNAME`` for NCCL) names the
   network interface the backend is to use; one that does not exist on a node ends that node's
   ``init_process_group``. Made here with gloo in a fresh interpreter (the variable is read when
@@ -68,6 +71,30 @@ except RuntimeError as exc:
 """
 
 
+_LATE_MASTER = """
+import datetime, socket, sys, threading, time
+import torch.distributed as dist
+late = float(sys.argv[1])
+listen = socket.socket()
+listen.bind(("127.0.0.1", 0))
+port = listen.getsockname()[1]
+held = {}
+
+def serve():
+    time.sleep(late)  # the master starts late: nobody listens on the port until then
+    listen.listen()
+    held["store"] = dist.TCPStore("127.0.0.1", port, 2, True, master_listen_fd=listen.fileno(),
+                                  wait_for_workers=False)
+    listen.detach()  # the store took the socket over
+
+threading.Thread(target=serve).start()
+start = time.perf_counter()
+client = dist.TCPStore("127.0.0.1", port, 2, False, timeout=datetime.timedelta(seconds=10))
+client.set("found", "yes")
+print(f"{time.perf_counter() - start:.1f} {client.get('found').decode()}")
+"""
+
+
 def _printed(code: str, *args: str, **env: str) -> str:
     done = subprocess.run([sys.executable, "-c", code, *args], env={**os.environ, **env},
                           capture_output=True, text=True, timeout=120)
@@ -84,6 +111,18 @@ def nobody_listening(timeout: float = 2.0) -> str:
     seconds."""
     positive_number("timeout", timeout)
     return _printed(_NOBODY_LISTENING, str(timeout))
+
+
+def late_master(late: float = 2.0) -> tuple[float, str]:
+    """A client store started ``late`` seconds before its master, with a timeout of 10 s: the
+    seconds until its first request was answered, and the answer (the client retries its
+    connection until its timeout, ``TCPClient::connect``,
+    ``torch/csrc/distributed/c10d/TCPStore.cpp``)."""
+    positive_number("late", late)
+    if late >= 10:
+        raise ValueError(f"late must be under the client's timeout of 10 s, got {late!r}")
+    seconds, answer = _printed(_LATE_MASTER, str(late)).split()
+    return float(seconds), answer
 
 
 def no_such_interface(name: str = "eth9") -> str:

@@ -2,6 +2,8 @@
 
     torchrun --nproc-per-node 2 train.py
 """
+import os
+
 import torch
 import torch.distributed as dist
 import torch.nn as nn
@@ -11,7 +13,10 @@ from torch.utils.data.distributed import DistributedSampler
 
 dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
 rank, world_size = dist.get_rank(), dist.get_world_size()
-device = torch.device("cuda", rank) if torch.cuda.is_available() else torch.device("cpu")
+local_rank = int(os.environ["LOCAL_RANK"])  # this process's GPU on its own node
+device = torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
+if device.type == "cuda":
+    torch.cuda.set_device(device)
 
 g = torch.Generator().manual_seed(0)
 X = torch.randn(105, 10, generator=g)
@@ -23,7 +28,7 @@ val_loader = DataLoader(Subset(val_set, range(rank, len(val_set), world_size)), 
 
 torch.manual_seed(0)
 model = nn.Sequential(nn.Linear(10, 32), nn.ReLU(), nn.Linear(32, 2)).to(device)
-model = DDP(model, device_ids=[rank] if device.type == "cuda" else None)
+model = DDP(model, device_ids=[local_rank] if device.type == "cuda" else None)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.05 * world_size, momentum=0.9)
 
 for epoch in range(3):

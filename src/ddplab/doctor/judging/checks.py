@@ -7,38 +7,35 @@ out what an unsynchronised step explains; ``hang`` comes last)."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
+from collections.abc import Callable
 
 from ddplab.doctor.judging.findings import BOOK, Finding, Verdict
-from ddplab.doctor.judging.judges import accumulation as judge_accumulation
-from ddplab.doctor.judging.judges import collectives as judge_collectives
-from ddplab.doctor.judging.judges import data as judge_data
-from ddplab.doctor.judging.judges import files as judge_files
-from ddplab.doctor.judging.judges import group as judge_group
-from ddplab.doctor.judging.judges import metric as judge_metric
-from ddplab.doctor.judging.judges import model as judge_model
-from ddplab.doctor.judging.judges import optimizer as judge_optimizer
-from ddplab.doctor.ranks.watch.group import DUPLICATE_RANK
+from ddplab.doctor.judging.judges import (
+    accumulation,
+    collectives,
+    data,
+    files,
+    group,
+    metric,
+    model,
+    optimizer,
+)
 
-SECTIONS = {  # label -> (page, the heading's anchor on GitHub); tests/test_doctor_checks.py
-    "sharding-shuffling": ("sharding.md", "shuffling-one-permutation-per-epoch-split-across-"
-                                          "ranks"),
-    "sharding-no-sampler": ("sharding.md", "without-a-distributedsampler-the-epoch-is-"
-                                           "world_size-times-the-dataset"),
-    "hangs-rank0-collective": ("hangs.md", "a-collective-on-rank-0-only"),
-    "errors-no-backend-cpu": ("errors.md", "no-backend-type-associated-with-device-type-cpu"),
-    "training-loop-mixed-precision": ("training_loop.md", "mixed-precision-one-ranks-overflow-"
-                                                          "every-ranks-skipped-step"),
-    "training-loop-evaluation": ("training_loop.md", "evaluation-a-metric-that-is-not-a-sum"),
-    "time-cost-accumulation": ("time_cost.md", "fewer-synchronisations-gradient-accumulation-"
-                                               "with-no_sync"),
-    "hangs-batchnorm": ("hangs.md", "batchnorm-every-rank-normalises-its-own-batch"),
-    "hangs-checkpoints": ("hangs.md", "checkpoints"),
-    "hangs-unused-parameters": ("hangs.md", "unused-parameters"),
-    "hangs-uneven": ("hangs.md", "uneven-inputs-one-rank-has-one-more-batch"),
-    "lr-scaling-rules": ("lr_scaling.md", "grow-the-global-batch-the-rules"),
-    "hangs": ("hangs.md", "hangs-and-silent-differences"),
-    "running-torchrun": ("running.md", "under-torchrun-on-your-own-cluster"),
+SECTIONS = {  # label -> the page it stands on; its section opens at BOOK + page.html#label
+    "sharding-shuffling": "sharding",
+    "sharding-no-sampler": "sharding",
+    "hangs-rank0-collective": "hangs",
+    "errors-no-backend-cpu": "errors",
+    "training-loop-mixed-precision": "training_loop",
+    "training-loop-evaluation": "training_loop",
+    "time-cost-accumulation": "time_cost",
+    "hangs-batchnorm": "hangs",
+    "hangs-checkpoints": "hangs",
+    "hangs-unused-parameters": "hangs",
+    "hangs-uneven": "hangs",
+    "lr-scaling-rules": "lr_scaling",
+    "hangs": "hangs",
+    "running-torchrun": "running",
 }
 
 
@@ -55,8 +52,9 @@ class Check:
 
     @property
     def url(self) -> str:
-        page, anchor = SECTIONS[self.section]
-        return f"{BOOK}{page}#{anchor}"
+        # Sphinx gives a label's target its own id, so the label is the anchor: a heading
+        # reworded keeps it (a heading's own slug would change, and differs from GitHub's)
+        return f"{BOOK}{SECTIONS[self.section]}.html#{self.section}"
 
 
 FIX_SET_EPOCH = """\
@@ -114,7 +112,10 @@ FIX_UNUSED = """\
 model = DDP(model, device_ids=[local_rank], find_unused_parameters=True)
 # or take the parameters that get no gradient out of the model"""
 FIX_UNEVEN = """\
-sampler = DistributedSampler(dataset, drop_last=True)  # as many batches on every rank
+# a DistributedSampler gives every rank as many samples: by default (drop_last=False) it
+# pads by repeating the first samples of the epoch's order, which then count twice;
+# drop_last=True leaves len(dataset) % world_size samples out of each epoch instead
+sampler = DistributedSampler(dataset)
 # or keep unequal shards and let DDP shadow the missing all-reduces:
 with model.join():
     for x, y in loader:
@@ -129,92 +130,94 @@ FIX_HANG = """\
 # out of any `if rank == ...` branch, and give every rank the same number of batches"""
 
 FIX_RANK = """\
-dist.init_process_group("nccl")  # RANK and WORLD_SIZE: torchrun's, one rank per process
-local_rank = int(os.environ["LOCAL_RANK"])  # this process's GPU on its node"""
+# no rank= or world_size=: torchrun's RANK and WORLD_SIZE, one rank per process
+dist.init_process_group()  # or keep the backend your script names: ("gloo"), ("nccl")
+# with none, torch 2.13 takes NCCL where there is a GPU, gloo where there is none
+local_rank = int(os.environ["LOCAL_RANK"])  # this process's GPU on its node, if any"""
 
 CHECKS = (
     Check("duplicate-rank", "error",
           "each process passes init_process_group a rank of its own",
-          "running-torchrun", FIX_RANK, judge_group.duplicate_rank,
-          explains_crash=(DUPLICATE_RANK,)),
+          "running-torchrun", FIX_RANK, group.duplicate_rank,
+          explains_crash=("",)),
     Check("sampler-set-epoch", "error",
           "a shuffling DistributedSampler gives a new order in each training epoch",
-          "sharding-shuffling", FIX_SET_EPOCH, judge_data.sampler_set_epoch),
+          "sharding-shuffling", FIX_SET_EPOCH, data.sampler_set_epoch),
     Check("no-distributed-sampler", "error",
           "each rank trains on its own shard, not on the whole dataset",
-          "sharding-no-sampler", FIX_SAMPLER, judge_data.no_distributed_sampler),
+          "sharding-no-sampler", FIX_SAMPLER, data.no_distributed_sampler),
     Check("uneven-inputs", "error",
           "every rank's training loader has the same number of batches",
-          "hangs-uneven", FIX_UNEVEN, judge_data.uneven_inputs, explains_hang=True,
+          "hangs-uneven", FIX_UNEVEN, data.uneven_inputs, explains_hang=True,
           explains_crash=("",)),
     Check("collective-on-some-ranks", "error",
           "every rank calls the same collectives, in the same order",
-          "hangs-rank0-collective", FIX_EVERY_RANK, judge_collectives.collective_on_some_ranks,
+          "hangs-rank0-collective", FIX_EVERY_RANK, collectives.collective_on_some_ranks,
           explains_hang=True, explains_crash=("",)),
     Check("cpu-tensor-nccl", "error",
           "under NCCL, every collective's tensor and DDP's model are on the GPU",
-          "errors-no-backend-cpu", FIX_DEVICE, judge_collectives.cpu_tensor_nccl,
+          "errors-no-backend-cpu", FIX_DEVICE, collectives.cpu_tensor_nccl,
           explains_crash=("No backend type associated with device type cpu",
                           "Tensors must be CUDA")),
     Check("find-unused-parameters", "error",
           "find_unused_parameters matches the model: True exactly when a parameter gets no "
-          "gradient", "hangs-unused-parameters", FIX_UNUSED, judge_model.find_unused_parameters,
+          "gradient", "hangs-unused-parameters", FIX_UNUSED, model.find_unused_parameters,
           explains_crash=("Expected to have finished reduction",)),
     Check("accumulation-no-sync", "waste",
           "micro-steps before the last run under no_sync (one all-reduce per optimizer step)",
-          "time-cost-accumulation", FIX_NO_SYNC, judge_accumulation.accumulation_no_sync),
+          "time-cost-accumulation", FIX_NO_SYNC, accumulation.accumulation_no_sync),
     Check("accumulation-unsynced-step", "error",
           "the last micro-step before an optimizer step synchronises the gradients",
-          "time-cost-accumulation", FIX_NO_SYNC, judge_accumulation.accumulation_unsynced_step),
+          "time-cost-accumulation", FIX_NO_SYNC, accumulation.accumulation_unsynced_step),
     Check("accumulation-loss-not-divided", "error",
           "with k micro-steps per step, the loss given to backward is divided by k",
           "time-cost-accumulation", FIX_DIVIDE,
-          judge_accumulation.accumulation_loss_not_divided),
+          accumulation.accumulation_loss_not_divided),
     Check("replicas-diverge", "error",
           "every parameter (and every buffer DDP does not re-broadcast) is equal on all ranks "
-          "after each step", "hangs-batchnorm", FIX_REPLICAS, judge_model.replicas_diverge),
+          "after each step", "hangs-batchnorm", FIX_REPLICAS, model.replicas_diverge),
     Check("clip-before-unscale", "error",
           "gradients are clipped after GradScaler.unscale_, not while still scaled",
-          "training-loop-mixed-precision", FIX_UNSCALE, judge_optimizer.clip_before_unscale),
+          "training-loop-mixed-precision", FIX_UNSCALE, optimizer.clip_before_unscale),
     Check("metric-mean-of-means", "error",
           "an evaluation metric is reduced from sums and counts, over unpadded shards",
-          "training-loop-evaluation", FIX_METRIC, judge_metric.metric_mean_of_means),
+          "training-loop-evaluation", FIX_METRIC, metric.metric_mean_of_means),
     Check("every-rank-writes", "error",
           "each file is written by one rank only",
-          "hangs-checkpoints", FIX_WRITES, judge_files.every_rank_writes),
+          "hangs-checkpoints", FIX_WRITES, files.every_rank_writes),
     Check("lr-not-scaled", "advisory",
           "the LR follows the global batch when the global batch grows with the world size",
-          "lr-scaling-rules", FIX_LR, judge_optimizer.lr_not_scaled),
+          "lr-scaling-rules", FIX_LR, optimizer.lr_not_scaled),
     Check("hang", "error",
           "no rank waits longer than the timeout in a collective, a backward or DDP's "
-          "construction", "hangs", FIX_HANG, judge_collectives.hang),
+          "construction", "hangs", FIX_HANG, collectives.hang),
 )
 
 
 def judge(evidence) -> list[Verdict]:
     """Every check on ``evidence``, in order."""
     crash = evidence.crashed()
-    verdicts, so_far = [], []
+    verdicts, earlier = [], []
     for check in CHECKS:
-        judgement = check.judge(evidence, so_far)
+        judgement = check.judge(evidence, earlier)
         findings = []
-        for draft in judgement.drafts:
+        for problem in judgement.problems:
             explains = bool((check.explains_hang and evidence.run.hang)
                             or (crash and any(text in (crash.get("error") or "")
                                               or text in (crash.get("traceback") or "")
                                               for text in check.explains_crash)))
-            message, about = draft.message, draft.evidence
+            message, about = problem.message, problem.evidence
             if explains and evidence.hung():  # say where every rank is
                 hang = evidence.run.hang
-                message += ". The run hung: " + judge_collectives.describe_hang(
+                message += ". The run hung: " + collectives.describe_hang(
                     evidence, hang["alarm"], hang["positions"])
                 about = dict(about, hang=hang)
             findings.append(Finding(
-                id=check.id, kind=draft.kind or check.kind, message=message,
-                evidence=about, file=draft.file, line=draft.line,
-                section=check.section, url=check.url, fix=draft.fix or check.fix,
+                id=check.id, kind=problem.kind or check.kind, message=message,
+                evidence=about, file=problem.file, line=problem.line,
+                section=check.section, url=check.url, fix=problem.fix or check.fix,
                 explains=explains))
-        so_far.extend(findings)
+        earlier.extend(findings)
         verdicts.append(Verdict(check.id, check.kind, judgement.status, judgement.why,
                                 findings))
     return verdicts

@@ -3,6 +3,18 @@ every check asks (which passes trained, which collectives a group saw)."""
 
 from __future__ import annotations
 
+import dataclasses
+
+import ddplab.doctor.records as records
+
+
+@dataclasses.dataclass(frozen=True)
+class Ranked:
+    """A record and the rank that recorded it."""
+
+    rank: int
+    record: records.Record
+
 
 class Evidence:
     def __init__(self, run, probe=None):
@@ -10,55 +22,65 @@ class Evidence:
         self.probe = probe  # a one-rank run stopped at its first step (``lr-not-scaled``)
         self.ranks = sorted(int(r) for r in run.evidence)
         self.by_rank = {int(r): e for r, e in run.evidence.items()}
+        self.kept = {int(r): records.load(e["records"]) for r, e in run.evidence.items()}
+        # a process that failed before it joined a group sends its records with its outcome
+        self.before_group = {int(r): records.load(o["records"])
+                             for r, o in run.outcomes.items() if o.get("records")}
         self.world_size = run.world_size
 
-    def records(self, kind: str, rank: int | None = None) -> list:
+    def records(self, kind: type[records.Record], rank: int | None = None) -> list:
         """Rank ``rank``'s records of ``kind`` (the lowest reporting rank's by default)."""
         if rank is None:
             rank = self.ranks[0] if self.ranks else None
-        if rank not in self.by_rank:
+        if rank not in self.kept:
             return []
-        return self.by_rank[rank]["records"].get(kind, [])
+        return self.kept[rank].get(kind.KIND, [])
 
-    def per_rank(self, kind: str) -> dict:
+    def per_rank(self, kind: type[records.Record]) -> dict:
         return {rank: self.records(kind, rank) for rank in self.ranks}
 
-    def all(self, kind: str) -> list:
-        return [dict(r, rank=rank) for rank in self.ranks for r in self.records(kind, rank)]
+    def all(self, kind: type[records.Record]) -> list[Ranked]:
+        """Every rank's records of ``kind``, each with its rank."""
+        return [Ranked(rank, r) for rank in self.ranks for r in self.records(kind, rank)]
 
-    def training_passes(self, rank: int | None = None) -> list:
-        return [p for p in self.records("pass", rank) if p["training"]]
+    def recorded_before_group(self, kind: type[records.Record]) -> list[Ranked]:
+        """Records of ``kind`` from processes that failed before they joined a group."""
+        return [Ranked(rank, r) for rank, kept in sorted(self.before_group.items())
+                for r in kept.get(kind.KIND, [])]
 
-    def loader(self, index: int, rank: int | None = None) -> dict | None:
-        return next((d for d in self.records("loader", rank) if d["index"] == index), None)
+    def training_passes(self, rank: int | None = None) -> list[records.Pass]:
+        return [p for p in self.records(records.Pass, rank) if p.training]
+
+    def loader(self, index: int, rank: int | None = None) -> records.Loader | None:
+        return next((d for d in self.records(records.Loader, rank) if d.index == index), None)
 
     def requested_backend(self) -> str | None:
-        inits = [g for g in self.records("group") if g["kind"] == "init"]
-        return inits[0]["requested"] if inits else None
+        inits = self.records(records.GroupInit)
+        return inits[0].requested if inits else None
 
     def used_backend(self) -> str | None:
-        inits = [g for g in self.records("group") if g["kind"] == "init"]
-        return inits[0]["backend"] if inits else None
+        inits = self.records(records.GroupInit)
+        return inits[0].backend if inits else None
 
     def mapped(self) -> dict | None:
         """What of the script's CUDA ran on the CPU (``ranks.cuda_on_cpu``): the machine's GPUs
         and ranks, and each thing mapped, in the order first seen, with its first line."""
-        machine = next((r for rank in self.ranks for r in self.records("cuda_on_cpu", rank)),
-                       None)
+        machine = next((r for rank in self.ranks
+                        for r in self.records(records.CudaOnCpu, rank)), None)
         seen = {}
-        for record in sorted(self.all("mapped"), key=lambda r: (r["rank"], r["t"])):
-            seen.setdefault(record["what"], {"what": record["what"], "file": record["file"],
-                                             "line": record["line"]})
+        for ranked in sorted(self.all(records.Mapped), key=lambda r: (r.rank, r.record.t)):
+            call = ranked.record
+            seen.setdefault(call.what, {"what": call.what, "file": call.file, "line": call.line})
         if machine is None or not seen:
             return None
-        return {"gpus": machine["gpus"], "ranks": machine["ranks"], "calls": list(seen.values())}
+        return {"gpus": machine.gpus, "ranks": machine.ranks, "calls": list(seen.values())}
 
     def writes(self) -> dict:
         """rank -> the files the script would have written there (they went to the run's
         scratch folder), in the order first written."""
         found = {}
         for rank in self.ranks:
-            paths = list(dict.fromkeys(w["path"] for w in self.records("write", rank)))
+            paths = list(dict.fromkeys(w.path for w in self.records(records.Write, rank)))
             if paths:
                 found[rank] = paths
         return found
@@ -66,7 +88,9 @@ class Evidence:
     def trackers(self) -> dict | None:
         """The experiment trackers the script imported and the settings that kept them from
         recording a run."""
-        return next((t for rank in self.ranks for t in self.records("trackers", rank)), None)
+        found = next((t for rank in self.ranks for t in self.records(records.Trackers, rank)),
+                     None)
+        return found and {"modules": found.modules, "settings": found.settings}
 
     def steps_run(self) -> int:
         return min((self.by_rank[r]["steps"] for r in self.ranks), default=0)
@@ -75,11 +99,11 @@ class Evidence:
         """The first rank (lowest) that failed on its own, with its traceback."""
         for rank in sorted(self.run.outcomes):
             done = self.run.outcomes[rank]
-            if done["outcome"] == "crashed":
+            if done["outcome"] == records.Outcome.CRASHED:
                 return {"rank": rank, "error": done.get("error"),
                         "traceback": done.get("traceback")}
         launcher = self.run.launcher
-        if launcher and launcher["outcome"] == "crashed":
+        if launcher and launcher["outcome"] == records.Outcome.CRASHED:
             return {"rank": None, "error": launcher.get("error"),
                     "traceback": launcher.get("traceback")}
         return None

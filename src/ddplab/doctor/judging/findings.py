@@ -9,9 +9,13 @@ import dataclasses
 import functools
 import os
 
+from ddplab.doctor.records import Word
+
 SCHEMA_VERSION = 1
 KINDS = ("error", "waste", "advisory")  # a wrong result or a hang; slower or more memory; a note
-BOOK = "https://github.com/ddplab/ddplab/blob/main/book/"
+# The rendered book (GitHub Pages of the repository _config.yml names): a section opens at
+# BOOK + "<page>.html#<label>", the label standing before its heading (tests/test_doctor_checks)
+BOOK = "https://ddplab.github.io/ddplab/book/"
 ROOT = contextvars.ContextVar("root", default=None)  # the folder paths are shown from
 
 
@@ -66,18 +70,26 @@ class Finding:
         return data
 
 
+class Status(Word):
+    """How a check came out on this run (shown and written as its value)."""
+
+    PASSED = "passed"
+    NOT_APPLICABLE = "not applicable"  # the run had nothing to check (and the why says so)
+    FOUND = "found"
+
+
 @dataclasses.dataclass
 class Verdict:
     """One check on this run: ``passed``, ``not applicable`` or ``found`` (with findings)."""
 
     id: str
     kind: str
-    status: str
+    status: Status
     why: str
     findings: list = dataclasses.field(default_factory=list)
 
     def to_json(self) -> dict:
-        return {"id": self.id, "kind": self.kind, "status": self.status, "why": self.why}
+        return {"id": self.id, "kind": self.kind, "status": str(self.status), "why": self.why}
 
 
 @dataclasses.dataclass

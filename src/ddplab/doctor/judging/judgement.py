@@ -1,6 +1,6 @@
 """What a check's judge returns: passed, not applicable (and why), or what it found.
 
-A judge reads the ``Evidence`` (and the findings of the checks before it, ``so_far``) and
+A judge reads the ``Evidence`` (and the findings of the checks before it, ``earlier``) and
 returns one of these; the registry (``checks.CHECKS``) adds the id, kind, book section and fix.
 """
 
@@ -8,9 +8,14 @@ from __future__ import annotations
 
 import dataclasses
 
+from ddplab.doctor.judging.findings import Status
+
 
 @dataclasses.dataclass
-class Draft:
+class Problem:
+    """What a judge found: the message with this run's numbers, its evidence, and the reader's
+    line; the registry makes it a ``Finding`` with the check's id, section and fix."""
+
     message: str
     evidence: dict
     file: str | None
@@ -21,21 +26,21 @@ class Draft:
 
 @dataclasses.dataclass
 class Judgement:
-    status: str  # "passed", "not applicable", "found"
+    status: Status
     why: str
-    drafts: list = dataclasses.field(default_factory=list)
+    problems: list = dataclasses.field(default_factory=list)
 
 
 def passed(why: str) -> Judgement:
-    return Judgement("passed", why)
+    return Judgement(Status.PASSED, why)
 
 
 def not_applicable(why: str) -> Judgement:
-    return Judgement("not applicable", why)
+    return Judgement(Status.NOT_APPLICABLE, why)
 
 
-def found(*drafts: Draft, why: str = "") -> Judgement:
-    return Judgement("found", why or drafts[0].message, list(drafts))
+def found(*problems: Problem, why: str = "") -> Judgement:
+    return Judgement(Status.FOUND, why or problems[0].message, list(problems))
 
 
 def ranks_text(ranks) -> str:
@@ -43,8 +48,13 @@ def ranks_text(ranks) -> str:
     return f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks))
 
 
-def spot(record: dict) -> tuple:
-    return record.get("file"), record.get("line")
+def file_line(record) -> tuple:
+    """(file, line) of a record (or of a dict with those keys), or (None, None)."""
+    if record is None:
+        return None, None
+    if isinstance(record, dict):
+        return record.get("file"), record.get("line")
+    return record.file, record.line
 
 
 def number(value: float) -> str:

@@ -13,6 +13,7 @@ import dataclasses
 import os
 import tempfile
 
+import ddplab.doctor.records as records
 from ddplab.doctor.judging import checks
 from ddplab.doctor.judging.evidence import Evidence
 from ddplab.doctor.judging.findings import Diagnosis, shown_from
@@ -56,7 +57,8 @@ def diagnosis_of(script: str, run, evidence, root: str | None = None) -> Diagnos
     with shown_from(root):
         verdicts = checks.judge(evidence)
     crash = evidence.crashed()
-    if crash is None and not run.outcomes and run.launcher is None and run.mode != "none":
+    if (crash is None and not run.outcomes and run.launcher is None
+            and run.mode != records.Mode.NONE):
         crash = {"rank": 0, "error": "the process ended without a report",
                  "traceback": run.output.get("rank0", "")}
     if crash is not None:
@@ -77,8 +79,8 @@ def diagnosis_of(script: str, run, evidence, root: str | None = None) -> Diagnos
 def _needs_probe(evidence) -> bool:
     """A one-rank run, stopped at its first step, tells whether batch and LR follow the world
     size; needed only when the script read the world size before its first step."""
-    return bool(evidence.run.mode == "ranks" and (evidence.world_size or 0) > 1
-                and evidence.all("world_size_read") and evidence.steps_run() > 0
+    return bool(evidence.run.mode == records.Mode.RANKS and (evidence.world_size or 0) > 1
+                and evidence.all(records.WorldSizeRead) and evidence.steps_run() > 0
                 and not evidence.hung() and evidence.crashed() is None)
 
 
@@ -87,7 +89,7 @@ def _outcome(run, evidence, crash) -> str:
         return "hang"
     if crash is not None:
         return "crashed"
-    if run.mode == "none" or (run.mode == "spawn" and not run.outcomes):
+    if run.mode == records.Mode.NONE or (run.mode == records.Mode.SPAWN and not run.outcomes):
         return "no group"
     outcomes = {o["outcome"] for o in run.outcomes.values()}
     return "stopped" if "stopped" in outcomes else "finished"

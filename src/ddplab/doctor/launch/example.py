@@ -8,7 +8,8 @@ import os
 import shutil
 import tempfile
 
-EXAMPLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "examples")
+# doctor/examples/, beside this module's folder doctor/launch/
+EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
 
 
 def path(name: str) -> str:

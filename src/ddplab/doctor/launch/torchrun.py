@@ -14,6 +14,7 @@ import os
 import shutil
 import sys
 
+import ddplab.doctor.records as records
 from ddplab.doctor.judging.evidence import Evidence
 from ddplab.doctor.launch import launcher
 from ddplab.doctor.launch.inputs import check_numbers, check_script
@@ -91,7 +92,7 @@ def _judge_and_exit(store, settings, args, show) -> None:
     scratch.stop()
     rec = _recorder.RECORDER
     store.raw.set(f"where/{rec.rank}", json.dumps(rec.position(), default=str))  # its own
-    result = launcher.Run(mode="ranks", world_size=settings.world_size)
+    result = launcher.Run(mode=records.Mode.RANKS, world_size=settings.world_size)
     expected = range(settings.world_size)
     for rank in expected:
         if store.has(f"done/{rank}"):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 
+import ddplab.doctor.records as records
 from ddplab.doctor.ranks import patching
 from ddplab.doctor.ranks import recorder as _recorder
 
@@ -49,10 +50,10 @@ def patch_process() -> None:
 
     def make_start(real):
         def start(self):
-            from ddplab.doctor.ranks.watch.group import GATE, TORCHRUN_VARIABLES, say_mode
+            from ddplab.doctor.ranks.watch.group import MODE_UNSAID, TORCHRUN_VARIABLES, say_mode
 
-            if os.environ.get(GATE) == "1" and not _helper(self._target):
-                say_mode("spawn")
+            if os.environ.get(MODE_UNSAID) == "1" and not _helper(self._target):
+                say_mode(records.Mode.SPAWN)
                 for name in TORCHRUN_VARIABLES:  # what `python multigpu.py` would see
                     os.environ.pop(name, None)
             return real(self)
@@ -97,12 +98,12 @@ def _run_child(process, real):
         recorded = _Recorded(process._args[0])
         process._args = (recorded, *process._args[1:])
     outcome, about = outcome_of(lambda: real(process))
-    if outcome == "crashed" and recorded is not None and recorded.crash:
+    if outcome == records.Outcome.CRASHED and recorded is not None and recorded.crash:
         about = recorded.crash
     rec.publish(outcome, **about)
     if rec.store is not None:
         sys.stdout.flush()
         sys.stderr.flush()
         rec.wait_for_release()
-    if outcome == "crashed":
+    if outcome == records.Outcome.CRASHED:
         raise SystemExit(1)

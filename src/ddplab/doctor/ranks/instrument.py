@@ -8,6 +8,7 @@ import runpy
 import sys
 import traceback
 
+import ddplab.doctor.records as records
 from ddplab.doctor.ranks import cuda_on_cpu, scratch, where
 from ddplab.doctor.ranks import recorder as _recorder
 from ddplab.doctor.ranks.watch import amp as watch_amp
@@ -21,7 +22,7 @@ from ddplab.doctor.ranks.watch import steps as watch_steps
 READER_DIR = "DDPLAB_DOCTOR_READER_DIR"
 WATCHERS = (cuda_on_cpu, scratch, watch_group, watch_collectives, watch_data, watch_model,
             watch_steps, watch_amp, watch_files)
-_HERE = os.path.dirname(os.path.abspath(__file__))
+_HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the doctor's package
 
 
 def install(reader_dir: str) -> None:
@@ -41,25 +42,27 @@ def readers_traceback(exc: BaseException) -> str:
     return "".join(lines)
 
 
-def outcome_of(call) -> tuple[str, dict]:
+def outcome_of(call) -> tuple[records.Outcome, dict]:
     """Run ``call()``; how it ended: ``finished``, ``stopped`` (the doctor's stop) or
     ``crashed`` (an exception, or a non-zero exit status, with the reader's traceback)."""
     try:
         call()
     except _recorder.DoctorStop as stop:
-        return "stopped", {"why": str(stop)}
+        return records.Outcome.STOPPED, {"why": str(stop)}
     except SystemExit as exc:
         if exc.code in (0, None):
-            return "finished", {}
-        return "crashed", {"error": f"SystemExit({exc.code!r})",
-                           "traceback": f"the script exited with status {exc.code!r}\n"}
+            return records.Outcome.FINISHED, {}
+        return records.Outcome.CRASHED, {
+            "error": f"SystemExit({exc.code!r})",
+            "traceback": f"the script exited with status {exc.code!r}\n"}
     except BaseException as exc:  # the script's own failure: reported, never re-raised here
-        return "crashed", {"error": traceback.format_exception_only(type(exc), exc)[-1].strip(),
-                           "traceback": readers_traceback(exc)}
-    return "finished", {}
+        return records.Outcome.CRASHED, {
+            "error": traceback.format_exception_only(type(exc), exc)[-1].strip(),
+            "traceback": readers_traceback(exc)}
+    return records.Outcome.FINISHED, {}
 
 
-def run_script(script: str, args: list[str]) -> tuple[str, dict]:
+def run_script(script: str, args: list[str]) -> tuple[records.Outcome, dict]:
     """The script as ``python script.py args`` runs it: ``__main__``, its folder first on
     ``sys.path``, ``sys.argv`` its own."""
     folder = os.path.dirname(os.path.abspath(script))
@@ -69,5 +72,5 @@ def run_script(script: str, args: list[str]) -> tuple[str, dict]:
     ended = outcome_of(lambda: runpy.run_path(script, run_name="__main__"))
     trackers = scratch.trackers_used()
     if trackers:
-        _recorder.RECORDER.add("trackers", **trackers)
+        _recorder.RECORDER.add(records.Trackers(**trackers))
     return ended

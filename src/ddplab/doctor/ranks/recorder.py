@@ -1,6 +1,7 @@
 """What one process saw: the evidence list, the state of its wait, its watchdog thread.
 
-Every hook of the doctor writes here (``RECORDER.add(kind, ...)``); nothing leaves the
+Every hook of the doctor writes a typed record here (``RECORDER.add(records.Pass(...))``);
+nothing leaves the
 process until the script ends, stops or crashes (``publish``), or until the coordinator asks
 every rank where it is (a roll call, answered by the watchdog thread while the main thread is
 stuck in a collective). Hooks cost a dict append and a frame walk, no store traffic.
@@ -9,6 +10,7 @@ stuck in a collective). Hooks cost a dict append and a frame walk, no store traf
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import socket
@@ -17,6 +19,7 @@ import threading
 import time
 import traceback
 
+import ddplab.doctor.records as records
 from ddplab.doctor.ranks import where
 from ddplab.doctor.settings import Settings
 
@@ -29,7 +32,7 @@ class DoctorStop(BaseException):
 
 class Recorder:
     def __init__(self):
-        self.records: dict[str, list] = {}
+        self.records: dict[str, list[records.Record]] = {}  # kind -> records, in order
         self.rank: int | None = None
         self.world_size: int | None = None
         self.steps = 0  # optimizer steps taken
@@ -46,11 +49,23 @@ class Recorder:
 
     # -- recording
 
-    def add(self, kind: str, /, **fields) -> dict:
-        fields.setdefault("step", self.steps)
-        fields["t"] = self.count("t")  # the order of everything this process saw
-        self.records.setdefault(kind, []).append(fields)
-        return fields
+    def add(self, record: records.Record) -> records.Record:
+        """Keep ``record``, stamped with the steps taken so far and its place in the order of
+        everything this process saw; the stamped record is returned."""
+        record = dataclasses.replace(record, step=self.steps, t=self.count("t"))
+        self.records.setdefault(record.KIND, []).append(record)
+        return record
+
+    def update(self, record: records.Record, **changes) -> records.Record:
+        """Replace a kept record with a copy that has ``changes`` (a pass that drew one more
+        batch, a collective whose result came back): records are frozen, so that what a
+        judge reads is what was recorded."""
+        kept = self.records[record.KIND]
+        for i in range(len(kept) - 1, -1, -1):  # the record changed is nearly always the last
+            if kept[i] is record:
+                kept[i] = dataclasses.replace(record, **changes)
+                return kept[i]
+        raise ValueError(f"{record!r} is not a record this process kept")
 
     def count(self, name: str) -> int:
         """0, 1, 2, ... for successive calls with the same name (per process)."""
@@ -84,10 +99,10 @@ class Recorder:
 
     def evidence(self) -> dict:
         return {"rank": self.rank, "world_size": self.world_size, "steps": self.steps,
-                "host": socket.gethostname(), "records": self.records}
+                "host": socket.gethostname(), "records": records.dump(self.records)}
 
-    def publish(self, outcome: str, **about) -> None:
-        """Evidence and outcome to the store, once (``finished``, ``stopped``, ``crashed``)."""
+    def publish(self, outcome: records.Outcome, **about) -> None:
+        """Evidence and outcome to the store, once."""
         if self.store is None or self.published:
             return
         self.published = True

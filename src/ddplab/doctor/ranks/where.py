@@ -12,7 +12,7 @@ import sys
 
 _ROOT = {"dir": None}
 _CACHE: dict[str, bool] = {}
-_OWN = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # ddplab's own package
+_OWN = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # ddplab
 
 
 def set_reader_dir(path: str) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import textwrap
 
-from ddplab.doctor.judging.findings import BOOK, paths_from_root, place, shown_path
+from ddplab.doctor.judging.findings import BOOK, Status, paths_from_root, place, shown_path
 
 WIDTH = 100
 FIX_INDENT = " " * 8
@@ -34,7 +34,8 @@ def table(diagnosis) -> list[str]:
     width = max(len(v.id) for v in diagnosis.checks)
     rows = []
     for v in diagnosis.checks:
-        status = {"found": f"found ({len(v.findings)})"}.get(v.status, v.status)
+        status = (f"{v.status} ({len(v.findings)})" if v.status == Status.FOUND
+                  else str(v.status))
         first, *rest = textwrap.wrap(v.why, WIDTH - width - 20, break_on_hyphens=False) or [""]
         rows.append(f"  {v.id:<{width}}  {status:<14}  {first}")
         rows += [" " * (width + 20) + line for line in rest]

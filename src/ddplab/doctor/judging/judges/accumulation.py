@@ -9,44 +9,52 @@ and nanoGPT's direct assignment both set.
 
 from __future__ import annotations
 
+import ddplab.doctor.records as records
 from ddplab.doctor.judging.findings import place
-from ddplab.doctor.judging.judgement import Draft, found, not_applicable, number, passed, spot
+from ddplab.doctor.judging.judgement import (
+    Problem,
+    file_line,
+    found,
+    not_applicable,
+    number,
+    passed,
+)
 
 
 def _accumulating(evidence) -> list:
-    return [s for s in evidence.records("step") if s["backward_count"] > 1]
+    return [s for s in evidence.records(records.Step) if s.backward_count > 1]
 
 
-def accumulation_no_sync(evidence, so_far):
-    steps = [s for s in _accumulating(evidence) if s["micro"]]
+def accumulation_no_sync(evidence, earlier):
+    steps = [s for s in _accumulating(evidence) if s.micro]
     if not steps:
         return not_applicable("no optimizer step accumulates several DDP micro-steps")
-    wasteful = [s for s in steps if all(m["sync"] for m in s["micro"])]
+    wasteful = [s for s in steps if all(m.sync for m in s.micro)]
     if not wasteful:
         return passed("the micro-steps before the last run under no_sync")
     s = wasteful[0]
-    k = s["micro_count"]
-    ddp = next((d for d in evidence.records("ddp") if d["index"] == s["micro"][0]["ddp"]), {})
-    size = ddp.get("bytes", 0) / 2 ** 20
-    first = s["backwards"][0]
-    return found(Draft(
-        f"{k} micro-steps per optimizer step (step {s['number']} at {place(*spot(s))}), and "
+    k = s.micro_count
+    ddp = next((d for d in evidence.records(records.Ddp) if d.index == s.micro[0].ddp), None)
+    size = (ddp.bytes if ddp else 0) / 2 ** 20
+    first = s.backwards[0]
+    return found(Problem(
+        f"{k} micro-steps per optimizer step (step {s.number} at {place(*file_line(s))}), and "
         f"DDP all-reduced the gradients ({size:.3g} MiB) after each of them: only the last of "
         f"the {k} all-reduces is needed, the {k - 1} before it move data for nothing",
         {"micro_steps": k, "allreduces_per_step": k, "gradient_mib": size},
-        *spot(first)))
+        *file_line(first)))
 
 
-def accumulation_unsynced_step(evidence, so_far):
-    steps = [s for s in evidence.records("step") if s["micro"]]
+def accumulation_unsynced_step(evidence, earlier):
+    steps = [s for s in evidence.records(records.Step) if s.micro]
     if not steps:
         return not_applicable("no optimizer step after a DDP forward")
-    unsynced = [s for s in steps if not s["micro"][-1]["sync"]]
+    unsynced = [s for s in steps if not s.micro[-1].sync]
     if not unsynced:
         return passed("the last micro-step before every step synchronised the gradients")
     s = unsynced[0]
-    grads = {r: next((x.get("grads") for x in evidence.records("step", r)
-                      if x["number"] == s["number"]), None) for r in evidence.ranks}
+    grads = {r: next((x.grads for x in evidence.records(records.Step, r)
+                      if x.number == s.number), None) for r in evidence.ranks}
     differing, norms = [], {}
     if all(grads.values()) and len(grads) > 1:
         names = sorted(set.intersection(*(set(g) for g in grads.values())))
@@ -57,37 +65,37 @@ def accumulation_unsynced_step(evidence, so_far):
               f"{differing[0]}: norm " + ", ".join(f"{number(v)} on rank {r}"
                                                    for r, v in sorted(norms.items())) + ")"
               if differing else "")
-    k = s["micro_count"]
-    return found(Draft(
-        f"optimizer step {s['number']} at {place(*spot(s))} follows {k} micro-step"
+    k = s.micro_count
+    return found(Problem(
+        f"optimizer step {s.number} at {place(*file_line(s))} follows {k} micro-step"
         f"{'s' if k > 1 else ''} none of which synchronised the gradients (the last one ran "
         "under no_sync or with require_backward_grad_sync=False): each rank steps with its "
         "own gradients and the replicas drift apart" + detail,
-        {"step": s["number"], "micro_steps": k,
-         "synced": [m["sync"] for m in s["micro"]], "differing_gradients": differing,
-         "gradient_norms": norms}, *spot(s)))
+        {"step": s.number, "micro_steps": k,
+         "synced": [m.sync for m in s.micro], "differing_gradients": differing,
+         "gradient_norms": norms}, *file_line(s)))
 
 
-def accumulation_loss_not_divided(evidence, so_far):
+def accumulation_loss_not_divided(evidence, earlier):
     steps = _accumulating(evidence)
     if not steps:
         return not_applicable("no optimizer step accumulates several backwards")
     for s in steps:
-        k = s["backward_count"]
-        factors = [b["factor"] for b in s["backwards"] if b["factor"] is not None]
+        k = s.backward_count
+        factors = [b.factor for b in s.backwards if b.factor is not None]
         if not factors:
             continue
         factor = factors[0]
         if abs(factor * k - 1) > 1e-6:
-            b = s["backwards"][0]
+            b = s.backwards[0]
             shown = ("the loss function's output itself" if factor == 1 else
-                     f"the loss function's output {' '.join(b['ops'])}")
-            return found(Draft(
-                f"{k} micro-steps per optimizer step (step {s['number']}), and the loss given "
-                f"to backward at {place(*spot(b))} is {shown}, not divided by {k}: the step's "
+                     f"the loss function's output {' '.join(b.ops)}")
+            return found(Problem(
+                f"{k} micro-steps per optimizer step (step {s.number}), and the loss given "
+                f"to backward at {place(*file_line(b))} is {shown}, not divided by {k}: the step's "
                 f"gradient is {number(factor * k)}x the mean of the micro-batches' gradients "
                 f"(with SGD, a {number(factor * k)}x larger learning rate; Adam scales most of "
                 "it away, but gradient clipping sees it whole)",
                 {"micro_steps": k, "loss_factor": factor, "gradient_scale": factor * k},
-                *spot(b)))
+                *file_line(b)))
     return passed("the loss of each micro-step is divided by the number of micro-steps")

@@ -3,17 +3,25 @@ no other check explains, with where every rank is)."""
 
 from __future__ import annotations
 
+import ddplab.doctor.records as records
 from ddplab.doctor.judging.findings import place
-from ddplab.doctor.judging.judgement import Draft, found, not_applicable, passed, ranks_text, spot
+from ddplab.doctor.judging.judgement import (
+    Problem,
+    file_line,
+    found,
+    not_applicable,
+    passed,
+    ranks_text,
+)
 
 
 def _sequences(evidence) -> dict:
     """group -> rank -> [collective, ...] in order (point-to-point left out: one-sided)."""
     groups = {}
     for rank in evidence.ranks:
-        for c in evidence.records("collective", rank):
-            if not c["p2p"]:
-                groups.setdefault(c["group"], {}).setdefault(rank, []).append(c)
+        for c in evidence.records(records.Collective, rank):
+            if not c.p2p:
+                groups.setdefault(c.group, {}).setdefault(rank, []).append(c)
     return groups
 
 
@@ -22,28 +30,28 @@ def _members(evidence, group: str) -> list:
         r for r in map(int, group.split(",")) if r in evidence.ranks]
 
 
-def collective_on_some_ranks(evidence, so_far):
+def collective_on_some_ranks(evidence, earlier):
     """The ranks of a group called different collectives, or different numbers of them."""
     if (evidence.world_size or 0) < 2:
         return not_applicable("one rank")
     groups = _sequences(evidence)
     if not groups:
         return not_applicable("the script calls no collective itself (DDP's own are in C++)")
-    drafts = []
+    problems = []
     for group, per_rank in groups.items():
         members = _members(evidence, group)
         calls = {r: per_rank.get(r, []) for r in members}
         longest = max(len(c) for c in calls.values())
         for i in range(longest):
             at = {r: c[i] if i < len(c) else None for r, c in calls.items()}
-            ops = {r: (c["op"] if c else None) for r, c in at.items()}
+            ops = {r: (c.op if c else None) for r, c in at.items()}
             if len(set(ops.values())) == 1:
                 continue
             issued = {r for r, c in at.items() if c is not None}
             first = at[min(issued)]
             counts = ", ".join(f"rank {r}: {len(c)}" for r, c in sorted(calls.items()))
             if None in ops.values():
-                text = (f"{first['op']} at {place(*spot(first))} runs on "
+                text = (f"{first.op} at {place(*file_line(first))} runs on "
                         f"{ranks_text(issued)} only (collective #{i + 1} of "
                         f"{'the default group' if group == 'world' else 'group ' + group}; "
                         f"collectives called: {counts}): the other ranks never join it, so "
@@ -51,63 +59,67 @@ def collective_on_some_ranks(evidence, so_far):
                         f"or pair{'s' * (len(issued) == 1)} it with a different collective")
             else:
                 text = (f"collective #{i + 1} of the group is "
-                        + "; ".join(f"{c['op']} at {place(*spot(c))} on rank {r}"
+                        + "; ".join(f"{c.op} at {place(*file_line(c))} on rank {r}"
                                     for r, c in sorted(at.items()))
                         + ": the ranks call different collectives at the same point")
-            drafts.append(Draft(text, {"group": group, "index": i + 1, "calls": {
-                r: (c and {"op": c["op"], "line": c["line"]}) for r, c in at.items()},
-                "counts": {r: len(c) for r, c in calls.items()}}, *spot(first)))
+            problems.append(Problem(text, {"group": group, "index": i + 1, "calls": {
+                r: (c and {"op": c.op, "line": c.line}) for r, c in at.items()},
+                "counts": {r: len(c) for r, c in calls.items()}}, *file_line(first)))
             break
-    if drafts:
-        return found(*drafts)
+    if problems:
+        return found(*problems)
     total = sum(len(c) for per_rank in groups.values() for c in per_rank.values())
     return passed(f"every rank called the same {total // len(evidence.ranks)} collectives "
                   "in the same order")
 
 
-def cpu_tensor_nccl(evidence, so_far):
+def cpu_tensor_nccl(evidence, earlier):
     """Under a group that asked for NCCL, a collective's tensor or DDP's model on the CPU."""
-    requested = {g["requested"] for g in evidence.records("group") if g["kind"] == "init"}
-    nccl = [c for c in evidence.records("collective") if c["nccl"]]
-    models = [d for d in evidence.records("ddp") if d["nccl"]]
+    requested = {g.requested for g in evidence.records(records.GroupInit)}
+    nccl = [c for c in evidence.records(records.Collective) if c.nccl]
+    models = [d for d in evidence.records(records.Ddp) if d.nccl]
     if not nccl and not models:
         asked = ", ".join(map(str, requested)) or "no backend"
         return not_applicable(f"the script asked for {asked}, not NCCL")
-    drafts, seen = [], set()
+    problems, seen = [], set()
+    # DDP's constructor first all-gathers the parameters' shapes
+    # (_verify_param_shape_across_processes, torch/nn/parallel/distributed.py:1064 in torch
+    # 2.13), then broadcasts rank 0's parameters (_sync_module_states)
     for d in models:
-        if "cpu" in d["devices"]:
-            drafts.append(Draft(
-                f"DDP at {place(*spot(d))} wraps a model whose parameters are on the CPU, "
+        if "cpu" in d.devices:
+            problems.append(Problem(
+                f"DDP at {place(*file_line(d))} wraps a model whose parameters are on the CPU, "
                 f"in a group that asked for NCCL: NCCL takes CUDA tensors only, and DDP's "
-                "first broadcast of the parameters fails there"
+                "first collective fails there (the all-gather that compares the parameters' "
+                "shapes, before their broadcast)"
                 + ("" if evidence.used_backend() == "nccl" else
                    f" (this run used {evidence.used_backend()}: no GPU here)"),
-                {"devices": d["devices"], "requested": d["requested"]}, *spot(d)))
+                {"devices": d.devices, "requested": d.requested}, *file_line(d)))
     for c in nccl:
-        if "cpu" in c["devices"] and (c["file"], c["line"]) not in seen:
-            seen.add((c["file"], c["line"]))
-            drafts.append(Draft(
-                f"{c['op']} at {place(*spot(c))} gets a CPU tensor in a group that asked for "
+        if "cpu" in c.devices and (c.file, c.line) not in seen:
+            seen.add((c.file, c.line))
+            problems.append(Problem(
+                f"{c.op} at {place(*file_line(c))} gets a CPU tensor in a group that asked for "
                 "NCCL: there it raises \"No backend type associated with device type cpu\""
                 + ("" if evidence.used_backend() == "nccl" else
                    f" (this run used {evidence.used_backend()}: no GPU here)"),
-                {"op": c["op"], "devices": c["devices"], "dtype": c["dtype"],
-                 "requested": c["requested"]}, *spot(c)))
-    if drafts:
-        return found(*drafts)
+                {"op": c.op, "devices": c.devices, "dtype": c.dtype,
+                 "requested": c.requested}, *file_line(c)))
+    if problems:
+        return found(*problems)
     return passed(f"{len(nccl)} collectives under NCCL, every tensor on the GPU")
 
 
-def hang(evidence, so_far):
+def hang(evidence, earlier):
     """A rank waited longer than the timeout, and no other check explains why."""
     if not evidence.hung():
         return passed("no rank waited longer than the timeout")
-    if any(f.explains for f in so_far):
-        explained = next(f for f in so_far if f.explains)
+    if any(f.explains for f in earlier):
+        explained = next(f for f in earlier if f.explains)
         return passed(f"the hang is {explained.id}'s")
     positions = evidence.run.hang["positions"]
     alarm = evidence.run.hang["alarm"]
-    return found(Draft(describe_hang(evidence, alarm, positions),
+    return found(Problem(describe_hang(evidence, alarm, positions),
                        {"alarm": alarm, "positions": positions}, alarm.get("file"),
                        alarm.get("line")))
 
@@ -119,8 +131,9 @@ def describe_hang(evidence, alarm: dict, positions: dict) -> str:
              + (f" #{alarm['seq'] + 1}" if alarm.get("seq") is not None else "")
              + (f" at {place(alarm.get('file'), alarm.get('line'))}" if alarm.get("line")
                 else "") + (f" (for {waited:.0f} s)" if waited else "")]
-    ended = {"finished": "has finished the script", "crashed": "has crashed",
-             "stopped": "was stopped by the doctor"}
+    ended = {records.Outcome.FINISHED: "has finished the script",
+             records.Outcome.CRASHED: "has crashed",
+             records.Outcome.STOPPED: "was stopped by the doctor"}
     for rank in sorted(evidence.run.outcomes):
         if rank != alarm["rank"]:
             done = evidence.run.outcomes[rank]

@@ -2,121 +2,129 @@
 
 from __future__ import annotations
 
+import ddplab.doctor.records as records
 from ddplab.doctor.judging.findings import place
-from ddplab.doctor.judging.judgement import Draft, found, not_applicable, passed, ranks_text, spot
+from ddplab.doctor.judging.judgement import (
+    Problem,
+    file_line,
+    found,
+    not_applicable,
+    passed,
+    ranks_text,
+)
 
 
-def sampler_set_epoch(evidence, so_far):
+def sampler_set_epoch(evidence, earlier):
     """A shuffling DistributedSampler that gave the same order in two training epochs."""
-    training = {(p["loader"], p["number"]): p for p in evidence.training_passes()}
+    training = {(p.loader, p.number): p for p in evidence.training_passes()}
     orders = {}
-    for order in evidence.records("sampler_order"):
-        if order["shuffle"] and (order["loader"], order["pass_number"]) in training:
-            orders.setdefault(order["sampler"], []).append(order)
+    for order in evidence.records(records.SamplerOrder):
+        if order.shuffle and (order.loader, order.pass_number) in training:
+            orders.setdefault(order.sampler, []).append(order)
     seen = [o for o in orders.values() if len(o) >= 2]
     if not seen:
         return not_applicable("no shuffling DistributedSampler was iterated for two training "
                               "epochs" if not orders else "the run stopped within the first epoch")
-    drafts = []
+    problems = []
     for sampler_orders in seen:
         first, second = sampler_orders[0], sampler_orders[1]
-        if first["digest"] != second["digest"]:
+        if first.digest != second.digest:
             continue
-        calls = [c for c in evidence.records("set_epoch") if c["sampler"] == first["sampler"]]
-        loader = evidence.loader(first["loader"])
-        where_made = place(*spot(loader)) if loader else "?"
+        calls = [c for c in evidence.records(records.SetEpoch) if c.sampler == first.sampler]
+        loader = evidence.loader(first.loader)
+        where_made = place(*file_line(loader)) if loader else "?"
         why = ("set_epoch is never called" if not calls else
-               f"set_epoch({calls[-1]['epoch']}) at {place(*spot(calls[-1]))} sets the same "
-               f"epoch each time" if len({c["epoch"] for c in calls}) == 1 else
+               f"set_epoch({calls[-1].epoch}) at {place(*file_line(calls[-1]))} sets the same "
+               f"epoch each time" if len({c.epoch for c in calls}) == 1 else
                "set_epoch is called after the loader's iterator was made")
-        second_pass = training[(second["loader"], second["pass_number"])]
-        drafts.append(Draft(
+        second_pass = training[(second.loader, second.pass_number)]
+        problems.append(Problem(
             f"the DistributedSampler of the DataLoader made at {where_made} gave the same "
-            f"order in two epochs (epoch={first['epoch']} both times; first indices "
-            f"{', '.join(map(str, first['first'][:6]))}, ... in both): {why}, so every epoch "
+            f"order in two epochs (epoch={first.epoch} both times; first indices "
+            f"{', '.join(map(str, first.first[:6]))}, ... in both): {why}, so every epoch "
             f"repeats one shuffle",
-            {"epochs": [first["epoch"], second["epoch"]], "first_indices": [
-                first["first"], second["first"]], "seed": first["seed"],
-             "num_replicas": first["num_replicas"], "dataset_len": first["dataset_len"],
-             "set_epoch_calls": [{"epoch": c["epoch"], "line": c["line"]} for c in calls]},
-            *spot(second_pass)))
-    if not drafts:
+            {"epochs": [first.epoch, second.epoch], "first_indices": [
+                first.first, second.first], "seed": first.seed,
+             "num_replicas": first.num_replicas, "dataset_len": first.dataset_len,
+             "set_epoch_calls": [{"epoch": c.epoch, "line": c.line} for c in calls]},
+            *file_line(second_pass)))
+    if not problems:
         return passed("the DistributedSampler's order changed between training epochs "
                       "(set_epoch was called)")
-    return found(*drafts)
+    return found(*problems)
 
 
-def no_distributed_sampler(evidence, so_far):
+def no_distributed_sampler(evidence, earlier):
     """A training DataLoader without a distributed sampler whose data is the same on every
     rank: each rank goes through the whole dataset every epoch."""
     if (evidence.world_size or 0) < 2:
         return not_applicable("one rank")
-    used = sorted({p["loader"] for p in evidence.training_passes()})
+    used = sorted({p.loader for p in evidence.training_passes()})
     if not used:
         return not_applicable("no DataLoader was used for training")
-    drafts, sharded = [], []
+    problems, sharded = [], []
     for index in used:
         loaders = {r: evidence.loader(index, r) for r in evidence.ranks}
         if any(d is None for d in loaders.values()):
             continue
         first = loaders[evidence.ranks[0]]
-        if first["distributed"]:
+        if first.distributed:
             sharded.append(index)
             continue
-        same_data = len({d["fingerprint"] for d in loaders.values()}) == 1
-        whole = (first["iterable"] or first["sampler_len"] == first["dataset_len"])
-        firsts = {r: next((p.get("first") for p in evidence.training_passes(r)
-                           if p["loader"] == index), None) for r in evidence.ranks}
+        same_data = len({d.fingerprint for d in loaders.values()}) == 1
+        whole = (first.iterable or first.sampler_len == first.dataset_len)
+        firsts = {r: next((p.first for p in evidence.training_passes(r)
+                           if p.loader == index), None) for r in evidence.ranks}
         same_first = len(set(firsts.values())) == 1 and None not in firsts.values()
-        if first["iterable"] and not same_first:
+        if first.iterable and not same_first:
             sharded.append(index)
             continue
         if not (same_data and whole):
             sharded.append(index)
             continue
-        drafts.append(Draft(
-            f"the DataLoader made at {place(*spot(first))} has no DistributedSampler: each of "
-            f"the {len(loaders)} ranks draws all {first['dataset_len']} samples every epoch"
+        problems.append(Problem(
+            f"the DataLoader made at {place(*file_line(first))} has no DistributedSampler: each of "
+            f"the {len(loaders)} ranks draws all {first.dataset_len} samples every epoch"
             + (" in the same order (identical first batches)" if same_first else
                " (in its own random order)")
             + f", so an epoch is {len(loaders)}x the dataset and the ranks repeat each "
               "other's work",
-            {"sampler": first["sampler"], "dataset_len": first["dataset_len"],
-             "samples_per_rank_per_epoch": first["sampler_len"],
-             "same_first_batch": same_first}, *spot(first)))
-    if drafts:
-        return found(*drafts)
-    made = ", ".join(place(*spot(evidence.loader(i) or {})) for i in sharded)
+            {"sampler": first.sampler, "dataset_len": first.dataset_len,
+             "samples_per_rank_per_epoch": first.sampler_len,
+             "same_first_batch": same_first}, *file_line(first)))
+    if problems:
+        return found(*problems)
+    made = ", ".join(place(*file_line(evidence.loader(i))) for i in sharded)
     return passed(f"each rank trains on its own shard (the DataLoader made at {made})")
 
 
-def uneven_inputs(evidence, so_far):
+def uneven_inputs(evidence, earlier):
     """Training loaders whose number of batches differs between ranks."""
     if (evidence.world_size or 0) < 2:
         return not_applicable("one rank")
     lengths = {}
     for rank in evidence.ranks:
         for p in evidence.training_passes(rank):
-            size = p["len"] if p["len"] is not None else (p["batches"] if p["exhausted"]
+            size = p.len if p.len is not None else (p.batches if p.exhausted
                                                           else None)
             if size is not None:
-                lengths.setdefault(p["loader"], {}).setdefault(rank, size)
+                lengths.setdefault(p.loader, {}).setdefault(rank, size)
     if not lengths:
         return not_applicable("no training DataLoader with a length")
-    drafts = []
+    problems = []
     for index, per_rank in sorted(lengths.items()):
         if len(set(per_rank.values())) > 1:
-            loader = evidence.loader(index) or {}
+            loader = evidence.loader(index)
             short = min(per_rank.values())
             longer = [r for r, n in per_rank.items() if n > short]
-            drafts.append(Draft(
-                f"the DataLoader made at {place(*spot(loader))} gives "
+            problems.append(Problem(
+                f"the DataLoader made at {place(*file_line(loader))} gives "
                 + ", ".join(f"rank {r} {n} batches" for r, n in sorted(per_rank.items()))
                 + f" per epoch: at batch {short + 1}, {ranks_text(longer)} "
                   f"run{'s' if len(longer) == 1 else ''} a backward whose gradient all-reduce "
                   "the other ranks never join, so the job hangs there or pairs it with a "
                   "different collective",
-                {"batches_per_rank": per_rank}, *spot(loader)))
-    if drafts:
-        return found(*drafts)
+                {"batches_per_rank": per_rank}, *file_line(loader)))
+    if problems:
+        return found(*problems)
     return passed("every rank's training loader has the same number of batches")

@@ -8,27 +8,22 @@ per process under torchrun. With ``rank=0`` in every process, run without the do
 
 from __future__ import annotations
 
-import re
-
-from ddplab.doctor.judging.judgement import Draft, found, not_applicable, passed
-from ddplab.doctor.ranks.watch.group import DUPLICATE_RANK
-
-FRAME = re.compile(r'File "([^"]+)", line (\d+)')
+import ddplab.doctor.records as records
+from ddplab.doctor.judging.judgement import Problem, found, not_applicable, passed
 
 
-def duplicate_rank(evidence, so_far):
-    crash = evidence.crashed() or {}
-    error = crash.get("error") or ""
-    if DUPLICATE_RANK not in error:
+def duplicate_rank(evidence, earlier):
+    claims = evidence.recorded_before_group(records.DuplicateRank)
+    if not claims:
         if evidence.used_backend() is None:
             return not_applicable("no process group was formed")
         return passed("every process joined the group with a rank of its own")
-    rank = int(re.search(r"rank=(\d+)", error).group(1))
-    frames = [(path, int(line)) for path, line in FRAME.findall(crash.get("traceback") or "")
-              if "site-packages" not in path and "dist-packages" not in path]
-    file, line = frames[-1] if frames else (None, None)
-    return found(Draft(
-        f"two processes passed rank={rank} to init_process_group: a rank "
+    claim = claims[0].record
+    return found(Problem(
+        f"two processes passed rank={claim.rank} to init_process_group: a rank "
         "written into the script is the same in every process, so no process takes the other "
-        "ranks and the group never forms (each process waits for them until its store's "
-        "timeout); torchrun gives each process its own RANK", {"rank": rank}, file, line))
+        "ranks and the group never forms (on gloo each process waits for them until its "
+        "store's timeout; on NCCL init_process_group returns and the first collective waits "
+        "in NCCL's bootstrap, with no timeout); torchrun gives each process its own RANK",
+        {"rank": claim.rank, "world_size": claim.world_size, "pid": claim.pid},
+        claim.file, claim.line))

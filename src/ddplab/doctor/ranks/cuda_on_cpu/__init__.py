@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 
+import ddplab.doctor.records as records
 from ddplab.doctor.ranks import recorder as _recorder
 from ddplab.doctor.ranks.cuda_on_cpu import ddp, devices, host_cuda, precision, refusals
 from ddplab.doctor.ranks.cuda_on_cpu.marks import NOTED, STATE, active, device_type
@@ -38,7 +39,7 @@ def install() -> None:
 
     if STATE["on"]:  # a forked child: a recorder of its own
         NOTED.clear()
-        _recorder.RECORDER.add("cuda_on_cpu", gpus=STATE["gpus"], ranks=STATE["ranks"])
+        _recorder.RECORDER.add(records.CudaOnCpu(gpus=STATE["gpus"], ranks=STATE["ranks"]))
         if not any(type(m).__name__ == "CudaOnCpu" for m in _modes()):
             devices.mode_class()().__enter__()
         return
@@ -47,7 +48,7 @@ def install() -> None:
         return
     os.environ["CUDA_VISIBLE_DEVICES"] = ""
     STATE.update(on=True, gpus=gpus, ranks=ranks)
-    _recorder.RECORDER.add("cuda_on_cpu", gpus=gpus, ranks=ranks)
+    _recorder.RECORDER.add(records.CudaOnCpu(gpus=gpus, ranks=ranks))
     for part in (host_cuda, precision, ddp, refusals):
         part.install()
     devices.install_module_devices()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 import weakref
 
+import ddplab.doctor.records as records
 from ddplab.doctor.ranks import recorder as _recorder
 from ddplab.doctor.ranks import where
 
@@ -81,7 +82,8 @@ def note(what: str) -> None:
         return
     NOTED.add(what)
     spot = where.line()
-    _recorder.RECORDER.add("mapped", what=what, file=spot and spot[0], line=spot and spot[1])
+    _recorder.RECORDER.add(records.Mapped(what=what, file=spot and spot[0],
+                                          line=spot and spot[1]))
 
 
 def from_reader(depth: int = 2) -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import weakref
 
+import ddplab.doctor.records as records
 from ddplab.doctor.ranks import patching, where
 from ddplab.doctor.ranks import recorder as _recorder
 
@@ -51,11 +52,11 @@ def install() -> None:
                 spot = where.line()
                 result = real(parameters, *args, **kwargs)
                 limit = args[0] if args else kwargs.get("max_norm", kwargs.get("clip_value"))
-                rec.add("clip", how=how, file=spot and spot[0], line=spot and spot[1],
-                        scaled=bool(scaled),
-                        scale=float(scaled[0].get_scale()) if scaled else None,
-                        norm=float(result) if isinstance(result, torch.Tensor) else None,
-                        limit=float(limit) if limit is not None else None)
+                rec.add(records.Clip(
+                    how=how, file=spot and spot[0], line=spot and spot[1], scaled=bool(scaled),
+                    scale=float(scaled[0].get_scale()) if scaled else None,
+                    norm=float(result) if isinstance(result, torch.Tensor) else None,
+                    limit=float(limit) if limit is not None else None))
                 return result
             return clip
         return make

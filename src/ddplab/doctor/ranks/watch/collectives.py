@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import inspect
 
+import ddplab.doctor.records as records
 from ddplab.doctor.ranks import patching, where
 from ddplab.doctor.ranks import recorder as _recorder
 from ddplab.doctor.ranks.cuda_on_cpu import device_type
@@ -64,24 +65,22 @@ def make_wrapper(name: str):
             first = tensors[0] if tensors else None
             spot = where.line()
             seq = rec.count(f"seq/{key}") if name not in POINT_TO_POINT else None
-            entry = rec.add("collective", op=name, seq=seq, group=key,
-                            file=spot and spot[0], line=spot and spot[1],
-                            devices=sorted({device_type(t) for t in tensors}),
-                            nccl=nccl_rules(info["requested"]),
-                            requested=info["requested"],
-                            reduce=str(bound.get("op", "")).split(".")[-1] or None,
-                            dtype=str(first.dtype).replace("torch.", "") if first is not None
-                            else None,
-                            numel=first.numel() if first is not None else None,
-                            before=values(first) if first is not None else None,
-                            eval_samples=rec.counters.get("eval_samples", 0),
-                            p2p=name in POINT_TO_POINT)
+            record = rec.add(records.Collective(
+                op=name, seq=seq, group=key, file=spot and spot[0], line=spot and spot[1],
+                devices=sorted({device_type(t) for t in tensors}),
+                nccl=nccl_rules(info["requested"]),
+                requested=None if info["requested"] is None else str(info["requested"]),
+                reduce=str(bound.get("op", "")).split(".")[-1] or None,
+                dtype=str(first.dtype).replace("torch.", "") if first is not None else None,
+                numel=first.numel() if first is not None else None,
+                before=values(first) if first is not None else None,
+                eval_samples=rec.counters.get("eval_samples", 0), p2p=name in POINT_TO_POINT))
             if name in REDUCTIONS:
                 rec.counters["eval_samples"] = 0
             with rec.blocking(name, seq=seq, line=spot and spot[1], file=spot and spot[0]):
                 result = real(*args, **kwargs)
             if first is not None and not bound.get("async_op"):
-                entry["after"] = values(first)
+                rec.update(record, after=values(first))
             return result
         return doctor_collective
     return make

@@ -2,7 +2,7 @@
 has no hook for these).
 
 A *pass* is one ``iter(loader)``; it is a *training* pass once a backward runs during it, an
-*evaluation* pass if none does. Training passes are cut at ``DDPLAB_DOCTOR_BATCHES`` batches
+*evaluation* pass if none does. Training passes are cut at ``Settings.batches`` batches
 (at an optimizer-step boundary) so that two epochs of a large dataset take seconds; a third
 training pass of the same loader ends the run (two epochs are what ``sampler-set-epoch``
 needs). Evaluation passes run whole: a metric's unequal shards show in their last batches.
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 
+import ddplab.doctor.records as records
 from ddplab.doctor.ranks import patching, where
 from ddplab.doctor.ranks import recorder as _recorder
 from ddplab.doctor.ranks.digest import first_tensor, tensor_hash
@@ -40,11 +41,12 @@ def fingerprint(dataset) -> str:
     return f"{type(dataset).__name__}:{_len(dataset)}"
 
 
-class Pass:
-    """The loader's iterator, counted; everything else is the real iterator's."""
+class PassIterator:
+    """The loader's iterator, counted; everything else is the real iterator's. The pass's
+    record is replaced with a new one as it goes (records are frozen)."""
 
-    def __init__(self, inner, entry: dict, cap: int):
-        self._inner, self._entry, self._cap = inner, entry, cap
+    def __init__(self, inner, record: records.Pass, cap: int):
+        self._inner, self.record, self._cap = inner, record, cap
 
     def __iter__(self):
         return self
@@ -56,32 +58,30 @@ class Pass:
         return getattr(self._inner, name)
 
     def __next__(self):
-        rec, entry = _recorder.RECORDER, self._entry
-        if rec.backwards > entry["backwards_seen"]:
-            if not entry["training"]:
-                entry["training"] = True
+        rec, seen = _recorder.RECORDER, self.record
+        if rec.backwards > seen.backwards_seen:
+            if not seen.training:
                 eval_samples = rec.counters.get("eval_samples", 0)
-                rec.counters["eval_samples"] = max(0, eval_samples - entry["samples"])
-            entry["backwards_seen"] = rec.backwards
-        if (entry["training"] and entry["batches"] >= self._cap
-                and rec.steps > entry["steps_at_start"]
+                rec.counters["eval_samples"] = max(0, eval_samples - seen.samples)
+            seen = self.record = rec.update(seen, training=True, backwards_seen=rec.backwards)
+        if (seen.training and seen.batches >= self._cap
+                and rec.steps > seen.steps_at_start
                 and rec.counters.get("backwards_at_step", -1) == rec.backwards):
-            entry["capped"] = True
+            self.record = rec.update(seen, capped=True)
             raise StopIteration
-        rec.active_pass = entry
+        rec.active_pass = seen
         try:
             batch = next(self._inner)
         except StopIteration:
-            entry["exhausted"] = True
+            self.record = rec.update(seen, exhausted=True)
             raise
         tensor = first_tensor(batch)
         size = int(tensor.shape[0]) if tensor is not None and tensor.dim() else 1
-        if entry["batches"] == 0 and tensor is not None:
-            entry["first"] = tensor_hash(tensor)
-        entry["batches"] += 1
-        entry["samples"] += size
+        first = tensor_hash(tensor) if seen.batches == 0 and tensor is not None else seen.first
+        self.record = rec.update(seen, batches=seen.batches + 1, samples=seen.samples + size,
+                                 first=first)
         rec.counters["last_batch"] = size
-        if not entry["training"]:
+        if not seen.training:
             rec.counters["eval_samples"] = rec.counters.get("eval_samples", 0) + size
         return batch
 
@@ -100,16 +100,17 @@ def install() -> None:
             sampler = self.sampler
             inner = getattr(self.batch_sampler, "sampler", None)
             self._ddplab_doctor = rec.count("loader")
-            rec.add("loader", index=self._ddplab_doctor, file=spot and spot[0],
-                    line=spot and spot[1], dataset=type(dataset).__name__,
-                    dataset_len=_len(dataset), fingerprint=fingerprint(dataset),
-                    iterable=isinstance(dataset, data.IterableDataset),
-                    sampler=type(sampler).__name__ if sampler is not None else None,
-                    distributed=isinstance(sampler, DistributedSampler)
-                    or isinstance(inner, DistributedSampler)
-                    or isinstance(self.batch_sampler, DistributedSampler),
-                    sampler_len=_len(sampler) if sampler is not None else None,
-                    batch_size=self.batch_size, drop_last=self.drop_last)
+            rec.add(records.Loader(
+                index=self._ddplab_doctor, file=spot and spot[0], line=spot and spot[1],
+                dataset=type(dataset).__name__, dataset_len=_len(dataset),
+                fingerprint=fingerprint(dataset),
+                iterable=isinstance(dataset, data.IterableDataset),
+                sampler=type(sampler).__name__ if sampler is not None else None,
+                distributed=isinstance(sampler, DistributedSampler)
+                or isinstance(inner, DistributedSampler)
+                or isinstance(self.batch_sampler, DistributedSampler),
+                sampler_len=_len(sampler) if sampler is not None else None,
+                batch_size=self.batch_size, drop_last=bool(self.drop_last)))
         return __init__
 
     def make_iter(real):
@@ -118,16 +119,16 @@ def install() -> None:
             index = getattr(self, "_ddplab_doctor", None)
             if index is None:
                 return real(self)
-            passes = [p for p in rec.records.get("pass", []) if p["loader"] == index]
-            if sum(p["training"] for p in passes) >= 2:
+            passes = [p for p in rec.records.get(records.Pass.KIND, []) if p.loader == index]
+            if sum(p.training for p in passes) >= 2:
                 raise _recorder.DoctorStop("two epochs")
             spot = where.line()
-            entry = rec.add("pass", loader=index, number=len(passes), len=_len(self),
-                            file=spot and spot[0], line=spot and spot[1], batches=0,
-                            samples=0, training=False, capped=False, exhausted=False,
-                            backwards_seen=rec.backwards, steps_at_start=rec.steps)
-            rec.active_pass = entry  # workers draw their first indices while it starts
-            return Pass(real(self), entry, cap)
+            record = rec.add(records.Pass(loader=index, number=len(passes), len=_len(self),
+                                          file=spot and spot[0], line=spot and spot[1],
+                                          backwards_seen=rec.backwards,
+                                          steps_at_start=rec.steps))
+            rec.active_pass = record  # workers draw their first indices while it starts
+            return PassIterator(real(self), record, cap)
         return __iter__
 
     def make_sampler_iter(real):
@@ -137,14 +138,14 @@ def install() -> None:
             if not hasattr(self, "_ddplab_doctor"):
                 self._ddplab_doctor = rec.count("sampler")
             active = getattr(rec, "active_pass", None)
-            rec.add("sampler_order", sampler=self._ddplab_doctor, epoch=self.epoch,
-                    shuffle=self.shuffle, seed=self.seed, drop_last=self.drop_last,
-                    num_replicas=self.num_replicas, sampler_rank=self.rank,
-                    dataset_len=_len(self.dataset), total_size=self.total_size,
-                    first=indices[:FIRST], count=len(indices),
-                    digest=hashlib.blake2b(repr(indices).encode(), digest_size=8).hexdigest(),
-                    loader=active["loader"] if active else None,
-                    pass_number=active["number"] if active else None)
+            rec.add(records.SamplerOrder(
+                sampler=self._ddplab_doctor, epoch=self.epoch, shuffle=self.shuffle,
+                seed=self.seed, drop_last=self.drop_last, num_replicas=self.num_replicas,
+                sampler_rank=self.rank, dataset_len=_len(self.dataset),
+                total_size=self.total_size, first=indices[:FIRST], count=len(indices),
+                digest=hashlib.blake2b(repr(indices).encode(), digest_size=8).hexdigest(),
+                loader=active.loader if active else None,
+                pass_number=active.number if active else None))
             return iter(indices)
         return __iter__
 
@@ -154,8 +155,8 @@ def install() -> None:
             if not hasattr(self, "_ddplab_doctor"):
                 self._ddplab_doctor = rec.count("sampler")
             spot = where.line()
-            rec.add("set_epoch", sampler=self._ddplab_doctor, epoch=epoch,
-                    file=spot and spot[0], line=spot and spot[1])
+            rec.add(records.SetEpoch(sampler=self._ddplab_doctor, epoch=epoch,
+                                     file=spot and spot[0], line=spot and spot[1]))
             return real(self, epoch)
         return set_epoch
 

@@ -9,6 +9,7 @@ import os
 import sys
 import threading
 
+import ddplab.doctor.records as records
 from ddplab.doctor.ranks import patching, scratch, where
 from ddplab.doctor.ranks import recorder as _recorder
 
@@ -44,8 +45,8 @@ def _note(path, how: str, frame) -> None:
             name = os.fsdecode(name)
         if spot is None or "__pycache__" in name or name.startswith("/dev/"):
             return
-        _recorder.RECORDER.add("write", path=scratch.original(os.path.abspath(name)), how=how,
-                               file=spot[0], line=spot[1])
+        _recorder.RECORDER.add(records.Write(path=scratch.original(os.path.abspath(name)), how=how,
+                                             file=spot[0], line=spot[1]))
     finally:
         _INSIDE.busy = False
 

@@ -11,7 +11,9 @@
   gives up on it;
 * each process claims its rank in the doctor's store first: a second claim of the same rank (a
   rank written into the script, the same in every process) fails at once, where the group
-  would wait for the missing rank until its store's timeout (``duplicate-rank``);
+  would wait for the missing rank: on gloo until its store's timeout, on NCCL in the first
+  collective, with no timeout (no barrier after init unless ``TORCH_DIST_INIT_BARRIER=1``,
+  ``_is_barrier_after_init`` in torch/distributed/distributed_c10d.py) (``duplicate-rank``);
 * this process learns its rank, and its watchdog starts.
 
 ``destroy_process_group`` is deferred to the process's end: a rank that tears its group down
@@ -26,17 +28,17 @@ import os
 import sys
 import urllib.parse
 
+import ddplab.doctor.records as records
 from ddplab.doctor.ranks import cuda_on_cpu, patching, where
 from ddplab.doctor.ranks import recorder as _recorder
 
 LOCAL = "DDPLAB_DOCTOR_LOCAL"  # "1": the doctor started these processes (not torchrun)
-GATE = "DDPLAB_DOCTOR_GATE"  # "1" in rank 0's own process: it says which kind of script this is
+MODE_UNSAID = "DDPLAB_DOCTOR_MODE_UNSAID"  # "1" in rank 0's process until it says the mode
 TORCHRUN_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
                       "ROLE_RANK", "ROLE_WORLD_SIZE", "GROUP_WORLD_SIZE", "MASTER_ADDR",
                       "MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_USE_AGENT_STORE")
 STDLIB_ENV = ("os.py", "_collections_abc.py")
 GROUPS: dict[int, dict] = {}  # id(ProcessGroup) -> {"ranks", "requested"}
-DUPLICATE_RANK = "ddplab doctor: a second process passed init_process_group"
 
 
 def used_backend(requested):
@@ -49,6 +51,11 @@ def used_backend(requested):
     return requested
 
 
+def _text(backend) -> str | None:
+    """A backend as the script named it (a string, or torch's ``Backend``), as plain text."""
+    return None if backend is None else str(backend)
+
+
 def nccl_rules(requested) -> bool:
     """Whether CPU tensors break this group's collectives: NCCL asked for, with no backend for
     the CPU beside it (``"cpu:gloo,cuda:nccl"`` takes both)."""
@@ -56,11 +63,10 @@ def nccl_rules(requested) -> bool:
     return "nccl" in text and "cpu:" not in text
 
 
-def say_mode(mode: str) -> None:
-    """Rank 0's process tells the others what the script is, once: ``ranks`` (it joins a group
-    itself, as under torchrun) or ``spawn`` (it starts its own rank processes)."""
-    if os.environ.get(GATE) == "1":
-        os.environ[GATE] = "0"
+def say_mode(mode: records.Mode) -> None:
+    """Rank 0's process tells the others what the script is, once."""
+    if os.environ.get(MODE_UNSAID) == "1":
+        os.environ[MODE_UNSAID] = "0"
         from ddplab.doctor.store import Store
 
         Store.connect().put("mode", mode)
@@ -95,7 +101,7 @@ def install() -> None:
                                device_id=None, **more):
             rec = _recorder.RECORDER
             spot = where.line()
-            say_mode("ranks")
+            say_mode(records.Mode.RANKS)
             if dist.is_initialized() and rec.counters.get("deferred-destroy"):
                 patching.original(dist, "destroy_process_group")()  # a real re-init
             from ddplab.doctor.store import Store
@@ -106,8 +112,12 @@ def install() -> None:
                 doctor = Store.connect()
                 group = f"group{rec.count('init')}/"
                 if doctor.tcp.add(f"claims/{group}{rank}", 1) > 1:
-                    raise RuntimeError(f"{DUPLICATE_RANK} rank={rank} (world_size={world_size})"
-                                       ": each process needs a rank of its own")
+                    rec.add(records.DuplicateRank(rank=rank, world_size=world_size,
+                                                  pid=os.getpid(), file=spot and spot[0],
+                                                  line=spot and spot[1]))
+                    raise RuntimeError(f"rank={rank} (world_size={world_size}) was passed to "
+                                       "init_process_group by another process already: each "
+                                       "process needs a rank of its own")
                 store = dist.PrefixStore(group, doctor.tcp)
                 init_method = None
             wait = datetime.timedelta(seconds=rec.timeout + 30)
@@ -118,9 +128,9 @@ def install() -> None:
                      device_id=None if cuda_on_cpu.active() else device_id, **more)
             if rec.rank is None:
                 rec.attach(rec.store or evidence_store(), dist.get_rank(), dist.get_world_size())
-            rec.add("group", kind="init", requested=backend, used=used_backend(backend),
-                    backend=str(dist.get_backend()), file=spot and spot[0],
-                    line=spot and spot[1], world_size=dist.get_world_size())
+            rec.add(records.GroupInit(requested=_text(backend), used=_text(used_backend(backend)),
+                                      backend=str(dist.get_backend()), file=spot and spot[0],
+                                      line=spot and spot[1], world_size=dist.get_world_size()))
         return init_process_group
 
     def make_new_group(real):
@@ -137,7 +147,7 @@ def install() -> None:
             if group is None or group is dist.GroupMember.WORLD:
                 rec.counters["deferred-destroy"] = 1
                 spot = where.line()
-                rec.add("group", kind="destroy", file=spot and spot[0], line=spot and spot[1])
+                rec.add(records.GroupDestroy(file=spot and spot[0], line=spot and spot[1]))
                 return None
             return real(group)
         return destroy_process_group
@@ -155,15 +165,15 @@ def _watch_world_size_reads(dist) -> None:
 
     def note(how):
         rec = _recorder.RECORDER
-        if rec.steps or rec.records.get("world_size_read"):
+        if rec.steps or rec.records.get(records.WorldSizeRead.KIND):
             return
         caller = sys._getframe(2)
         while caller is not None and os.path.basename(caller.f_code.co_filename) in STDLIB_ENV:
             caller = caller.f_back  # os.environ.get(...) reads through Mapping.get
         if caller is None or not where.is_reader_file(caller.f_code.co_filename):
             return
-        rec.add("world_size_read", how=how, file=where.frame_line(caller)[0],
-                line=caller.f_lineno)
+        rec.add(records.WorldSizeRead(how=how, file=where.frame_line(caller)[0],
+                                      line=caller.f_lineno))
 
     def make_get_world_size(real):
         def get_world_size(group=None):
@@ -187,7 +197,7 @@ def group_info(group) -> dict:
     import torch.distributed as dist
 
     if group is None or group is dist.GroupMember.WORLD:
-        init = [g for g in _recorder.RECORDER.records.get("group", []) if g["kind"] == "init"]
-        return {"ranks": None, "requested": init[-1]["requested"] if init else None}
+        init = _recorder.RECORDER.records.get(records.GroupInit.KIND, [])
+        return {"ranks": None, "requested": init[-1].requested if init else None}
     return GROUPS.get(id(group), {"ranks": dist.get_process_group_ranks(group),
                                   "requested": None})

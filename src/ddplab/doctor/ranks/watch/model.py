@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import weakref
 
+import ddplab.doctor.records as records
 from ddplab.doctor.ranks import patching, where
 from ddplab.doctor.ranks import recorder as _recorder
 from ddplab.doctor.ranks.cuda_on_cpu import device_type
@@ -85,14 +86,16 @@ def install() -> None:
                              "names": {id(p): n for n, p in module.named_parameters()}}
             requested = group_info(getattr(self, "process_group", None))["requested"]
             params = [p for p in module.parameters() if p.requires_grad]
-            rec.add("ddp", index=index, file=spot and spot[0], line=spot and spot[1],
-                    find_unused=bool(self.find_unused_parameters),
-                    broadcast_buffers=bool(self.broadcast_buffers),
-                    static_graph=bool(getattr(self, "static_graph", False)),
-                    devices=devices, nccl=nccl_rules(requested), requested=requested,
-                    params=len(params), numel=sum(p.numel() for p in params),
-                    bytes=sum(p.numel() * p.element_size() for p in params),
-                    buffers=sum(1 for _ in module.buffers()), module=type(module).__name__)
+            rec.add(records.Ddp(
+                index=index, file=spot and spot[0], line=spot and spot[1],
+                find_unused=bool(self.find_unused_parameters),
+                broadcast_buffers=bool(self.broadcast_buffers),
+                static_graph=bool(getattr(self, "static_graph", False)), devices=devices,
+                nccl=nccl_rules(requested),
+                requested=None if requested is None else str(requested), params=len(params),
+                numel=sum(p.numel() for p in params),
+                bytes=sum(p.numel() * p.element_size() for p in params),
+                buffers=sum(1 for _ in module.buffers()), module=type(module).__name__))
         return __init__
 
     depth = [0]
@@ -108,8 +111,8 @@ def install() -> None:
             if torch.is_grad_enabled():
                 size = (int(first.shape[0]) if first is not None and first.dim()
                         else rec.counters.get("last_batch"))  # model(**batch): the loader's
-                rec.micro.append({"ddp": index, "sync": bool(module.require_backward_grad_sync),
-                                  "batch": size})
+                rec.micro.append(records.MicroStep(
+                    ddp=index, sync=bool(module.require_backward_grad_sync), batch=size))
                 rec.forwarded.add(index)
             if rec.waiting is None:
                 rec.waiting = {"what": "DDP forward", "since": _now()}
@@ -134,8 +137,9 @@ def install() -> None:
             with rec.blocking("backward", line=spot and spot[1], file=spot and spot[0]):
                 result = real(tensors, *args, **kwargs)
             rec.backwards += 1
-            rec.pending.append({"file": spot and spot[0], "line": spot and spot[1],
-                                **(chain or {"factor": None, "ops": [], "under": None})})
+            rec.pending.append(records.Backward(
+                file=spot and spot[0], line=spot and spot[1],
+                **(chain or {"factor": None, "ops": [], "under": None})))
             if reach is not None:
                 for index in sorted(rec.forwarded):
                     _note_unused(index, reach, rec)
@@ -150,8 +154,9 @@ def install() -> None:
             wrapped = any(m["ddp"]() is self or getattr(m["ddp"](), "module", None) is self
                           for m in MODELS.values())
             if spot is not None:
-                rec.add("load_state_dict", file=spot[0], line=spot[1], module=type(self).__name__,
-                        after_wrap=bool(MODELS), wrapped=wrapped)
+                rec.add(records.LoadStateDict(file=spot[0], line=spot[1],
+                                              module=type(self).__name__,
+                                              after_wrap=bool(MODELS), wrapped=wrapped))
             return real(self, *args, **kwargs)
         return load_state_dict
 
@@ -188,8 +193,9 @@ def _note_root(module, rec) -> None:
     index = rec.count("root")
     ROOTS[id(module)] = {"index": index, "ref": weakref.ref(module), "target": weakref.ref(target),
                          "kind": kind, "ddp": _ddp_index(module)}
-    rec.add("root", index=index, kind=kind, ddp=_ddp_index(module), module=type(target).__name__,
-            file=spot and spot[0], line=spot and spot[1])
+    rec.add(records.Root(index=index, kind=kind, ddp=_ddp_index(module),
+                         module=type(target).__name__, file=spot and spot[0],
+                         line=spot and spot[1]))
 
 
 def _note_unused(index: int, reach: set[int], rec) -> None:
@@ -199,4 +205,4 @@ def _note_unused(index: int, reach: set[int], rec) -> None:
         return
     unused = [model["names"].get(id(p), "?") for p in ddp.module.parameters()
               if p.requires_grad and id(p) not in reach]
-    rec.add("unused", ddp=index, names=unused, step=rec.steps)
+    rec.add(records.Unused(ddp=index, names=unused))

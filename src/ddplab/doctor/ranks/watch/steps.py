@@ -5,6 +5,7 @@ the step, and the end of the run at step K on every rank (``DoctorStop``)."""
 
 from __future__ import annotations
 
+import ddplab.doctor.records as records
 from ddplab.doctor.ranks import patching, where
 from ddplab.doctor.ranks import recorder as _recorder
 from ddplab.doctor.ranks.digest import summary
@@ -46,8 +47,8 @@ def _digest_replicas(rec) -> None:
         for root in list(ROOTS.values()):
             found = tensors_of(root)
             if found:
-                rec.add("replica", root=root["index"],
-                        tensors={name: [*summary(t), what] for name, (t, what) in found.items()})
+                rec.add(records.Replica(root=root["index"], tensors={
+                    name: [*summary(t), what] for name, (t, what) in found.items()}))
 
 
 def install() -> None:
@@ -63,16 +64,15 @@ def install() -> None:
         spot = where.line()
         micro, rec.micro = rec.micro, []
         backwards, rec.pending = rec.pending, []
-        entry = rec.add("step", number=rec.steps + 1, file=spot and spot[0],
-                        line=spot and spot[1], micro=micro[:KEPT_MICRO], micro_count=len(micro),
-                        backwards=backwards[:2] + backwards[-1:] if len(backwards) > 2
-                        else backwards, backward_count=len(backwards),
-                        optimizer=getattr(optimizer, "_ddplab_doctor", None))
-        if rec.steps == 0:
-            entry["lr"] = [group.get("lr") for group in optimizer.param_groups]
-            entry["optimizer_type"] = type(optimizer).__name__
-        if micro and not micro[-1]["sync"]:
-            entry["grads"] = grads_of(micro[-1]["ddp"])
+        first = rec.steps == 0  # the first step also says the LR and the optimizer's type
+        rec.add(records.Step(
+            number=rec.steps + 1, file=spot and spot[0], line=spot and spot[1],
+            micro=micro[:KEPT_MICRO], micro_count=len(micro),
+            backwards=backwards[:2] + backwards[-1:] if len(backwards) > 2 else backwards,
+            backward_count=len(backwards), optimizer=getattr(optimizer, "_ddplab_doctor", None),
+            lr=[group.get("lr") for group in optimizer.param_groups] if first else None,
+            optimizer_type=type(optimizer).__name__ if first else None,
+            grads=grads_of(micro[-1].ddp) if micro and not micro[-1].sync else None))
         if stop_before:
             raise _recorder.DoctorStop("probe")
 
@@ -92,9 +92,9 @@ def install() -> None:
             if "_ddplab_doctor" not in self.__dict__:
                 spot = where.line()
                 self.__dict__["_ddplab_doctor"] = rec.count("optimizer")
-                rec.add("optimizer", index=self._ddplab_doctor, type=type(self).__name__,
-                        file=spot and spot[0], line=spot and spot[1],
-                        lr=[group.get("lr") for group in self.param_groups])
+                rec.add(records.Optimizer(index=self._ddplab_doctor, type=type(self).__name__,
+                                          file=spot and spot[0], line=spot and spot[1],
+                                          lr=[group.get("lr") for group in self.param_groups]))
         return __init__
 
     patching.wrap(torch.optim.Optimizer, "__init__", make_optimizer_init)

@@ -1,0 +1,157 @@
+"""Two nodes, run on this machine: two torchrun agents, as two nodes start them, and the ways
+the second node fails to join, each made here on loopback.
+
+- **Two nodes.** ``torchrun --nnodes 2 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint
+  127.0.0.1:PORT --rdzv-id ID`` twice, each running ``python -m ddplab check``: the agents meet
+  at the endpoint's store, take node ranks in the order they arrive, and the node that got rank
+  0 tells the others its address (``--local-addr``, else ``socket.getfqdn()``:
+  ``RendezvousStoreInfo.build``, ``torch/distributed/elastic/rendezvous/api.py``), where the
+  ranks' process group then forms. CI runs the same (``scripts/two_nodes.py``). While they run
+  (seconds), torchrun's stores listen on every interface: torch gives them a host name, not a
+  listening socket (ARCHITECTURE.md, "The rendered book in a browser").
+- **Connection refused.** A store client at an address where nothing listens: torch 2.13 says
+  "Connection refused" only in its trace log (``TORCH_CPP_LOG_LEVEL=INFO``,
+  ``TORCH_DISTRIBUTED_DEBUG=DETAIL``: "is not yet listening (errno: 111 - Connection
+  refused), will retry"); what it raises is the client's timeout.
+- **A join timeout.** One agent of ``--nnodes 2``, alone: it waits ``join_timeout`` seconds
+  (600 unless ``--rdzv-conf join_timeout=``) for the other, then raises
+  ``RendezvousTimeoutError``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+
+from ddplab.common.checks import positive_number
+from ddplab.common.results import Result
+
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def node_command(endpoint: str, run_id: str, nproc_per_node: int = 1, **conf) -> list[str]:
+    """One node's torchrun line for a c10d rendezvous at ``endpoint`` (``HOST:PORT``); the
+    address it gives the other nodes (``--local-addr``) is the endpoint's host, as it is when
+    every node is this machine."""
+    command = ["torchrun", "--nnodes", "2", "--nproc-per-node", str(nproc_per_node),
+               "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", run_id,
+               "--local-addr", endpoint.rsplit(":", 1)[0]]  # here every node is this machine
+    if conf:
+        command += ["--rdzv-conf", ",".join(f"{k}={v}" for k, v in conf.items())]
+    return command
+
+
+def _agents(commands: list[list[str]], timeout: float) -> list[tuple[int | None, str, str]]:
+    """Each command, ``torchrun`` run as this Python's module, all at once, each in a session
+    of its own (ended with its children at ``timeout``): (exit code, stdout, stderr)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}  # two "nodes" share this machine's cores
+    procs = [subprocess.Popen(TORCHRUN + c[1:] + ["-m", "ddplab", "check"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              start_new_session=True, env=env) for c in commands]
+    start, out = time.perf_counter(), []
+    for p in procs:
+        try:
+            stdout, stderr = p.communicate(timeout=max(timeout - (time.perf_counter() - start),
+                                                       1.0))
+        except subprocess.TimeoutExpired:
+            stdout, stderr = "", f"no result within {timeout:g} s"
+        finally:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            p.wait()
+        out.append((p.returncode, stdout, stderr))
+    return out
+
+
+@dataclasses.dataclass
+class TwoNodes(Result):
+    commands: list[str]  # each node's line, as run
+    exit_codes: list[int]
+    printed: str  # what global rank 0 printed, on whichever node it ran
+    seconds: float
+
+    def describe(self) -> str:
+        lines = [f"node {i}: " + textwrap.fill(c, 88, subsequent_indent="    ",
+                                               break_on_hyphens=False).replace("\n", " \\\n")
+                 for i, c in enumerate(self.commands)]
+        return "\n".join([*lines,
+                          f"exit codes {self.exit_codes}, {self.seconds:.0f} s; rank 0 printed:",
+                          self.printed.rstrip()])
+
+
+def run(timeout: float = 180.0) -> TwoNodes:
+    """Two torchrun nodes on this machine (c10d rendezvous on 127.0.0.1), each one process,
+    running ``python -m ddplab check``."""
+    positive_number("timeout", timeout)
+    endpoint = f"127.0.0.1:{_free_port()}"
+    commands = [node_command(endpoint, "ddplab-two-nodes")] * 2
+    start = time.perf_counter()
+    done = _agents(commands, timeout)
+    shown = [" ".join(c + ["-m", "ddplab", "check"]) for c in commands]
+    printed = [out for _, out, _ in done if out.strip()]
+    return TwoNodes(shown, [code for code, _, _ in done], printed[0] if len(printed) == 1
+                    else "\n".join(err[-2000:] for _, _, err in done),
+                    time.perf_counter() - start)
+
+
+_REFUSED = """
+import datetime, socket, sys
+import torch.distributed as dist
+free = socket.socket()
+free.bind(("127.0.0.1", 0))
+port = free.getsockname()[1]
+free.close()  # free again: nobody listens there
+try:
+    dist.TCPStore("127.0.0.1", port, 2, False,
+                  timeout=datetime.timedelta(seconds=float(sys.argv[1])))
+except dist.DistNetworkError as exc:
+    print(exc)
+"""
+
+
+@dataclasses.dataclass
+class Refused(Result):
+    traced: str  # the trace log's line, with "Connection refused"
+    raised: str  # what the client raised
+
+    def describe(self) -> str:
+        return "\n".join(["in the trace log:",
+                          textwrap.fill(self.traced, 96, initial_indent="  ",
+                                        subsequent_indent="  "),
+                          "raised:", textwrap.fill(self.raised, 96, initial_indent="  ",
+                                                   subsequent_indent="  ")])
+
+
+def refused(timeout: float = 2.0) -> Refused:
+    """A store client at a loopback port where nothing listens, its trace log on."""
+    positive_number("timeout", timeout)
+    done = subprocess.run([sys.executable, "-c", _REFUSED, str(timeout)], capture_output=True,
+                          text=True, timeout=120,
+                          env={**os.environ, "TORCH_CPP_LOG_LEVEL": "INFO",
+                               "TORCH_DISTRIBUTED_DEBUG": "DETAIL"})
+    line = next(line for line in done.stderr.splitlines() if "Connection refused" in line)
+    return Refused(re.sub(r"^\[\w+ [^\]]*\] ", "", line), done.stdout.strip())
+
+
+def alone(join_timeout: int = 2, timeout: float = 120.0) -> str:
+    """The last line one torchrun agent of ``--nnodes 2`` prints when the other never comes."""
+    positive_number("join_timeout", join_timeout)
+    command = node_command(f"127.0.0.1:{_free_port()}", "ddplab-alone",
+                           join_timeout=join_timeout)
+    (_, _, stderr), = _agents([command], timeout)
+    return stderr.strip().splitlines()[-1]

@@ -1,0 +1,26 @@
+"""Two torchrun nodes on this machine (``running.two_nodes``): the group they form is the one
+the local pool forms at world size 2 (the same all-reduced sum of ranks, 0 + 1), and each way
+the second node fails to join gives the message the running page quotes."""
+
+from ddplab.chapters.running import two_nodes
+
+
+def test_two_torchrun_nodes_form_one_group_of_two():
+    nodes = two_nodes.run(timeout=180)
+    assert nodes.exit_codes == [0, 0], nodes.printed
+    rows = [line.split() for line in nodes.printed.splitlines()[1:3]]
+    assert [int(r[0]) for r in rows] == [0, 1]  # global ranks
+    assert [int(r[1]) for r in rows] == [0, 0]  # each the only process of its node
+    assert {int(r[2]) for r in rows} == {2} and {int(r[-1]) for r in rows} == {0 + 1}
+    assert nodes.printed.rstrip().endswith("OK")
+    assert all("--rdzv-backend c10d" in c for c in nodes.commands)
+
+
+def test_a_port_where_nothing_listens_is_refused_then_times_out():
+    refused = two_nodes.refused(timeout=1.0)
+    assert "(errno: 111 - Connection refused)" in refused.traced
+    assert refused.raised.startswith("The client socket has timed out after 1000ms")
+
+
+def test_one_node_of_two_alone_ends_at_its_join_timeout():
+    assert two_nodes.alone(join_timeout=2).endswith("RendezvousTimeoutError")
