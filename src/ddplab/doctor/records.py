@@ -405,10 +405,22 @@ class Trackers(Record):
     settings: dict
 
 
+@dataclasses.dataclass(frozen=True)
+class LocalRankOption(Record):
+    """An argparse option named ``--local_rank`` / ``--local-rank`` that the script defines
+    (torch.distributed.launch passed it; torchrun does not)."""
+
+    KIND: ClassVar[str] = "local_rank_option"
+    name: str
+    default: object
+    file: str | None
+    line: int | None
+
+
 KINDS: dict[str, type[Record]] = {kind.KIND: kind for kind in (
     GroupInit, GroupDestroy, DuplicateRank, WorldSizeRead, Collective, Clip, Write, Loader,
     Pass, SamplerOrder, SetEpoch, Ddp, Root, Unused, LoadStateDict, Optimizer, Step, Replica,
-    CudaOnCpu, Mapped, Trackers)}
+    CudaOnCpu, Mapped, Trackers, LocalRankOption)}
 
 
 def to_json(record: Record) -> dict:

@@ -27,6 +27,8 @@ class Evidence:
         self.before_group = {int(r): records.load(o["records"])
                              for r, o in run.outcomes.items() if o.get("records")}
         self.world_size = run.world_size
+        launcher = run.launcher or {}
+        self.launcher_kept = records.load(launcher.get("records") or {})
 
     def records(self, kind: type[records.Record], rank: int | None = None) -> list:
         """Rank ``rank``'s records of ``kind`` (the lowest reporting rank's by default)."""
@@ -47,6 +49,11 @@ class Evidence:
         """Records of ``kind`` from processes that failed before they joined a group."""
         return [Ranked(rank, r) for rank, kept in sorted(self.before_group.items())
                 for r in kept.get(kind.KIND, [])]
+
+    def launcher_records(self, kind: type[records.Record]) -> list:
+        """Records of ``kind`` from rank 0's process when it was no rank (a launcher of
+        spawned ranks, or a script that never joined a group)."""
+        return self.launcher_kept.get(kind.KIND, [])
 
     def training_passes(self, rank: int | None = None) -> list[records.Pass]:
         return [p for p in self.records(records.Pass, rank) if p.training]

@@ -118,10 +118,9 @@ class Diagnosis:
         return [f for f in self.findings if f.kind == "error"]
 
     def exit_code(self) -> int:
-        """0: no error; 1: an error found; 2: the script failed on its own (no check explains
-        it) or never started a process group."""
-        if (self.crash is not None and not self.crash.get("explained")) or \
-                self.outcome == "no group":
+        """0: no error; 1: an error found (a script that ran without joining a process group
+        too); 2: the script failed on its own (no check explains it)."""
+        if self.crash is not None and not self.crash.get("explained"):
             return 2
         return 1 if self.errors() else 0
 

@@ -48,11 +48,11 @@ def main(args) -> int:
         rec.on_alarm = lambda store: _judge_and_exit(store, settings, args, show)
     outcome, about = run_script(args.script, args.script_args)
     scratch.stop()
-    if rec.store is None:
-        if rank == 0:
-            print(f"{args.script}: the script never joined a process group "
-                  "(init_process_group was not called): nothing distributed to check")
-        return 2
+    if rec.store is None:  # it never joined a group: rank 0 says so (no-process-group)
+        result = launcher.Run(mode=records.Mode.NONE, world_size=settings.world_size,
+                              launcher=dict(about, outcome=outcome,
+                                            records=records.dump(rec.records)))
+        return _report(result, args, show) if rank == 0 else 1
     rec.publish(outcome, **about)
     if rank != 0:
         rec.wait_for_release()

@@ -101,10 +101,6 @@ def report(diagnosis) -> str:
         lines += wrapped(f"{shown_path(diagnosis.script)}: {who} failed on its own (no DDP "
                          "check explains it):")
         lines += ["    " + line for line in (crash.get("traceback") or "").rstrip().splitlines()]
-    if diagnosis.outcome == "no group":
-        lines += wrapped(f"{shown_path(diagnosis.script)}: the script never joined a process "
-                         "group (init_process_group was not called): nothing distributed to "
-                         "check")
     if not diagnosis.findings and diagnosis.exit_code() != 2:
         lines.append("no findings. What was checked:")
         lines += table(diagnosis)

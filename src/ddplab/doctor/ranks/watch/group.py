@@ -157,6 +157,28 @@ def install() -> None:
         patching.wrap(owner, "new_group", make_new_group)
         patching.wrap(owner, "destroy_process_group", make_destroy)
     _watch_world_size_reads(dist)
+    _watch_local_rank_option()
+
+
+def _watch_local_rank_option() -> None:
+    """An argparse ``--local_rank`` in the script's own code (``no-process-group``)."""
+    import argparse
+
+    def make_add_argument(real):
+        def add_argument(self, *names, **kwargs):
+            action = real(self, *names, **kwargs)
+            named = [n for n in names if n.replace("-", "_") == "__local_rank"]
+            spot = where.line()
+            if named and spot is not None:
+                default = kwargs.get("default")
+                _recorder.RECORDER.add(records.LocalRankOption(
+                    name=named[0], default=default if isinstance(
+                        default, (int, str, float, type(None))) else repr(default),
+                    file=spot[0], line=spot[1]))
+            return action
+        return add_argument
+
+    patching.wrap(argparse._ActionsContainer, "add_argument", make_add_argument)
 
 
 def _watch_world_size_reads(dist) -> None:
