@@ -22,6 +22,7 @@ from ddplab.doctor.ranks.watch import steps as watch_steps
 READER_DIR = "DDPLAB_DOCTOR_READER_DIR"
 WATCHERS = (cuda_on_cpu, scratch, watch_group, watch_collectives, watch_data, watch_model,
             watch_steps, watch_amp, watch_files)
+ENDED_EPOCH = (StopIteration, ZeroDivisionError)  # what an empty epoch makes a script raise
 _HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the doctor's package
 
 
@@ -42,6 +43,17 @@ def readers_traceback(exc: BaseException) -> str:
     return "".join(lines)
 
 
+def stop_for(exc: BaseException) -> _recorder.DoctorStop | None:
+    """The doctor's stop in place of what an epoch it ended made the script raise
+    (``next(iter(loader))`` of an empty loader, an average over zero batches): the script is
+    stopped there, as every rank is, not crashed."""
+    if isinstance(exc, ENDED_EPOCH) and _recorder.RECORDER.draining is not None:
+        said = traceback.format_exception_only(type(exc), exc)[-1].strip()
+        return _recorder.DoctorStop(f"the script could not run an epoch the doctor ended: "
+                                    f"{said}")
+    return None
+
+
 def outcome_of(call) -> tuple[records.Outcome, dict]:
     """Run ``call()``; how it ended: ``finished``, ``stopped`` (the doctor's stop) or
     ``crashed`` (an exception, or a non-zero exit status, with the reader's traceback)."""
@@ -56,6 +68,9 @@ def outcome_of(call) -> tuple[records.Outcome, dict]:
             "error": f"SystemExit({exc.code!r})",
             "traceback": f"the script exited with status {exc.code!r}\n"}
     except BaseException as exc:  # the script's own failure: reported, never re-raised here
+        stop = stop_for(exc)
+        if stop is not None:
+            return records.Outcome.STOPPED, {"why": str(stop)}
         return records.Outcome.CRASHED, {
             "error": traceback.format_exception_only(type(exc), exc)[-1].strip(),
             "traceback": readers_traceback(exc)}

@@ -139,3 +139,30 @@ def install() -> None:
         patching.replace(torch.cuda, name, lambda real, answer=answer: answer, "cuda")
     patching.wrap(torch.cuda, "is_available", make_is_available, "cuda")
     patching.wrap(torch.cuda, "device_count", make_device_count, "cuda")
+    _accelerator(set_device, synchronize, make_is_available, make_device_count)
+
+
+def _accelerator(set_device, synchronize, make_is_available, make_device_count) -> None:
+    """``torch.accelerator`` (torch 2.6 and later), which scripts written for any GPU call:
+    the same answers as ``torch.cuda``'s, the accelerator being ``cuda``."""
+    import torch
+
+    accelerator = getattr(torch, "accelerator", None)
+    if accelerator is None:
+        return
+
+    def make_current(real):
+        def current_accelerator(check_available=False):
+            return torch.device("cuda") if from_reader() else real(check_available)
+        return current_accelerator
+
+    answers = {"set_device_index": set_device, "set_device_idx": set_device,
+               "synchronize": synchronize, "current_device_index": lambda: STATE["device"],
+               "current_device_idx": lambda: STATE["device"],
+               "get_memory_info": lambda device=None: _host_memory()}
+    for name, answer in answers.items():
+        if hasattr(accelerator, name):
+            patching.replace(accelerator, name, lambda real, answer=answer: answer, "cuda")
+    patching.wrap(accelerator, "is_available", make_is_available, "cuda")
+    patching.wrap(accelerator, "device_count", make_device_count, "cuda")
+    patching.wrap(accelerator, "current_accelerator", make_current, "cuda")
