@@ -52,6 +52,7 @@ def install() -> None:
     for part in (host_cuda, precision, ddp, refusals):
         part.install()
     devices.install_module_devices()
+    devices.install_generator()
     devices.mode_class()().__enter__()
 
 

@@ -155,3 +155,25 @@ def install_module_devices() -> None:
     patching.wrap(torch.nn.Module, "to", make_to, "cuda")
     patching.wrap(torch.nn.Module, "cuda", make_cuda, "cuda")
     patching.wrap(torch.nn.Module, "cpu", make_cpu, "cuda")
+
+
+def install_generator() -> None:
+    """``torch.Generator(device="cuda")``: a class of C, which the override point does not see;
+    a subclass that makes a CPU generator (an instance of torch's class, as torch checks)."""
+    import torch
+
+    def make(real):
+        class Generator(real):
+            def __new__(cls, device="cpu"):
+                if is_cuda(device):
+                    note("torch.Generator(device='cuda')")
+                    device = "cpu"
+                return real.__new__(cls, device)
+
+            def __init__(self, device="cpu"):
+                pass  # made in __new__
+
+        Generator.__qualname__ = Generator.__name__ = "Generator"
+        return Generator
+
+    patching.replace(torch, "Generator", make, "cuda")
