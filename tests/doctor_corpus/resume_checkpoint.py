@@ -1,6 +1,6 @@
 """A script that resumes: it loads checkpoint.pt if there is one, appends to train.log, keeps
-metrics under runs/, and rank 0 saves over checkpoint.pt after every epoch, then reads it back
-to check it. Clean; run where checkpoint.pt and train.log already exist.
+metrics under runs/, and rank 0 saves over checkpoint.pt after every epoch, links latest.pt
+to it, then reads it back to check it. Clean; run where checkpoint.pt and train.log already exist.
 
     torchrun --nproc-per-node 2 resume_checkpoint.py
 """
@@ -44,7 +44,11 @@ for epoch in range(start, start + 5):
         np.save("runs/exp1/loss.npy", np.array([loss.item()]))
         pathlib.Path("runs/exp1/last_epoch.txt").write_text(str(epoch))
         torch.save({"model": model.module.state_dict(), "epoch": epoch}, "checkpoint.pt")
-        saved = torch.load("checkpoint.pt")  # what was just written, not what was there
+        if os.path.lexists("latest.pt"):
+            os.remove("latest.pt")
+        os.symlink("checkpoint.pt", "latest.pt")
+        saved = torch.load("latest.pt")  # what was just written, not what was there
+        assert sorted(os.listdir("runs/exp1")) == ["last_epoch.txt", "loss.npy"]
         assert saved["epoch"] == epoch and torch.equal(saved["model"]["weight"],
                                                        model.module.weight.detach())
         assert open("train.log").read().endswith(f"epoch {epoch}: loss {loss.item():.4f}\n")

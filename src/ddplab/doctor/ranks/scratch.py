@@ -6,9 +6,10 @@ opened to append or update is copied to the scratch folder first.
 
 Python's file calls are wrapped where a path becomes a file: ``open`` (``builtins`` and
 ``io``: pathlib, numpy and ``torch.load`` go through it), ``os.open``, ``os.mkdir`` /
-``makedirs``, ``os.stat`` (``os.path.exists``, ``Path.exists``), ``os.listdir``, ``os.remove`` /
-``unlink`` / ``rmdir`` / ``rename`` / ``replace``, ``shutil.rmtree``, and ``torch.save`` (which
-writes a path from C++). A removal of an existing file of the reader's removes nothing.
+``makedirs``, ``os.stat`` / ``lstat`` / ``readlink`` (``os.path.exists``, ``Path.exists``),
+``os.listdir``, ``os.symlink``, ``os.remove`` / ``unlink`` / ``rmdir`` / ``rename`` /
+``replace``, ``shutil.rmtree``, and ``torch.save`` (which writes a path from C++). A removal
+of an existing file of the reader's removes nothing.
 
 Left where they are: the temporary folder, ``/dev``, ``/proc``, ``/sys``, caches under
 ``~/.cache`` and Python's own installation (a library's cache is not the reader's file, and
@@ -163,6 +164,8 @@ def _wrap_files() -> None:
     patching.wrap(io, "open", make_open, "scratch")
     patching.wrap(os, "open", make_os_open, "scratch")
     patching.wrap(os, "stat", make_reader, "scratch")
+    patching.wrap(os, "lstat", make_reader, "scratch")
+    patching.wrap(os, "readlink", make_reader, "scratch")
     patching.wrap(torch, "save", make_save, "scratch")
 
 
@@ -184,11 +187,14 @@ def _wrap_folders() -> None:
 
     def make_listdir(real):
         def listdir(path="."):
-            names = real(path)
             copy = scratch_copy(path)
-            if copy and os.path.isdir(copy):
-                names = sorted(set(names) | set(real(copy)))
-            return names
+            if not copy or not os.path.isdir(copy):
+                return real(path)
+            try:  # the reader's folder and what the run wrote into it
+                names = set(real(path))
+            except FileNotFoundError:  # a folder the run made
+                names = set()
+            return sorted(names | set(real(copy)))
         return listdir
 
     def make_remove(real):
@@ -224,6 +230,12 @@ def _wrap_folders() -> None:
             return None
         return rmtree
 
+    def make_symlink(real):
+        def symlink(src, dst, *args, **kwargs):  # the link is written, its target is text
+            return real(src, for_writing(dst, keep_contents=False), *args, **kwargs)
+        return symlink
+
+    patching.wrap(os, "symlink", make_symlink, "scratch")
     patching.wrap(os, "mkdir", make_mkdir, "scratch")
     patching.wrap(os, "makedirs", make_makedirs, "scratch")
     patching.wrap(os, "listdir", make_listdir, "scratch")
