@@ -19,6 +19,7 @@ import ddplab.doctor.records as records
 from ddplab.doctor.ranks import patching, where
 from ddplab.doctor.ranks import recorder as _recorder
 from ddplab.doctor.ranks.digest import first_tensor, tensor_hash
+from ddplab.doctor.ranks.watch.model import MODELS
 from ddplab.doctor.settings import Settings
 
 FIRST = 8  # indices kept per sampler order, to show in a message
@@ -91,6 +92,27 @@ class PassIterator:
         return batch
 
 
+class EndedPass:
+    """A training loader's pass once training has ended: it ends at once where a DDP model is
+    in training mode, and runs whole where every one is in ``eval()`` mode (an accuracy over
+    the training set at the script's end, as many scripts compute)."""
+
+    def __init__(self, inner):
+        self._inner = inner
+
+    def __iter__(self):
+        return self
+
+    def __len__(self):
+        return len(self._inner)
+
+    def __next__(self):
+        models = [m["ddp"]() for m in MODELS.values()]
+        if not models or any(m is not None and m.module.training for m in models):
+            raise StopIteration
+        return next(self._inner)
+
+
 def _ended(rec, index: int, trained: int) -> bool:
     """Whether this pass ends at once, the training loaders ended: a loader that trained
     does, and one that only evaluated does after two whole passes since (so that a script
@@ -145,7 +167,7 @@ def install() -> None:
             if trained >= 2:
                 rec.drain("two epochs")
             if rec.draining is not None and _ended(rec, index, trained):
-                return iter(())
+                return EndedPass(real(self)) if trained else iter(())
             spot = where.line()
             record = rec.add(records.Pass(loader=index, number=len(passes), len=_len(self),
                                           file=spot and spot[0], line=spot and spot[1],
