@@ -9,7 +9,7 @@ import re
 
 import yaml
 
-from ddplab.doctor.judging import findings
+from ddplab.doctor.judging import error_index, findings
 from ddplab.doctor.judging.checks import CHECKS, SECTIONS
 from ddplab.doctor.judging.findings import KINDS, Diagnosis, Finding, Verdict
 from ddplab.doctor.judging.judges import model as judge_model
@@ -49,7 +49,10 @@ def test_each_check_links_a_section_of_the_rendered_book():
     gives it an id; the browser check opens each in the built book); every label the doctor
     names stands before a heading of that page."""
     found = labels()
-    assert set(SECTIONS) == {check.section for check in CHECKS}
+    entries = {entry.label for entry in error_index.ENTRIES}  # known-crash's own sections
+    assert set(SECTIONS) == {check.section for check in CHECKS} | entries
+    for label in entries:
+        assert found[label][0] == SECTIONS[label] == "errors"
     for check in CHECKS:
         page, after = found[check.section]
         assert SECTIONS[check.section] == page and after.startswith("#"), check.id
@@ -69,7 +72,8 @@ def test_the_report_fits_the_books_column():
     """Every check found once, with a long message, on a long path, with each fix the doctor
     gives (the judges' own too): no line of the report wider than the page's 100 columns."""
     fixes = [c.fix for c in CHECKS] + [getattr(judge_model, n) for n in dir(judge_model)
-                                       if n.startswith("FIX_")]
+                                       if n.startswith("FIX_")] + [
+        entry.fix for entry in error_index.ENTRIES]
     assert all(len(line) <= text.FIX_WIDTH for fix in fixes for line in fix.splitlines())
     message = ("the DistributedSampler of the DataLoader made at train.py:21 gave the same order "
                "in two epochs (epoch=0 both times; first indices 44, 17, 47, 35, 33, 63, ... in "

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -76,7 +77,9 @@ def test_json_and_page(tmp_path):
     assert done.returncode == 1, done.stderr
     data = json.loads(done.stdout)
     assert data["schema_version"] == 1 and data["world_size"] == 2
-    assert data["backend_requested"] == data["backend_used"] == "gloo"
+    # the tutorial takes its CUDA branch: is_available() is True for the script here
+    assert (data["backend_requested"], data["backend_used"]) == ("nccl", "gloo")
+    assert data["mapped"]["gpus"] == 0 and data["mapped"]["calls"]
     assert data["steps_run"] == 8 and data["exit_code"] == 1
     assert {"id", "status"} <= set(data["checks"][0])
     f = next(f for f in data["findings"] if f["id"] == "sampler-set-epoch")
@@ -85,15 +88,33 @@ def test_json_and_page(tmp_path):
     page = (out / "doctor.html").read_text()
     assert "sampler-set-epoch" in page and "sampler.set_epoch(epoch)" in page
     assert "<script" not in page and "src=\"http" not in page and "src='http" not in page
-    assert (tmp_path / "snapshot.pt").exists()  # the script ran here, as it would
+    assert not (tmp_path / "snapshot.pt").exists()  # the script's save went to the scratch
     assert not (CORPUS / "snapshot.pt").exists()
+    assert data["writes"] == {"0": ["snapshot.pt"]}  # what it would have written, by rank
+
+
+def test_github_annotations_at_the_scripts_line(tmp_path):
+    """``--format github``: a workflow command per finding, read by the Actions runner."""
+    done = doctor("--format", "github", CORPUS / "tutorial_torchrun.py", 3, 1, cwd=tmp_path)
+    assert done.returncode == 1, done.stderr
+    first = next(line for line in done.stdout.splitlines() if "sampler-set-epoch" in line)
+    where = re.match(r"::error file=([^,]+),line=(\d+),title=ddplab doctor sampler-set-epoch::",
+                     first)
+    assert where and where.group(1) == str(CORPUS / "tutorial_torchrun.py"), first
+    source = (CORPUS / "tutorial_torchrun.py").read_text().splitlines()
+    assert "for source, targets in" in source[int(where.group(2)) - 1]  # the second epoch's
+    assert done.stdout.splitlines()[-1].startswith("ddplab doctor: ")  # the summary last
 
 
 def test_a_script_without_a_process_group(tmp_path):
+    """It ran, undistributed: under torchrun every process would train alone. A finding (exit
+    1), not bad input."""
     (tmp_path / "single.py").write_text("import torch\nprint(torch.ones(2).sum().item())\n")
     done = doctor("single.py", cwd=tmp_path)
-    assert done.returncode == 2
-    assert "never joined a process group" in done.stdout
+    assert done.returncode == 1
+    said = " ".join(done.stdout.split())
+    assert "error no-process-group: the script ran to its end without joining a process group" \
+        in said
 
 
 def test_the_doctors_option_after_the_script_is_the_scripts_and_the_doctor_says_so(tmp_path):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import hashlib
+import json
 import math
 import os
 import subprocess
@@ -24,6 +25,7 @@ from torch.utils.data.distributed import DistributedSampler
 from ddplab.doctor.launch import launcher
 from ddplab.doctor.launch.diagnose import diagnose
 from ddplab.doctor.launch.processes import Zygote
+from ddplab.doctor.reporting import output, text
 from doctor_support import CORPUS, MARK, checkout_status, new_mark, processes_with
 
 # script -> (arguments, errors, other findings (waste, advisory), doctor settings)
@@ -55,6 +57,13 @@ EXPECTED = {
     "plain_uneven.py": ([], {"uneven-inputs"}, set(), {}),
     "plain_crash.py": ([], set(), set(), {}),
     "blog_fixed_rank.py": ([], {"duplicate-rank"}, set(), {}),
+    "cuda_hardcoded.py": ([], set(), set(), {}),
+    "crash_sampler_shuffle.py": ([], {"known-crash"}, set(), {}),
+    "crash_module_prefix.py": ([], {"known-crash"}, {"lr-not-scaled"}, {}),
+    "crash_sync_batchnorm_cpu.py": ([], {"known-crash"}, set(), {}),
+    "local_rank_argparse.py": ([], {"no-process-group"}, set(), {}),
+    "local_rank_device.py": ([], {"known-crash"}, set(), {}),
+    "tail_prefix_load.py": ([], {"known-crash"}, {"lr-not-scaled"}, {}),
 }
 
 
@@ -274,3 +283,81 @@ def test_a_script_that_fails_on_its_own(diagnoses):
         diagnosis.crash["traceback"]
     assert "plain_crash.py" in diagnosis.crash["traceback"]
     assert "ddplab" not in diagnosis.crash["traceback"]  # the reader's frames only
+
+
+def test_a_cuda_script_runs_unedited_on_cpu_ranks(diagnoses):
+    """No GPU here: the script's mp.spawn(nprocs=torch.cuda.device_count()) starts the 2 ranks
+    asked for, its CUDA runs on the CPU, NCCL as gloo, and the report's first line says what
+    was mapped."""
+    diagnosis = diagnoses["by_script"]["cuda_hardcoded.py"]
+    assert diagnosis.world_size == 2 and diagnosis.steps_run == 8
+    assert (diagnosis.backend_requested, diagnosis.backend_used) == ("nccl", "gloo")
+    calls = {c["what"] for c in diagnosis.mapped["calls"]}
+    assert {"torch.cuda.set_device", "model.cuda()", "DistributedDataParallel(device_ids=...)",
+            "GradScaler('cuda') -> GradScaler('cpu')", ".cuda()", ".to('cuda')",
+            "autocast('cuda') -> autocast('cpu', bfloat16)",
+            "SyncBatchNorm (statistics all-reduced over gloo)",
+            "torch.cuda.synchronize"} <= calls
+    assert diagnosis.mapped["gpus"] == 0 and diagnosis.mapped["ranks"] == 2
+    first = text.report(diagnosis).splitlines()[0]
+    assert first.startswith("CUDA mapped onto the CPU (0 GPUs here for 2 ranks")
+    collectives = next(v for v in diagnosis.checks if v.id == "cpu-tensor-nccl")
+    assert collectives.status == "passed"  # the loss it all-reduces is on "cuda"
+
+
+def test_a_tensor_the_author_left_on_the_cpu_is_still_found_under_nccl(diagnoses):
+    """plain_nccl_cpu.py takes its CUDA branch here (is_available is True for the script): the
+    model and batches go to "cuda", the logged loss is made on the CPU. Only that one is found."""
+    diagnosis = diagnoses["by_script"]["plain_nccl_cpu.py"]
+    assert diagnosis.mapped is not None
+    found = [f for f in diagnosis.findings if f.id == "cpu-tensor-nccl"]
+    source = (CORPUS / "plain_nccl_cpu.py").read_text().splitlines()
+    assert [source[f.line - 1].strip() for f in found] == ["dist.all_reduce(logged)"]
+
+
+@pytest.mark.parametrize("name,entry,line", [
+    ("crash_sampler_shuffle.py", "errors-sampler-shuffle", "loader = DataLoader("),
+    ("crash_module_prefix.py", "errors-state-dict-prefix", "evaluated.load_state_dict("),
+    ("crash_sync_batchnorm_cpu.py", "errors-sync-batchnorm-cpu", "model = DDP("),
+    ("local_rank_device.py", "errors-local-rank", "device = torch.device(\"cuda\", args."),
+])
+def test_a_crash_the_book_explains_is_named_with_its_entry(diagnoses, name, entry, line):
+    diagnosis = diagnoses["by_script"][name]
+    f = finding(diagnosis, "known-crash")
+    assert f.section == entry and f.url.endswith(f"errors.html#{entry}")
+    assert diagnosis.crash["explained"] and diagnosis.exit_code() == 1
+    source = (CORPUS / name).read_text().splitlines()
+    assert source[f.line - 1].startswith(line)
+
+
+def test_a_local_rank_option_torchrun_never_passes(diagnoses):
+    """The script ran to its end undistributed: a finding (exit 1), not bad input (exit 2)."""
+    diagnosis = diagnoses["by_script"]["local_rank_argparse.py"]
+    f = finding(diagnosis, "no-process-group")
+    assert f.evidence == {"option": "--local_rank", "default": -1}
+    source = (CORPUS / "local_rank_argparse.py").read_text().splitlines()
+    assert "--local_rank" in source[f.line - 1] and "LOCAL_RANK" in f.fix
+    assert diagnosis.exit_code() == 1 and diagnosis.crash is None
+
+
+def test_every_diagnosis_is_valid_sarif(diagnoses):
+    """Each corpus script's diagnosis as SARIF 2.1.0 passes the standard's schema."""
+    from test_doctor_formats import validate
+
+    for name, diagnosis in diagnoses["by_script"].items():
+        report = json.loads(output.rendered(diagnosis, "sarif"))
+        validate(report)
+        assert len(report["runs"][0]["results"]) == len(diagnosis.findings), name
+
+
+def test_a_mistake_at_the_scripts_end_is_found_after_step_k(diagnoses):
+    """After 8 steps (two epochs) the training loaders end at once: the three epochs left run
+    their evaluation without training, and the script's end (save, barrier, load) runs on
+    every rank, where the 'module.' prefix load fails."""
+    diagnosis = diagnoses["by_script"]["tail_prefix_load.py"]
+    f = finding(diagnosis, "known-crash")
+    source = (CORPUS / "tail_prefix_load.py").read_text().splitlines()
+    assert source[f.line - 1] == "final.load_state_dict(torch.load(\"final.pt\"))"
+    assert f.section == "errors-state-dict-prefix" and diagnosis.steps_run == 8
+    said = diagnosis.output["rank0"]
+    assert all(f"epoch {e}: validation loss" in said for e in range(5))  # every epoch ran

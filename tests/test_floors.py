@@ -44,14 +44,16 @@ FLOORS = {
                                "every rank as one variable",
                                {"ddplab.engine": "whether torchrun started us"}),
     "ddplab.doctor.ranks": ("the doctor on every rank: the entry point, the watchers, the "
-                            "recorder, the reader's line, processes the script spawns", {
+                            "recorder, the reader's line, processes the script spawns, the "
+                            "script's CUDA on CPU ranks, its writes kept in a scratch folder", {
                                 "ddplab.doctor.records": "", "ddplab.doctor.settings": "",
                                 "ddplab.doctor.store": "",
                                 "ddplab.engine": "dying with the parent"}),
     "ddplab.doctor.judging": ("the doctor's judging: the evidence read back, the checks' "
                               "registry, the judges, findings and verdicts",
                               {"ddplab.doctor.records": ""}),
-    "ddplab.doctor.reporting": ("the diagnosis shown: text, JSON, a page",
+    "ddplab.doctor.reporting": ("the diagnosis shown: text, JSON, GitHub annotations, SARIF, "
+                                "a page",
                                 {"ddplab.common": "", "ddplab.doctor.judging": ""}),
     "ddplab.doctor.launch": ("the doctor's own process: the command line, the run and its "
                              "judging, the ranks started and watched, torchrun mode", {

@@ -13,7 +13,8 @@ The folders are the processes the code runs in, and the order evidence flows thr
   the launcher (start the ranks, watch them, roll call on a hang, clean up), the zygote that
   forks the ranks with torch imported once, torchrun mode, bad input.
 - ``ranks/``: every rank. The rank's entry point, the watchers (``ranks/watch/``: torch's
-  hooks where they exist, wrappers where they do not), the recorder that keeps what one
+  hooks where they exist, wrappers where they do not), the script's CUDA mapped onto the CPU
+  where there is no GPU per rank (``ranks/cuda_on_cpu/``), the recorder that keeps what one
   process saw, the reader's line (``where``), processes the script spawns itself.
 - ``records``: one frozen type per kind of record a watcher writes and a judge reads (a
   DDP made, a loader pass, a collective, a step, ...), and their trip through JSON.

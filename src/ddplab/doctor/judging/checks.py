@@ -9,10 +9,12 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
+from ddplab.doctor.judging import error_index
 from ddplab.doctor.judging.findings import BOOK, Finding, Verdict
 from ddplab.doctor.judging.judges import (
     accumulation,
     collectives,
+    crash,
     data,
     files,
     group,
@@ -36,7 +38,16 @@ SECTIONS = {  # label -> the page it stands on; its section opens at BOOK + page
     "lr-scaling-rules": "lr_scaling",
     "hangs": "hangs",
     "running-torchrun": "running",
+    "errors": "errors",
+    **{entry.label: "errors" for entry in error_index.ENTRIES},
+    error_index.NO_GROUP: "errors",
 }
+
+
+def url_of(section: str) -> str:
+    # Sphinx gives a label's target its own id, so the label is the anchor: a heading
+    # reworded keeps it (a heading's own slug would change, and differs from GitHub's)
+    return f"{BOOK}{SECTIONS[section]}.html#{section}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,9 +63,7 @@ class Check:
 
     @property
     def url(self) -> str:
-        # Sphinx gives a label's target its own id, so the label is the anchor: a heading
-        # reworded keeps it (a heading's own slug would change, and differs from GitHub's)
-        return f"{BOOK}{SECTIONS[self.section]}.html#{self.section}"
+        return url_of(self.section)
 
 
 FIX_SET_EPOCH = """\
@@ -129,6 +138,8 @@ FIX_HANG = """\
 # every rank must call the same collectives in the same order: move the collective
 # out of any `if rank == ...` branch, and give every rank the same number of batches"""
 
+FIX_KNOWN = """\
+# each entry of the book's error index says what to change, as code"""
 FIX_RANK = """\
 # no rank= or world_size=: torchrun's RANK and WORLD_SIZE, one rank per process
 dist.init_process_group()  # or keep the backend your script names: ("gloo"), ("nccl")
@@ -188,6 +199,12 @@ CHECKS = (
     Check("lr-not-scaled", "advisory",
           "the LR follows the global batch when the global batch grows with the world size",
           "lr-scaling-rules", FIX_LR, optimizer.lr_not_scaled),
+    Check("no-process-group", "error",
+          "a script run as torchrun runs it joins a process group",
+          error_index.NO_GROUP, error_index.FIX_LOCAL_RANK, group.no_process_group),
+    Check("known-crash", "error",
+          "a crash no check above explains, looked up in the book's error index",
+          "errors", FIX_KNOWN, crash.known_crash, explains_crash=("",)),
     Check("hang", "error",
           "no rank waits longer than the timeout in a collective, a backward or DDP's "
           "construction", "hangs", FIX_HANG, collectives.hang),
@@ -215,7 +232,8 @@ def judge(evidence) -> list[Verdict]:
             findings.append(Finding(
                 id=check.id, kind=problem.kind or check.kind, message=message,
                 evidence=about, file=problem.file, line=problem.line,
-                section=check.section, url=check.url, fix=problem.fix or check.fix,
+                section=problem.section or check.section,
+                url=url_of(problem.section or check.section), fix=problem.fix or check.fix,
                 explains=explains))
         earlier.extend(findings)
         verdicts.append(Verdict(check.id, check.kind, judgement.status, judgement.why,

@@ -27,6 +27,8 @@ class Evidence:
         self.before_group = {int(r): records.load(o["records"])
                              for r, o in run.outcomes.items() if o.get("records")}
         self.world_size = run.world_size
+        launcher = run.launcher or {}
+        self.launcher_kept = records.load(launcher.get("records") or {})
 
     def records(self, kind: type[records.Record], rank: int | None = None) -> list:
         """Rank ``rank``'s records of ``kind`` (the lowest reporting rank's by default)."""
@@ -48,6 +50,11 @@ class Evidence:
         return [Ranked(rank, r) for rank, kept in sorted(self.before_group.items())
                 for r in kept.get(kind.KIND, [])]
 
+    def launcher_records(self, kind: type[records.Record]) -> list:
+        """Records of ``kind`` from rank 0's process when it was no rank (a launcher of
+        spawned ranks, or a script that never joined a group)."""
+        return self.launcher_kept.get(kind.KIND, [])
+
     def training_passes(self, rank: int | None = None) -> list[records.Pass]:
         return [p for p in self.records(records.Pass, rank) if p.training]
 
@@ -61,6 +68,36 @@ class Evidence:
     def used_backend(self) -> str | None:
         inits = self.records(records.GroupInit)
         return inits[0].backend if inits else None
+
+    def mapped(self) -> dict | None:
+        """What of the script's CUDA ran on the CPU (``ranks.cuda_on_cpu``): the machine's GPUs
+        and ranks, and each thing mapped, in the order first seen, with its first line."""
+        machine = next((r for rank in self.ranks
+                        for r in self.records(records.CudaOnCpu, rank)), None)
+        seen = {}
+        for ranked in sorted(self.all(records.Mapped), key=lambda r: (r.rank, r.record.t)):
+            call = ranked.record
+            seen.setdefault(call.what, {"what": call.what, "file": call.file, "line": call.line})
+        if machine is None or not seen:
+            return None
+        return {"gpus": machine.gpus, "ranks": machine.ranks, "calls": list(seen.values())}
+
+    def writes(self) -> dict:
+        """rank -> the files the script would have written there (they went to the run's
+        scratch folder), in the order first written."""
+        found = {}
+        for rank in self.ranks:
+            paths = list(dict.fromkeys(w.path for w in self.records(records.Write, rank)))
+            if paths:
+                found[rank] = paths
+        return found
+
+    def trackers(self) -> dict | None:
+        """The experiment trackers the script imported and the settings that kept them from
+        recording a run."""
+        found = next((t for rank in self.ranks for t in self.records(records.Trackers, rank)),
+                     None)
+        return found and {"modules": found.modules, "settings": found.settings}
 
     def steps_run(self) -> int:
         return min((self.by_rank[r]["steps"] for r in self.ranks), default=0)

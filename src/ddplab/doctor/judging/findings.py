@@ -106,6 +106,9 @@ class Diagnosis:
     seconds: float = 0.0
     output: dict = dataclasses.field(default_factory=dict)
     root: str | None = None  # the folder the script ran in: paths are shown from there
+    mapped: dict | None = None  # the script's CUDA run on the CPU: {"gpus", "ranks", "calls"}
+    writes: dict = dataclasses.field(default_factory=dict)  # rank -> paths it would have written
+    trackers: dict | None = None  # {"modules", "settings"}: trackers kept from recording
 
     @property
     def findings(self) -> list:
@@ -115,10 +118,9 @@ class Diagnosis:
         return [f for f in self.findings if f.kind == "error"]
 
     def exit_code(self) -> int:
-        """0: no error; 1: an error found; 2: the script failed on its own (no check explains
-        it) or never started a process group."""
-        if (self.crash is not None and not self.crash.get("explained")) or \
-                self.outcome == "no group":
+        """0: no error; 1: an error found (a script that ran without joining a process group
+        too); 2: the script failed on its own (no check explains it)."""
+        if self.crash is not None and not self.crash.get("explained"):
             return 2
         return 1 if self.errors() else 0
 
@@ -130,4 +132,9 @@ class Diagnosis:
                 "outcome": self.outcome, "exit_code": self.exit_code(),
                 "checks": [v.to_json() for v in self.checks],
                 "findings": [f.to_json() for f in self.findings],
-                "crash": self.crash, "hang": self.hang, "seconds": round(self.seconds, 2)}
+                "crash": self.crash, "hang": self.hang, "seconds": round(self.seconds, 2),
+                "writes": {rank: [shown_path(p) for p in paths]
+                           for rank, paths in self.writes.items()},
+                "trackers": self.trackers,
+                "mapped": self.mapped and dict(self.mapped, calls=[
+                    dict(c, file=shown_path(c["file"])) for c in self.mapped["calls"]])}

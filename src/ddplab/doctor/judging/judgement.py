@@ -22,6 +22,7 @@ class Problem:
     line: int | None
     kind: str | None = None  # the check's kind unless said
     fix: str | None = None  # the check's fix unless said
+    section: str | None = None  # the check's book section unless said (an error's own entry)
 
 
 @dataclasses.dataclass

@@ -1,7 +1,7 @@
 """``python -m ddplab doctor``: the command line of :mod:`ddplab.doctor`.
 
-    python -m ddplab doctor [--world-size N] [--steps K] [--json] [--out DIR] [--timeout S] \\
-        train.py [script args]
+    python -m ddplab doctor [--world-size N] [--steps K] [--format text|json|github|sarif] \\
+        [--out DIR] [--timeout S] train.py [script args]
     torchrun --nproc-per-node N -m ddplab doctor train.py [script args]
 
 The doctor's options come before the script; everything after the script is the script's
@@ -42,15 +42,20 @@ def add_arguments(sub) -> None:
     sub.add_argument("--world-size", type=int, default=None,
                      help="ranks to start (default 2; under torchrun: torchrun's)")
     sub.add_argument("--steps", type=int, default=DEFAULTS.steps,
-                     help=f"stop every rank after this many optimizer steps (default "
-                          f"{DEFAULTS.steps}; two epochs end the run sooner)")
+                     help=f"training ends on every rank after this many optimizer steps "
+                          f"(default {DEFAULTS.steps}; two epochs end it sooner): the script's "
+                          "loaders end at once, so its evaluation and its end still run")
     sub.add_argument("--batches", type=int, default=DEFAULTS.batches,
                      help=f"training batches per epoch the run goes through (default "
                           f"{DEFAULTS.batches})")
     sub.add_argument("--timeout", type=float, default=DEFAULTS.timeout,
                      help=f"seconds a rank may wait in a collective before it is a hang "
                           f"(default {DEFAULTS.timeout:g})")
-    sub.add_argument("--json", action="store_true", help="print the diagnosis as JSON")
+    sub.add_argument("--format", choices=output.FORMATS, default="text",
+                     help="the diagnosis as text (default), JSON, GitHub workflow annotations "
+                          "(::error file=...,line=...::) or SARIF 2.1.0 (code scanning)")
+    sub.add_argument("--json", action="store_const", dest="format", const="json",
+                     help="the same as --format json")
     sub.add_argument("--out", default=None, metavar="DIR",
                      help="also write DIR/doctor.html (one self-contained page) and "
                           "DIR/doctor.json")

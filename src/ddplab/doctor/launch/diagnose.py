@@ -72,7 +72,8 @@ def diagnosis_of(script: str, run, evidence, root: str | None = None) -> Diagnos
                      backend_used=evidence.used_backend(), steps_run=evidence.steps_run(),
                      outcome=_outcome(run, evidence, crash), checks=verdicts, crash=crash,
                      hang=run.hang if evidence.hung() else None, seconds=run.seconds,
-                     output=run.output, root=root)
+                     output=run.output, root=root, mapped=evidence.mapped(),
+                     writes=evidence.writes(), trackers=evidence.trackers())
 
 
 def _needs_probe(evidence) -> bool:

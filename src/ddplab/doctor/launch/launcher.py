@@ -22,6 +22,7 @@ import time
 from ddplab.doctor.launch.processes import Zygote
 from ddplab.doctor.ranks.children import SITE
 from ddplab.doctor.ranks.rank import ARGS, SCRIPT
+from ddplab.doctor.ranks.scratch import VARIABLE as SCRATCH
 from ddplab.doctor.ranks.watch.group import LOCAL
 from ddplab.doctor.settings import Settings
 from ddplab.doctor.store import ADDRESS, Store
@@ -62,8 +63,9 @@ def base_environment() -> dict:
 
 
 def environment(rank: int, script: str, args: list[str], settings: Settings,
-                store: Store) -> dict:
-    """torchrun's variables for ``rank`` (one node), and the doctor's."""
+                store: Store, scratch: str) -> dict:
+    """torchrun's variables for ``rank`` (one node), and the doctor's (``scratch``: the
+    folder the script's writes land in)."""
     size = 1 if settings.role == "probe" else settings.world_size
     env = base_environment()
     env.update({"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(size),
@@ -72,7 +74,7 @@ def environment(rank: int, script: str, args: list[str], settings: Settings,
                 "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": store.address.rsplit(":", 1)[1],
                 "TORCHELASTIC_RUN_ID": "ddplab-doctor", "TORCHELASTIC_RESTART_COUNT": "0",
                 "TORCHELASTIC_MAX_RESTARTS": "0", ADDRESS: store.address,
-                SCRIPT: os.path.abspath(script), ARGS: json.dumps(args),
+                SCRIPT: os.path.abspath(script), ARGS: json.dumps(args), SCRATCH: scratch,
                 **settings.environment()})
     return env
 
@@ -86,9 +88,12 @@ def run(script: str, args: list[str], settings: Settings, zygote: Zygote,
     count = 1 if settings.role == "probe" else settings.world_size
     with tempfile.TemporaryDirectory(prefix="ddplab-doctor-") as logs:
         result, pids = Run(), {}
+        scratch = os.path.join(logs, "scratch")  # the script's writes: gone with the run
+        os.mkdir(scratch)
         try:
             for rank in range(count):
-                pids[rank] = zygote.start(environment(rank, script, args, settings, store),
+                pids[rank] = zygote.start(environment(rank, script, args, settings, store,
+                                                      scratch),
                                           os.path.join(logs, f"rank{rank}.log"),
                                           cwd or os.getcwd())
             result = watch(store, settings, lambda: zygote.status(pids[0]) is not None)

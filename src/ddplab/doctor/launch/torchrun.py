@@ -11,6 +11,7 @@ the one stuck in a collective), tells every rank to end, and exits 1.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 
 import ddplab.doctor.records as records
@@ -19,7 +20,9 @@ from ddplab.doctor.launch import launcher
 from ddplab.doctor.launch.inputs import check_numbers, check_script
 from ddplab.doctor.launch.zygote import preload
 from ddplab.doctor.ranks import recorder as _recorder
+from ddplab.doctor.ranks import scratch
 from ddplab.doctor.ranks.instrument import run_script
+from ddplab.doctor.ranks.scratch import VARIABLE as SCRATCH
 from ddplab.doctor.reporting.output import show
 from ddplab.doctor.settings import Settings, world_size_for
 
@@ -36,6 +39,7 @@ def main(args) -> int:
     settings = Settings(world_size=world_size_for(None), steps=args.steps,
                         batches=args.batches, timeout=args.timeout)
     os.environ.update(settings.environment())  # read by the watchers this process installs
+    os.environ.setdefault(SCRATCH, scratch_folder())
     preload()  # DDP's constructor imports dynamo: not a wait the timeout should count
     rec = _recorder.RECORDER
     rec.timeout = args.timeout
@@ -43,11 +47,12 @@ def main(args) -> int:
     if rank == 0:
         rec.on_alarm = lambda store: _judge_and_exit(store, settings, args, show)
     outcome, about = run_script(args.script, args.script_args)
-    if rec.store is None:
-        if rank == 0:
-            print(f"{args.script}: the script never joined a process group "
-                  "(init_process_group was not called): nothing distributed to check")
-        return 2
+    scratch.stop()
+    if rec.store is None:  # it never joined a group: rank 0 says so (no-process-group)
+        result = launcher.Run(mode=records.Mode.NONE, world_size=settings.world_size,
+                              launcher=dict(about, outcome=outcome,
+                                            records=records.dump(rec.records)))
+        return _report(result, args, show) if rank == 0 else 1
     rec.publish(outcome, **about)
     if rank != 0:
         rec.wait_for_release()
@@ -55,9 +60,21 @@ def main(args) -> int:
     rec.on_alarm = None  # from here the main thread watches
     result = launcher.watch(rec.store, settings)
     rec.store.put("release", 1)
+    shutil.rmtree(os.environ[SCRATCH], ignore_errors=True)  # every rank is done with it
     if result.hang:
         rec.store.put("abort", 1)
     return _report(result, args, show)
+
+
+def scratch_folder() -> str:
+    """The folder the script's writes land in, one per torchrun run and node (its ranks read
+    each other's files there); rank 0 removes it once every rank is done."""
+    import tempfile
+
+    run = os.environ.get("TORCHELASTIC_RUN_ID", "none").replace(os.sep, "_")
+    folder = os.path.join(tempfile.gettempdir(), f"ddplab-doctor-{run}-scratch")
+    os.makedirs(folder, exist_ok=True)
+    return folder
 
 
 def _report(result, args, show) -> int:
@@ -72,6 +89,7 @@ def _judge_and_exit(store, settings, args, show) -> None:
     """Rank 0's watchdog thread, after an alarm: roll call, judgement, the end of every rank."""
     import json
 
+    scratch.stop()
     rec = _recorder.RECORDER
     store.raw.set(f"where/{rec.rank}", json.dumps(rec.position(), default=str))  # its own
     result = launcher.Run(mode=records.Mode.RANKS, world_size=settings.world_size)

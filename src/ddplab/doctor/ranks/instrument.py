@@ -9,8 +9,8 @@ import sys
 import traceback
 
 import ddplab.doctor.records as records
+from ddplab.doctor.ranks import cuda_on_cpu, scratch, where
 from ddplab.doctor.ranks import recorder as _recorder
-from ddplab.doctor.ranks import where
 from ddplab.doctor.ranks.watch import amp as watch_amp
 from ddplab.doctor.ranks.watch import collectives as watch_collectives
 from ddplab.doctor.ranks.watch import data as watch_data
@@ -20,8 +20,9 @@ from ddplab.doctor.ranks.watch import model as watch_model
 from ddplab.doctor.ranks.watch import steps as watch_steps
 
 READER_DIR = "DDPLAB_DOCTOR_READER_DIR"
-WATCHERS = (watch_group, watch_collectives, watch_data, watch_model, watch_steps, watch_amp,
-            watch_files)
+WATCHERS = (cuda_on_cpu, scratch, watch_group, watch_collectives, watch_data, watch_model,
+            watch_steps, watch_amp, watch_files)
+ENDED_EPOCH = (StopIteration, ZeroDivisionError)  # what an empty epoch makes a script raise
 _HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the doctor's package
 
 
@@ -29,7 +30,7 @@ def install(reader_dir: str) -> None:
     where.set_reader_dir(reader_dir)
     os.environ[READER_DIR] = where.reader_dir()
     for watcher in WATCHERS:
-        watcher.install()
+        watcher.install(*([where.reader_dir()] if watcher is scratch else []))
 
 
 def readers_traceback(exc: BaseException) -> str:
@@ -40,6 +41,17 @@ def readers_traceback(exc: BaseException) -> str:
     lines = ["Traceback (most recent call last):\n", *traceback.format_list(frames),
              *traceback.format_exception_only(type(exc), exc)]
     return "".join(lines)
+
+
+def stop_for(exc: BaseException) -> _recorder.DoctorStop | None:
+    """The doctor's stop in place of what an epoch it ended made the script raise
+    (``next(iter(loader))`` of an empty loader, an average over zero batches): the script is
+    stopped there, as every rank is, not crashed."""
+    if isinstance(exc, ENDED_EPOCH) and _recorder.RECORDER.draining is not None:
+        said = traceback.format_exception_only(type(exc), exc)[-1].strip()
+        return _recorder.DoctorStop(f"the script could not run an epoch the doctor ended: "
+                                    f"{said}")
+    return None
 
 
 def outcome_of(call) -> tuple[records.Outcome, dict]:
@@ -56,6 +68,9 @@ def outcome_of(call) -> tuple[records.Outcome, dict]:
             "error": f"SystemExit({exc.code!r})",
             "traceback": f"the script exited with status {exc.code!r}\n"}
     except BaseException as exc:  # the script's own failure: reported, never re-raised here
+        stop = stop_for(exc)
+        if stop is not None:
+            return records.Outcome.STOPPED, {"why": str(stop)}
         return records.Outcome.CRASHED, {
             "error": traceback.format_exception_only(type(exc), exc)[-1].strip(),
             "traceback": readers_traceback(exc)}
@@ -69,4 +84,8 @@ def run_script(script: str, args: list[str]) -> tuple[records.Outcome, dict]:
     sys.argv = [script, *args]
     sys.path[0] = folder
     install(folder)
-    return outcome_of(lambda: runpy.run_path(script, run_name="__main__"))
+    ended = outcome_of(lambda: runpy.run_path(script, run_name="__main__"))
+    trackers = scratch.trackers_used()
+    if trackers:
+        _recorder.RECORDER.add(records.Trackers(**trackers))
+    return ended

@@ -7,17 +7,26 @@ import functools
 ORIGINALS: dict[tuple[int, str], object] = {}
 
 
-def wrap(owner, name: str, make_wrapper) -> None:
-    """``owner.name = make_wrapper(original)``; a second call for the same place does nothing
-    (a forked child inherits its parent's wrappers)."""
-    key = (id(owner), name)
+def wrap(owner, name: str, make_wrapper, layer: str = "") -> None:
+    """``owner.name = make_wrapper(current)``; a second call for the same place and ``layer``
+    does nothing (a forked child inherits its parent's wrappers). Two watchers that wrap one
+    place give different layers; the one installed later is the outer one."""
+    def wrapped(current):
+        wrapper = make_wrapper(current)
+        functools.update_wrapper(wrapper, current)
+        return wrapper
+    replace(owner, name, wrapped, layer)
+
+
+def replace(owner, name: str, make, layer: str = "") -> None:
+    """``owner.name = make(current)``, once per place and layer, as ``wrap`` but keeping what
+    ``make`` gives as it is (a class in place of a class)."""
+    key = (id(owner), name + (f"/{layer}" if layer else ""))
     if key in ORIGINALS:
         return
-    original = getattr(owner, name)
-    ORIGINALS[key] = original
-    wrapper = make_wrapper(original)
-    functools.update_wrapper(wrapper, original)
-    setattr(owner, name, wrapper)
+    current = getattr(owner, name)
+    ORIGINALS[key] = current
+    setattr(owner, name, make(current))
 
 
 def original(owner, name: str):

@@ -54,7 +54,7 @@ def main() -> None:
         store.put(f"done/{rank}", dict(about, outcome=outcome, steps=0, pid=os.getpid(),
                                        records=records.dump(rec.records)))
     else:  # the launcher of spawned ranks, or a script that never joined a group
-        store.put("launcher", dict(about, outcome=outcome))
+        store.put("launcher", dict(about, outcome=outcome, records=records.dump(rec.records)))
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)

@@ -24,9 +24,10 @@ from ddplab.doctor.settings import Settings
 
 
 class DoctorStop(BaseException):
-    """Raised on every rank at the same point (the K-th optimizer step, or the start of a third
-    epoch) to end the script's run; a BaseException, so that ``except Exception`` in the
-    script lets it through."""
+    """Raised on every rank at the same point to end a script that goes on training once its
+    loaders are ended (an optimizer step after the K-th, or after two epochs, that no loader of
+    ours fed), or that runs many empty epochs; a BaseException, so that ``except Exception`` in
+    the script lets it through."""
 
 
 class Recorder:
@@ -41,6 +42,8 @@ class Recorder:
         self.timeout = Settings.current().timeout
         self.main_ident = threading.main_thread().ident
         self.published = False
+        self.draining: str | None = None  # why the training loaders end at once from now on
+        self.steps_at_drain = 0  # optimizer steps when they began to
         self._watchdog = None
         self.counters: dict[str, int] = {}
         self.on_alarm = None  # rank 0 under torchrun: who judges a hang
@@ -65,6 +68,12 @@ class Recorder:
                 kept[i] = dataclasses.replace(record, **changes)
                 return kept[i]
         raise ValueError(f"{record!r} is not a record this process kept")
+
+    def drain(self, why: str) -> None:
+        """From now on every training loader ends at once (``K`` steps taken, or two epochs
+        run): the script's remaining epochs, its evaluation and its end run without training."""
+        if self.draining is None:
+            self.draining, self.steps_at_drain = why, self.steps
 
     def count(self, name: str) -> int:
         """0, 1, 2, ... for successive calls with the same name (per process)."""

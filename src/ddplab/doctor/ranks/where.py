@@ -36,6 +36,11 @@ def is_reader_file(filename: str) -> bool:
     return known
 
 
+def is_own_file(filename: str) -> bool:
+    """A file of ddplab itself (the doctor's wrappers sit between the script and torch)."""
+    return filename.startswith(_OWN + os.sep)
+
+
 def frame_line(frame) -> tuple[str, int] | None:
     """(file, line) of the innermost reader frame at or above ``frame``."""
     while frame is not None:

@@ -1,18 +1,30 @@
-"""The diagnosis written where the reader asked: the report as text or JSON on standard output,
-and with ``--out DIR`` the page and its JSON beside it."""
+"""The diagnosis written where the reader asked: the report on standard output in the format
+asked for (``text``, ``json``, ``github`` workflow annotations, ``sarif``), and with
+``--out DIR`` the page and its JSON beside it."""
 
 from __future__ import annotations
 
 import json
 import sys
 
-from ddplab.doctor.reporting import page, text
+from ddplab.doctor.reporting import github, page, sarif, text
+
+FORMATS = ("text", "json", "github", "sarif")
+
+
+def rendered(diagnosis, format: str) -> str:
+    if format == "json":
+        return json.dumps(diagnosis.to_json(), indent=1)
+    if format == "sarif":
+        return json.dumps(sarif.report(diagnosis), indent=1)
+    if format == "github":
+        return github.report(diagnosis)
+    return text.report(diagnosis)
 
 
 def show(diagnosis, args) -> None:
-    data = diagnosis.to_json()
-    print(json.dumps(data, indent=1) if args.json else text.report(diagnosis))
+    print(rendered(diagnosis, args.format))
     if args.out:
         paths = page.write(diagnosis, args.out)
         print(f"written: {paths['html']} and {paths['json']}",
-              file=sys.stderr if args.json else sys.stdout)
+              file=sys.stdout if args.format == "text" else sys.stderr)

@@ -60,9 +60,37 @@ def summary_parts(diagnosis) -> tuple[str, str]:
             f"{diagnosis.outcome}: {said}")
 
 
+def mapped_lines(diagnosis) -> list[str]:
+    """The report's first line where the script's CUDA ran on the CPU: the machine, and what
+    was mapped."""
+    mapped = diagnosis.mapped
+    if not mapped:
+        return []
+    gpus = f"{mapped['gpus']} GPU{'s' * (mapped['gpus'] != 1)}"
+    calls = ", ".join(c["what"] for c in mapped["calls"])
+    return wrapped(f"CUDA mapped onto the CPU ({gpus} here for {mapped['ranks']} ranks; NCCL "
+                   f"runs as gloo, judged by NCCL's rules): {calls}")
+
+
+def side_effect_lines(diagnosis) -> list[str]:
+    """What the script would have written, by rank (its writes went to a scratch folder), and
+    the trackers kept from recording."""
+    lines = []
+    if diagnosis.writes:
+        by_rank = "; ".join(f"rank {rank}: " + ", ".join(shown_path(p) for p in paths)
+                            for rank, paths in sorted(diagnosis.writes.items()))
+        lines += wrapped(f"your files are unchanged: what the script wrote went to a scratch "
+                         f"folder ({by_rank})")
+    if diagnosis.trackers:
+        settings = ", ".join(f"{k}={v}" for k, v in diagnosis.trackers["settings"].items())
+        lines += wrapped(f"{', '.join(diagnosis.trackers['modules'])} recorded no run: "
+                         f"{settings}")
+    return lines
+
+
 @paths_from_root
 def report(diagnosis) -> str:
-    lines = []
+    lines = mapped_lines(diagnosis)
     for f in diagnosis.findings:
         lines += finding_lines(f)
     if diagnosis.findings:
@@ -73,13 +101,10 @@ def report(diagnosis) -> str:
         lines += wrapped(f"{shown_path(diagnosis.script)}: {who} failed on its own (no DDP "
                          "check explains it):")
         lines += ["    " + line for line in (crash.get("traceback") or "").rstrip().splitlines()]
-    if diagnosis.outcome == "no group":
-        lines += wrapped(f"{shown_path(diagnosis.script)}: the script never joined a process "
-                         "group (init_process_group was not called): nothing distributed to "
-                         "check")
     if not diagnosis.findings and diagnosis.exit_code() != 2:
         lines.append("no findings. What was checked:")
         lines += table(diagnosis)
+    lines += side_effect_lines(diagnosis)
     run, outcome = summary_parts(diagnosis)
     if len(summary(diagnosis)) <= WIDTH:
         lines.append(summary(diagnosis))

@@ -27,3 +27,28 @@ def duplicate_rank(evidence, earlier):
         "in NCCL's bootstrap, with no timeout); torchrun gives each process its own RANK",
         {"rank": claim.rank, "world_size": claim.world_size, "pid": claim.pid},
         claim.file, claim.line))
+
+
+def no_process_group(evidence, earlier):
+    """The script ran to its end (or the doctor's stop) and never called init_process_group:
+    run by torchrun, every process would train alone, on the whole dataset. An argparse
+    ``--local_rank`` in the script is the usual why: torchrun passes none (it sets
+    ``LOCAL_RANK``), so its default keeps the script undistributed."""
+    run = evidence.run
+    if run.mode != records.Mode.NONE:
+        return not_applicable("the script joined a process group or started its own ranks")
+    if not run.launcher or run.launcher["outcome"] == records.Outcome.CRASHED:
+        return not_applicable("the script failed before it could join a group")
+    options = evidence.launcher_records(records.LocalRankOption)
+    if options:
+        option = options[0]
+        return found(Problem(
+            f"the script ran to its end without joining a process group: its {option.name} "
+            f"option (default {option.default!r}) is never given by torchrun, which sets "
+            "LOCAL_RANK in the environment instead, so every process trains alone on the "
+            "whole dataset", {"option": option.name, "default": option.default},
+            option.file, option.line))
+    return found(Problem(
+        "the script ran to its end without joining a process group "
+        "(init_process_group was never called): under torchrun every process would train "
+        "alone on the whole dataset", {}, None, None))

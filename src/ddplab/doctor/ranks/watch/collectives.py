@@ -18,6 +18,7 @@ import inspect
 import ddplab.doctor.records as records
 from ddplab.doctor.ranks import patching, where
 from ddplab.doctor.ranks import recorder as _recorder
+from ddplab.doctor.ranks.cuda_on_cpu import device_type
 from ddplab.doctor.ranks.watch.group import group_info, nccl_rules
 
 COLLECTIVES = ("all_reduce", "broadcast", "all_gather", "all_gather_into_tensor", "reduce",
@@ -66,7 +67,7 @@ def make_wrapper(name: str):
             seq = rec.count(f"seq/{key}") if name not in POINT_TO_POINT else None
             record = rec.add(records.Collective(
                 op=name, seq=seq, group=key, file=spot and spot[0], line=spot and spot[1],
-                devices=sorted({t.device.type for t in tensors}),
+                devices=sorted({device_type(t) for t in tensors}),
                 nccl=nccl_rules(info["requested"]),
                 requested=None if info["requested"] is None else str(info["requested"]),
                 reduce=str(bound.get("op", "")).split(".")[-1] or None,

@@ -3,9 +3,12 @@ has no hook for these).
 
 A *pass* is one ``iter(loader)``; it is a *training* pass once a backward runs during it, an
 *evaluation* pass if none does. Training passes are cut at ``Settings.batches`` batches
-(at an optimizer-step boundary) so that two epochs of a large dataset take seconds; a third
-training pass of the same loader ends the run (two epochs are what ``sampler-set-epoch``
-needs). Evaluation passes run whole: a metric's unequal shards show in their last batches.
+(at an optimizer-step boundary) so that two epochs of a large dataset take seconds. After two
+training epochs (what ``sampler-set-epoch`` needs) or ``Settings.steps`` optimizer steps, every
+training loader ends at once (``Recorder.drain``): the script's remaining epochs run without
+training, so its evaluation, early stopping, final save and load and teardown run on every
+rank and are checked. Evaluation passes run whole: a metric's unequal shards show in their
+last batches.
 """
 
 from __future__ import annotations
@@ -16,9 +19,11 @@ import ddplab.doctor.records as records
 from ddplab.doctor.ranks import patching, where
 from ddplab.doctor.ranks import recorder as _recorder
 from ddplab.doctor.ranks.digest import first_tensor, tensor_hash
+from ddplab.doctor.ranks.watch.model import MODELS
 from ddplab.doctor.settings import Settings
 
 FIRST = 8  # indices kept per sampler order, to show in a message
+DRAINED = 20  # training passes ended at once before the run stops
 
 
 def _len(value):
@@ -64,9 +69,10 @@ class PassIterator:
                 eval_samples = rec.counters.get("eval_samples", 0)
                 rec.counters["eval_samples"] = max(0, eval_samples - seen.samples)
             seen = self.record = rec.update(seen, training=True, backwards_seen=rec.backwards)
-        if (seen.training and seen.batches >= self._cap
-                and rec.steps > seen.steps_at_start
-                and rec.counters.get("backwards_at_step", -1) == rec.backwards):
+        at_step = rec.counters.get("backwards_at_step", -1) == rec.backwards
+        if seen.training and at_step and (
+                (seen.batches >= self._cap and rec.steps > seen.steps_at_start)
+                or rec.draining is not None):
             self.record = rec.update(seen, capped=True)
             raise StopIteration
         rec.active_pass = seen
@@ -84,6 +90,43 @@ class PassIterator:
         if not seen.training:
             rec.counters["eval_samples"] = rec.counters.get("eval_samples", 0) + size
         return batch
+
+
+class EndedPass:
+    """A training loader's pass once training has ended: it ends at once where a DDP model is
+    in training mode, and runs whole where every one is in ``eval()`` mode (an accuracy over
+    the training set at the script's end, as many scripts compute)."""
+
+    def __init__(self, inner):
+        self._inner = inner
+
+    def __iter__(self):
+        return self
+
+    def __len__(self):
+        return len(self._inner)
+
+    def __next__(self):
+        models = [m["ddp"]() for m in MODELS.values()]
+        if not models or any(m is not None and m.module.training for m in models):
+            raise StopIteration
+        return next(self._inner)
+
+
+def _ended(rec, index: int, trained: int) -> bool:
+    """Whether this pass ends at once, the training loaders ended: a loader that trained
+    does, and one that only evaluated does after two whole passes since (so that a script
+    that evaluates every epoch still reaches its end). After ``DRAINED`` ended training
+    passes the run stops: a script of a thousand epochs is not waited for."""
+    ended = rec.counters.setdefault("ended_passes", 0)
+    if trained:
+        rec.counters["ended_passes"] = ended + 1
+        if ended + 1 > DRAINED:
+            raise _recorder.DoctorStop(f"{DRAINED} epochs without training")
+        return True
+    key = f"evaluations_since_drain/{index}"
+    rec.counters[key] = rec.counters.get(key, 0) + 1
+    return rec.counters[key] > 2
 
 
 def install() -> None:
@@ -120,8 +163,11 @@ def install() -> None:
             if index is None:
                 return real(self)
             passes = [p for p in rec.records.get(records.Pass.KIND, []) if p.loader == index]
-            if sum(p.training for p in passes) >= 2:
-                raise _recorder.DoctorStop("two epochs")
+            trained = sum(p.training for p in passes)
+            if trained >= 2:
+                rec.drain("two epochs")
+            if rec.draining is not None and _ended(rec, index, trained):
+                return EndedPass(real(self)) if trained else iter(())
             spot = where.line()
             record = rec.add(records.Pass(loader=index, number=len(passes), len=_len(self),
                                           file=spot and spot[0], line=spot and spot[1],

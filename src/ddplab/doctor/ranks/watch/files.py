@@ -10,7 +10,7 @@ import sys
 import threading
 
 import ddplab.doctor.records as records
-from ddplab.doctor.ranks import patching, where
+from ddplab.doctor.ranks import patching, scratch, where
 from ddplab.doctor.ranks import recorder as _recorder
 
 WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT
@@ -27,7 +27,7 @@ def _from_library(frame) -> bool:
     depth = 0
     while frame is not None and not where.is_reader_file(frame.f_code.co_filename):
         name = frame.f_code.co_filename
-        depth += 1
+        depth += not where.is_own_file(name)  # the doctor's wrappers are not a library
         if name.endswith(LIBRARY_WRITERS) or "importlib" in name or depth > DEPTH:
             return True
         frame = frame.f_back
@@ -45,7 +45,7 @@ def _note(path, how: str, frame) -> None:
             name = os.fsdecode(name)
         if spot is None or "__pycache__" in name or name.startswith("/dev/"):
             return
-        _recorder.RECORDER.add(records.Write(path=os.path.abspath(name), how=how,
+        _recorder.RECORDER.add(records.Write(path=scratch.original(os.path.abspath(name)), how=how,
                                              file=spot[0], line=spot[1]))
     finally:
         _INSIDE.busy = False

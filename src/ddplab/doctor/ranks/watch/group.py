@@ -29,7 +29,7 @@ import sys
 import urllib.parse
 
 import ddplab.doctor.records as records
-from ddplab.doctor.ranks import patching, where
+from ddplab.doctor.ranks import cuda_on_cpu, patching, where
 from ddplab.doctor.ranks import recorder as _recorder
 
 LOCAL = "DDPLAB_DOCTOR_LOCAL"  # "1": the doctor started these processes (not torchrun)
@@ -42,10 +42,11 @@ GROUPS: dict[int, dict] = {}  # id(ProcessGroup) -> {"ranks", "requested"}
 
 
 def used_backend(requested):
-    """What runs here: NCCL (alone or in a mapping) without CUDA becomes gloo."""
+    """What runs here: NCCL (alone or in a mapping) without a GPU per rank becomes gloo."""
     import torch
 
-    if requested and "nccl" in str(requested).lower() and not torch.cuda.is_available():
+    if requested and "nccl" in str(requested).lower() and (
+            cuda_on_cpu.active() or not torch.cuda.is_available()):
         return "gloo"
     return requested
 
@@ -123,7 +124,8 @@ def install() -> None:
             with rec.blocking("init_process_group", line=spot[1] if spot else None):
                 real(used_backend(backend), init_method=init_method, timeout=wait,
                      world_size=world_size, rank=rank, store=store, group_name=group_name,
-                     pg_options=pg_options, device_id=device_id, **more)
+                     pg_options=pg_options,
+                     device_id=None if cuda_on_cpu.active() else device_id, **more)
             if rec.rank is None:
                 rec.attach(rec.store or evidence_store(), dist.get_rank(), dist.get_world_size())
             rec.add(records.GroupInit(requested=_text(backend), used=_text(used_backend(backend)),
@@ -155,6 +157,28 @@ def install() -> None:
         patching.wrap(owner, "new_group", make_new_group)
         patching.wrap(owner, "destroy_process_group", make_destroy)
     _watch_world_size_reads(dist)
+    _watch_local_rank_option()
+
+
+def _watch_local_rank_option() -> None:
+    """An argparse ``--local_rank`` in the script's own code (``no-process-group``)."""
+    import argparse
+
+    def make_add_argument(real):
+        def add_argument(self, *names, **kwargs):
+            action = real(self, *names, **kwargs)
+            named = [n for n in names if n.replace("-", "_") == "__local_rank"]
+            spot = where.line()
+            if named and spot is not None:
+                default = kwargs.get("default")
+                _recorder.RECORDER.add(records.LocalRankOption(
+                    name=named[0], default=default if isinstance(
+                        default, (int, str, float, type(None))) else repr(default),
+                    file=spot[0], line=spot[1]))
+            return action
+        return add_argument
+
+    patching.wrap(argparse._ActionsContainer, "add_argument", make_add_argument)
 
 
 def _watch_world_size_reads(dist) -> None:

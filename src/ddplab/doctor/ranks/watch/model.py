@@ -13,6 +13,7 @@ import weakref
 import ddplab.doctor.records as records
 from ddplab.doctor.ranks import patching, where
 from ddplab.doctor.ranks import recorder as _recorder
+from ddplab.doctor.ranks.cuda_on_cpu import device_type
 from ddplab.doctor.ranks.watch.group import group_info, nccl_rules
 
 MODELS: dict[int, dict] = {}  # DDP index -> {"ddp": weakref, "names": {id(param): name}}
@@ -75,7 +76,7 @@ def install() -> None:
         def __init__(self, module, *args, **kwargs):
             rec = _recorder.RECORDER
             spot = where.line()
-            devices = sorted({p.device.type for p in module.parameters()})
+            devices = sorted({device_type(p) for p in module.parameters()})
             with rec.blocking("DistributedDataParallel(...)", line=spot and spot[1],
                               file=spot and spot[0]):
                 real(self, module, *args, **kwargs)

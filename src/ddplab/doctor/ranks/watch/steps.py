@@ -82,8 +82,11 @@ def install() -> None:
         rec.counters["backwards_at_step"] = rec.backwards
         if rec.steps & (rec.steps - 1) == 0 or rec.steps >= last:  # 1, 2, 4, 8, ... and K
             _digest_replicas(rec)
+        if rec.draining is not None and rec.steps > rec.steps_at_drain:
+            raise _recorder.DoctorStop(f"step {rec.steps}: the script trains on after its "
+                                       "loaders ended")
         if rec.steps >= last:
-            raise _recorder.DoctorStop(f"step {last}")
+            rec.drain(f"step {last}")
 
     def make_optimizer_init(real):
         def __init__(self, params, defaults, *args, **kwargs):
