@@ -19,6 +19,7 @@ from ddplab.doctor.judging.judges import (
     metric,
     model,
     optimizer,
+    shards,
 )
 
 SECTIONS = {  # label -> (page, the heading's anchor on GitHub); tests/test_doctor_checks.py
@@ -144,6 +145,12 @@ CHECKS = (
     Check("no-distributed-sampler", "error",
           "each rank trains on its own shard, not on the whole dataset",
           "sharding-no-sampler", FIX_SAMPLER, data.no_distributed_sampler),
+    Check("overlapping-shards", "error",
+          "within an epoch, the ranks' DistributedSampler shards share no sample beyond the "
+          "padding", "sharding-shuffling", shards.FIX_SAME_SEED, shards.overlapping_shards),
+    Check("same-batches", "error",
+          "the ranks' DDP forwards get different batches",
+          "sharding-no-sampler", shards.FIX_SEED, shards.same_batches),
     Check("uneven-inputs", "error",
           "every rank's training loader has the same number of batches",
           "hangs-uneven", FIX_UNEVEN, data.uneven_inputs, explains_hang=True,

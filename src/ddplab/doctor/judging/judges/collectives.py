@@ -30,13 +30,27 @@ def _members(evidence, group: str) -> list:
         r for r in map(int, group.split(",")) if r in evidence.ranks]
 
 
+FIX_DDP_FORWARD = """\
+model.eval()
+with torch.no_grad():  # on every rank, each on its shard (then reduce sums and counts)
+    outputs = model(inputs)
+# or on rank 0 alone, through the module DDP wraps: no collective inside
+if dist.get_rank() == 0:
+    outputs = model.module(inputs)"""
+
+
+def _named(c) -> str:
+    """A collective as the report names it: the script's op, or DDP's own."""
+    return f"{c.by} ({c.op})" if c.by else c.op
+
+
 def collective_on_some_ranks(evidence, earlier):
     """The ranks of a group called different collectives, or different numbers of them."""
     if (evidence.world_size or 0) < 2:
         return not_applicable("one rank")
     groups = _sequences(evidence)
     if not groups:
-        return not_applicable("the script calls no collective itself (DDP's own are in C++)")
+        return not_applicable("no collective was called (the script's or DDP's)")
     problems = []
     for group, per_rank in groups.items():
         members = _members(evidence, group)
@@ -49,9 +63,12 @@ def collective_on_some_ranks(evidence, earlier):
                 continue
             issued = {r for r, c in at.items() if c is not None}
             first = at[min(issued)]
+            if any(c is not None and c.by == records.DdpCall.GRADIENTS for c in at.values()) \
+                    and any(f.id == "uneven-inputs" for f in earlier):
+                break  # a rank's extra backward: uneven-inputs names it
             counts = ", ".join(f"rank {r}: {len(c)}" for r, c in sorted(calls.items()))
             if None in ops.values():
-                text = (f"{first.op} at {place(*file_line(first))} runs on "
+                text = (f"{_named(first)} at {place(*file_line(first))} runs on "
                         f"{ranks_text(issued)} only (collective #{i + 1} of "
                         f"{'the default group' if group == 'world' else 'group ' + group}; "
                         f"collectives called: {counts}): the other ranks never join it, so "
@@ -59,24 +76,29 @@ def collective_on_some_ranks(evidence, earlier):
                         f"or pair{'s' * (len(issued) == 1)} it with a different collective")
             else:
                 text = (f"collective #{i + 1} of the group is "
-                        + "; ".join(f"{c.op} at {place(*file_line(c))} on rank {r}"
+                        + "; ".join(f"{_named(c)} at {place(*file_line(c))} on rank {r}"
                                     for r, c in sorted(at.items()))
                         + ": the ranks call different collectives at the same point")
+            ddp_forward = first.by == records.DdpCall.BUFFERS
+            if ddp_forward:
+                text += (": the DDP's forward broadcasts rank 0's buffers first, a collective "
+                         "the other ranks only join in their own forward")
             problems.append(Problem(text, {"group": group, "index": i + 1, "calls": {
-                r: (c and {"op": c.op, "line": c.line}) for r, c in at.items()},
-                "counts": {r: len(c) for r, c in calls.items()}}, *file_line(first)))
+                r: (c and {"op": c.op, "by": c.by, "line": c.line}) for r, c in at.items()},
+                "counts": {r: len(c) for r, c in calls.items()}}, *file_line(first),
+                fix=FIX_DDP_FORWARD if ddp_forward else None))
             break
     if problems:
         return found(*problems)
     total = sum(len(c) for per_rank in groups.values() for c in per_rank.values())
     return passed(f"every rank called the same {total // len(evidence.ranks)} collectives "
-                  "in the same order")
+                  "(DDP's own included) in the same order")
 
 
 def cpu_tensor_nccl(evidence, earlier):
     """Under a group that asked for NCCL, a collective's tensor or DDP's model on the CPU."""
     requested = {g.requested for g in evidence.records(records.GroupInit)}
-    nccl = [c for c in evidence.records(records.Collective) if c.nccl]
+    nccl = [c for c in evidence.records(records.Collective) if c.nccl and not c.by]
     models = [d for d in evidence.records(records.Ddp) if d.nccl]
     if not nccl and not models:
         asked = ", ".join(map(str, requested)) or "no backend"

@@ -18,6 +18,7 @@ import inspect
 import ddplab.doctor.records as records
 from ddplab.doctor.ranks import patching, where
 from ddplab.doctor.ranks import recorder as _recorder
+from ddplab.doctor.ranks.watch import gathered
 from ddplab.doctor.ranks.watch.group import group_info, nccl_rules
 
 COLLECTIVES = ("all_reduce", "broadcast", "all_gather", "all_gather_into_tensor", "reduce",
@@ -80,6 +81,8 @@ def make_wrapper(name: str):
                 result = real(*args, **kwargs)
             if first is not None and not bound.get("async_op"):
                 rec.update(record, after=values(first))
+                if name == "all_gather":  # which samples the gathered rows are, when known
+                    gathered.trace(bound.get("tensor_list"), bound.get("tensor"))
             return result
         return doctor_collective
     return make

@@ -34,7 +34,7 @@ def _from_library(frame) -> bool:
     return False
 
 
-def _note(path, how: str, frame) -> None:
+def _note(path, how: str, frame, mode: str | None = None) -> None:
     if getattr(_INSIDE, "busy", False) or _from_library(frame):
         return
     _INSIDE.busy = True
@@ -46,7 +46,7 @@ def _note(path, how: str, frame) -> None:
         if spot is None or "__pycache__" in name or name.startswith("/dev/"):
             return
         _recorder.RECORDER.add(records.Write(path=os.path.abspath(name), how=how,
-                                             file=spot[0], line=spot[1]))
+                                             file=spot[0], line=spot[1], mode=mode))
     finally:
         _INSIDE.busy = False
 
@@ -60,7 +60,7 @@ def _audit(event: str, args) -> None:
     writing = (any(c in mode for c in "wax+") if isinstance(mode, str)
                else bool((flags or 0) & WRITE_FLAGS))
     if writing:
-        _note(path, "open", sys._getframe(1))
+        _note(path, "open", sys._getframe(1), mode if isinstance(mode, str) else None)
 
 
 def install() -> None:

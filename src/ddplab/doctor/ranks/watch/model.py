@@ -13,6 +13,8 @@ import weakref
 import ddplab.doctor.records as records
 from ddplab.doctor.ranks import patching, where
 from ddplab.doctor.ranks import recorder as _recorder
+from ddplab.doctor.ranks.digest import tensor_hash
+from ddplab.doctor.ranks.watch import ddp_collectives
 from ddplab.doctor.ranks.watch.group import group_info, nccl_rules
 
 MODELS: dict[int, dict] = {}  # DDP index -> {"ddp": weakref, "names": {id(param): name}}
@@ -110,9 +112,13 @@ def install() -> None:
             if torch.is_grad_enabled():
                 size = (int(first.shape[0]) if first is not None and first.dim()
                         else rec.counters.get("last_batch"))  # model(**batch): the loader's
+                sync = bool(module.require_backward_grad_sync)
                 rec.micro.append(records.MicroStep(
-                    ddp=index, sync=bool(module.require_backward_grad_sync), batch=size))
+                    ddp=index, sync=sync, batch=size,
+                    digest=tensor_hash(first) if first is not None else None))
                 rec.forwarded.add(index)
+                if sync:
+                    rec.synced.add(index)
             if rec.waiting is None:
                 rec.waiting = {"what": "DDP forward", "since": _now()}
                 rec.counters["ddp_forward_wait"] = 1
@@ -133,6 +139,14 @@ def install() -> None:
             if rec.forwarded and rec.counters.get("unused_checks", 0) < UNUSED_CHECKS:
                 rec.counters["unused_checks"] = rec.counters.get("unused_checks", 0) + 1
                 reach = reached(as_list)
+            for index in sorted(rec.synced):  # DDP all-reduces the gradients in this backward
+                model = MODELS.get(index)
+                ddp = model["ddp"]() if model else None
+                if ddp is not None:
+                    ddp_collectives.note("all_reduce", ddp_collectives.GRADIENTS,
+                                         ddp.process_group, [p for p in ddp.module.parameters()
+                                                             if p.requires_grad], spot)
+            rec.synced.clear()
             with rec.blocking("backward", line=spot and spot[1], file=spot and spot[0]):
                 result = real(tensors, *args, **kwargs)
             rec.backwards += 1
@@ -160,7 +174,7 @@ def install() -> None:
         return load_state_dict
 
     rec = _recorder.RECORDER
-    rec.micro, rec.pending, rec.forwarded = [], [], set()
+    rec.micro, rec.pending, rec.forwarded, rec.synced = [], [], set(), set()
     patching.wrap(DistributedDataParallel, "__init__", make_ddp_init)
     patching.wrap(torch.autograd, "backward", make_backward)
     patching.wrap(torch.nn.Module, "load_state_dict", make_load)
@@ -177,13 +191,20 @@ def _now():
 
 
 def _note_root(module, rec) -> None:
+    from torch.nn import DataParallel
+
     known = ROOTS.get(id(module))
     if known is not None and known["ref"]() is module:
         return
-    if _ddp_index(module) is not None:
+    wrapper = next((i for i, m in MODELS.items()
+                    if m["ddp"]() is not None and m["ddp"]().module is module), None)
+    ddp = _ddp_index(module)
+    if ddp is not None:
         kind, target = "ddp", module.module
-    elif any(m["ddp"]() is not None and m["ddp"]().module is module for m in MODELS.values()):
-        return  # the wrapped module, run without its wrapper: already counted as the DDP's
+    elif wrapper is not None:  # the wrapped module, run without its wrapper: DDP sees nothing
+        kind, target, ddp = "bypass", module, wrapper
+    elif isinstance(module, DataParallel):
+        kind, target = "data_parallel", module
     else:
         kind, target = "plain", module
     if next(iter(target.parameters()), None) is None and next(iter(target.buffers()), None) is None:
@@ -191,8 +212,8 @@ def _note_root(module, rec) -> None:
     spot = where.line()
     index = rec.count("root")
     ROOTS[id(module)] = {"index": index, "ref": weakref.ref(module), "target": weakref.ref(target),
-                         "kind": kind, "ddp": _ddp_index(module)}
-    rec.add(records.Root(index=index, kind=kind, ddp=_ddp_index(module),
+                         "kind": kind, "ddp": ddp}
+    rec.add(records.Root(index=index, kind=kind, ddp=ddp,
                          module=type(target).__name__, file=spot and spot[0],
                          line=spot and spot[1]))
 
