@@ -65,6 +65,7 @@ EXPECTED = {
     "eval_rank0_through_ddp.py": ([], {"collective-on-some-ranks"}, set(), {"timeout": 3.0}),
     "plain_unwrapped_forward.py": ([], {"replicas-diverge"}, set(), {}),
     "plain_data_parallel.py": ([], {"replicas-diverge"}, set(), {}),
+    "plain_rank0_eval_allreduce.py": ([], {"collective-on-some-ranks"}, set(), {}),
 }
 
 
@@ -360,3 +361,17 @@ def test_replicas_by_the_optimizers_parameters(diagnoses, name, cause):
     assert f.evidence["step"] == 1 and sums[0] != sums[1] and cause in f.message
     source = (CORPUS / name).read_text().splitlines()
     assert "model(xb)" in source[f.line - 1]
+
+
+def test_a_collective_met_by_ddps_gradient_all_reduce(diagnoses):
+    """Gloo aborts rank 0 (its evidence never leaves the process); its ledger in the doctor's
+    store still shows its all-reduce meeting rank 1's gradient all-reduce, with both lines."""
+    diagnosis = diagnoses["by_script"]["plain_rank0_eval_allreduce.py"]
+    assert diagnosis.crash["explained"] and "Connection reset by peer" in \
+        diagnosis.crash["traceback"]
+    f = finding(diagnosis, "collective-on-some-ranks")
+    calls = f.evidence["calls"]
+    source = (CORPUS / "plain_rank0_eval_allreduce.py").read_text().splitlines()
+    assert calls[0]["by"] is None and "dist.all_reduce(counts)" in source[calls[0]["line"] - 1]
+    assert calls[1]["by"] == "DDP's all-reduce of the gradients"
+    assert ".backward()" in source[calls[1]["line"] - 1]

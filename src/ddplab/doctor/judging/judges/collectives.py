@@ -39,6 +39,19 @@ if dist.get_rank() == 0:
     outputs = model.module(inputs)"""
 
 
+SIZED = ("all_reduce", "reduce", "broadcast")  # the same size and dtype on every rank
+
+
+def _signature(c) -> tuple | None:
+    """What must agree across ranks at the same point of a group's sequence: the op, whose it
+    is (the script's or DDP's), and for a reduction or broadcast the tensor's dtype and size."""
+    if c is None:
+        return None
+    if c.op in SIZED:
+        return c.op, c.by, c.dtype, c.numel
+    return c.op, c.by
+
+
 def _named(c) -> str:
     """A collective as the report names it: the script's op, or DDP's own."""
     return f"{c.by} ({c.op})" if c.by else c.op
@@ -58,7 +71,7 @@ def collective_on_some_ranks(evidence, earlier):
         longest = max(len(c) for c in calls.values())
         for i in range(longest):
             at = {r: c[i] if i < len(c) else None for r, c in calls.items()}
-            ops = {r: (c.op if c else None) for r, c in at.items()}
+            ops = {r: _signature(c) for r, c in at.items()}
             if len(set(ops.values())) == 1:
                 continue
             issued = {r for r, c in at.items() if c is not None}
@@ -78,7 +91,10 @@ def collective_on_some_ranks(evidence, earlier):
                 text = (f"collective #{i + 1} of the group is "
                         + "; ".join(f"{_named(c)} at {place(*file_line(c))} on rank {r}"
                                     for r, c in sorted(at.items()))
-                        + ": the ranks call different collectives at the same point")
+                        + ": the ranks call different collectives at the same point"
+                        + ("" if len({c.op for c in at.values()}) > 1 else
+                           " (" + "; ".join(f"{c.dtype} x {c.numel} on rank {r}"
+                                            for r, c in sorted(at.items())) + ")"))
             ddp_forward = first.by == records.DdpCall.BUFFERS
             if ddp_forward:
                 text += (": the DDP's forward broadcasts rank 0's buffers first, a collective "

@@ -77,6 +77,8 @@ def make_wrapper(name: str):
                 eval_samples=rec.counters.get("eval_samples", 0), p2p=name in POINT_TO_POINT))
             if name in REDUCTIONS:
                 rec.counters["eval_samples"] = 0
+            if seq is not None:
+                rec.to_ledger(record)
             with rec.blocking(name, seq=seq, line=spot and spot[1], file=spot and spot[0]):
                 result = real(*args, **kwargs)
             if first is not None and not bound.get("async_op"):

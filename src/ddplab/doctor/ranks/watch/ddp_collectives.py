@@ -32,13 +32,15 @@ def note(op: str, by: str, process_group, tensors, spot=None):
     key = ",".join(map(str, info["ranks"])) if info["ranks"] else "world"
     spot = spot if spot is not None else where.line()
     first = tensors[0] if tensors else None
-    return rec.add(records.Collective(
+    record = rec.add(records.Collective(
         op=op, seq=rec.count(f"seq/{key}"), group=key, file=spot and spot[0],
         line=spot and spot[1], devices=sorted({t.device.type for t in tensors}),
         nccl=nccl_rules(info["requested"]), requested=info["requested"], reduce=None,
         dtype=str(first.dtype).replace("torch.", "") if first is not None else None,
         numel=sum(t.numel() for t in tensors), before=None,
         eval_samples=rec.counters.get("eval_samples", 0), p2p=False, by=str(by)))
+    rec.to_ledger(record)
+    return record
 
 
 def install() -> None:
