@@ -66,6 +66,7 @@ EXPECTED = {
     "plain_unwrapped_forward.py": ([], {"replicas-diverge"}, set(), {}),
     "plain_data_parallel.py": ([], {"replicas-diverge"}, set(), {}),
     "plain_rank0_eval_allreduce.py": ([], {"collective-on-some-ranks"}, set(), {}),
+    "plain_grads_reduced_twice.py": ([], set(), {"gradients-reduced-twice"}, {}),
 }
 
 
@@ -375,3 +376,12 @@ def test_a_collective_met_by_ddps_gradient_all_reduce(diagnoses):
     assert calls[0]["by"] is None and "dist.all_reduce(counts)" in source[calls[0]["line"] - 1]
     assert calls[1]["by"] == "DDP's all-reduce of the gradients"
     assert ".backward()" in source[calls[1]["line"] - 1]
+
+
+def test_gradients_all_reduced_after_ddp_did(diagnoses):
+    f = finding(diagnoses["by_script"]["plain_grads_reduced_twice.py"], "gradients-reduced-twice")
+    sizes = [6 * 16, 16, 16 * 2, 2]  # the two Linear layers' weights and biases
+    assert f.kind == "waste" and f.evidence["gradients"] == f.evidence["parameters"] == 4
+    assert f.evidence["numbers"] == sum(sizes) and f.evidence["reduce"] == "SUM"
+    verdict_clean = verdict(diagnoses["by_script"]["plain_clean.py"], "gradients-reduced-twice")
+    assert verdict_clean.status == "passed"

@@ -135,6 +135,7 @@ class Collective(Record):
     p2p: bool
     after: list | None = None
     by: str | None = None  # a DdpCall, when DDP issued it (ranks/watch/ddp_collectives.py)
+    grad_of: str | None = None  # the DDP parameter whose .grad is the first tensor
 
 
 # -- mixed precision and clipping (ranks/watch/amp.py)

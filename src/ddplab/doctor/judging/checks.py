@@ -23,6 +23,7 @@ from ddplab.doctor.judging.judges import (
 )
 
 SECTIONS = {  # label -> (page, the heading's anchor on GitHub); tests/test_doctor_checks.py
+    "averaging-naive": ("averaging.md", "the-naive-way-sum-then-divide"),
     "sharding-shuffling": ("sharding.md", "shuffling-one-permutation-per-epoch-split-across-"
                                           "ranks"),
     "sharding-no-sampler": ("sharding.md", "without-a-distributedsampler-the-epoch-is-"
@@ -126,6 +127,10 @@ FIX_LR = """\
 lr = base_lr * dist.get_world_size()
 # or keep the global batch fixed:
 # batch_size = global_batch_size // dist.get_world_size()"""
+FIX_REDUCED_ONCE = """\
+loss.backward()  # DDP all-reduces and averages the gradients here
+# no loop of dist.all_reduce(p.grad) after it: that is DDP's job, done once
+optimizer.step()"""
 FIX_HANG = """\
 # every rank must call the same collectives in the same order: move the collective
 # out of any `if rank == ...` branch, and give every rank the same number of batches"""
@@ -181,6 +186,9 @@ CHECKS = (
     Check("replicas-diverge", "error",
           "every parameter (and every buffer DDP does not re-broadcast) is equal on all ranks "
           "after each step", "hangs-batchnorm", FIX_REPLICAS, model.replicas_diverge),
+    Check("gradients-reduced-twice", "waste",
+          "the script does not all-reduce gradients DDP has already all-reduced",
+          "averaging-naive", FIX_REDUCED_ONCE, collectives.gradients_reduced_twice),
     Check("clip-before-unscale", "error",
           "gradients are clipped after GradScaler.unscale_, not while still scaled",
           "training-loop-mixed-precision", FIX_UNSCALE, optimizer.clip_before_unscale),

@@ -111,6 +111,39 @@ def collective_on_some_ranks(evidence, earlier):
                   "(DDP's own included) in the same order")
 
 
+def gradients_reduced_twice(evidence, earlier):
+    """The script all-reduces gradients of DDP's parameters after a backward in which DDP
+    already all-reduced them (a hand-written average left in after the move to DDP)."""
+    ddps = evidence.records(records.Ddp)
+    if not ddps:
+        return not_applicable("no DistributedDataParallel model")
+    own = [c for c in evidence.records(records.Collective) if c.grad_of and not c.by]
+    for step in evidence.records(records.Step):
+        if not any(m.sync for m in step.micro):
+            continue
+        calls = [c for c in own if c.step == step.number - 1 and c.t < step.t]
+        if not calls:
+            continue
+        names = sorted({c.grad_of for c in calls})
+        params = sum(d.params for d in ddps)
+        first = calls[0]
+        size = sum(c.numel or 0 for c in calls)
+        return found(Problem(
+            f"before optimizer step {step.number}, DDP all-reduced the gradients in the "
+            f"backward, and the script all-reduces {len(names)} of the {params} gradients "
+            f"again ({len(calls)} {first.op}({first.reduce}) calls from "
+            f"{place(*file_line(first))}, {size} numbers): they were already averaged, so "
+            "this only moves them a second time"
+            + (" (and a SUM there makes them world_size times the mean unless the script "
+               "divides)" if first.reduce == "SUM" else ""),
+            {"step": step.number, "calls": len(calls), "gradients": len(names),
+             "parameters": params, "numbers": size, "reduce": first.reduce},
+            *file_line(first)))
+    if not own:
+        return passed("the script never all-reduces a gradient DDP has reduced")
+    return passed("the script all-reduces gradients only where DDP did not (under no_sync)")
+
+
 def cpu_tensor_nccl(evidence, earlier):
     """Under a group that asked for NCCL, a collective's tensor or DDP's model on the CPU."""
     requested = {g.requested for g in evidence.records(records.GroupInit)}

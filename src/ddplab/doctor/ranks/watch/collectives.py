@@ -20,6 +20,7 @@ from ddplab.doctor.ranks import patching, where
 from ddplab.doctor.ranks import recorder as _recorder
 from ddplab.doctor.ranks.watch import gathered
 from ddplab.doctor.ranks.watch.group import group_info, nccl_rules
+from ddplab.doctor.ranks.watch.model import MODELS, grad_name
 
 COLLECTIVES = ("all_reduce", "broadcast", "all_gather", "all_gather_into_tensor", "reduce",
                "reduce_scatter", "reduce_scatter_tensor", "gather", "scatter", "all_to_all",
@@ -74,7 +75,8 @@ def make_wrapper(name: str):
                 dtype=str(first.dtype).replace("torch.", "") if first is not None else None,
                 numel=first.numel() if first is not None else None,
                 before=values(first) if first is not None else None,
-                eval_samples=rec.counters.get("eval_samples", 0), p2p=name in POINT_TO_POINT))
+                eval_samples=rec.counters.get("eval_samples", 0), p2p=name in POINT_TO_POINT,
+                grad_of=grad_name(first) if first is not None and MODELS else None))
             if name in REDUCTIONS:
                 rec.counters["eval_samples"] = 0
             if seq is not None:

@@ -218,6 +218,23 @@ def _note_root(module, rec) -> None:
                          line=spot and spot[1]))
 
 
+_GRADS = {"at": None, "names": {}}  # id(p.grad) -> name, as of the latest backward
+
+
+def grad_name(tensor) -> str | None:
+    """The name of the DDP-wrapped parameter whose ``.grad`` is ``tensor``, if any."""
+    rec = _recorder.RECORDER
+    if _GRADS["at"] != rec.backwards:
+        _GRADS["at"] = rec.backwards
+        _GRADS["names"] = {}
+        for model in MODELS.values():
+            ddp = model["ddp"]()
+            if ddp is not None:
+                _GRADS["names"].update({id(p.grad): n for n, p in ddp.module.named_parameters()
+                                        if p.grad is not None})
+    return _GRADS["names"].get(id(tensor))
+
+
 def _note_unused(index: int, reach: set[int], rec) -> None:
     model = MODELS.get(index)
     ddp = model["ddp"]() if model else None
