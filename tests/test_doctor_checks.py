@@ -18,7 +18,8 @@ ASKED = {"sampler-set-epoch", "no-distributed-sampler", "collective-on-some-rank
          "cpu-tensor-nccl", "clip-before-unscale", "metric-mean-of-means",
          "accumulation-no-sync", "accumulation-unsynced-step", "accumulation-loss-not-divided",
          "replicas-diverge", "every-rank-writes", "find-unused-parameters", "uneven-inputs",
-         "lr-not-scaled", "overlapping-shards", "same-batches", "gradients-reduced-twice"}
+         "lr-not-scaled", "overlapping-shards", "same-batches", "gradients-reduced-twice",
+         "different-datasets"}
 
 
 def github_anchor(heading: str) -> str:

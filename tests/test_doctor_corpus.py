@@ -67,6 +67,7 @@ EXPECTED = {
     "plain_data_parallel.py": ([], {"replicas-diverge"}, set(), {}),
     "plain_rank0_eval_allreduce.py": ([], {"collective-on-some-ranks"}, set(), {}),
     "plain_grads_reduced_twice.py": ([], set(), {"gradients-reduced-twice"}, {}),
+    "hf_split_unseeded.py": ([], {"different-datasets"}, set(), {}),
 }
 
 
@@ -385,3 +386,12 @@ def test_gradients_all_reduced_after_ddp_did(diagnoses):
     assert f.evidence["numbers"] == sum(sizes) and f.evidence["reduce"] == "SUM"
     verdict_clean = verdict(diagnoses["by_script"]["plain_clean.py"], "gradients-reduced-twice")
     assert verdict_clean.status == "passed"
+
+
+def test_a_split_made_unseeded_on_every_rank(diagnoses):
+    """Each rank is a process of its own, seeded by the OS as torchrun's are (not the doctor's
+    zygote's state): the unseeded split differs, and the Subsets' index digests show it."""
+    f = finding(diagnoses["by_script"]["hf_split_unseeded.py"], "different-datasets")
+    prints = f.evidence["fingerprints"]
+    assert prints[0] != prints[1] and all(p.startswith("subset:") for p in prints.values())
+    assert f.evidence["dataset_len"] == 80

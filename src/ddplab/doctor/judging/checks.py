@@ -150,6 +150,9 @@ CHECKS = (
     Check("no-distributed-sampler", "error",
           "each rank trains on its own shard, not on the whole dataset",
           "sharding-no-sampler", FIX_SAMPLER, data.no_distributed_sampler),
+    Check("different-datasets", "error",
+          "a sharded training loader holds the same dataset on every rank",
+          "sharding-no-sampler", shards.FIX_ONE_SPLIT, shards.different_datasets),
     Check("overlapping-shards", "error",
           "within an epoch, the ranks' DistributedSampler shards share no sample beyond the "
           "padding", "sharding-shuffling", shards.FIX_SAME_SEED, shards.overlapping_shards),

@@ -1,5 +1,6 @@
-"""The data each rank trains on, compared across ranks: ``same-batches`` (every rank's DDP
-forward gets byte-identical batches) and ``overlapping-shards`` (DistributedSamplers whose
+"""The data each rank trains on, compared across ranks: ``different-datasets`` (a sharded
+training loader over a dataset whose contents differ by rank), ``same-batches`` (every rank's
+DDP forward gets byte-identical batches) and ``overlapping-shards`` (DistributedSamplers whose
 shards share samples within an epoch).
 
 Both are proved from this run: the digest of each DDP forward's first input on every rank, and
@@ -27,6 +28,51 @@ def _forward_digests(evidence, rank) -> list:
     """(step, micro-step, digest) of each training DDP forward this rank recorded."""
     return [(s.number, i, m.digest) for s in evidence.records(records.Step, rank)
             for i, m in enumerate(s.micro) if m.digest]
+
+
+CONTENT = ("tensors:", "subset:")  # fingerprints made from the data itself (ranks/watch/data.py)
+
+
+def different_datasets(evidence, earlier):
+    """A DistributedSampler splits one dataset between the ranks by index: if each rank built
+    a different dataset (an unseeded split or shuffle), the shards are slices of different
+    sets."""
+    if (evidence.world_size or 0) < 2:
+        return not_applicable("one rank")
+    used = sorted({p.loader for p in evidence.training_passes()})
+    compared = 0
+    for index in used:
+        loaders = {r: evidence.loader(index, r) for r in evidence.ranks}
+        if any(d is None for d in loaders.values()) or not loaders[evidence.ranks[0]].distributed:
+            continue
+        prints = {r: d.fingerprint for r, d in loaders.items()}
+        if not all(p.startswith(CONTENT) for p in prints.values()):
+            continue
+        compared += 1
+        if len(set(prints.values())) == 1:
+            continue
+        made = loaders[evidence.ranks[0]]
+        subset = all(p.startswith("subset:") for p in prints.values())
+        return found(Problem(
+            f"the DataLoader made at {place(*file_line(made))} shards a "
+            f"{made.dataset} of {made.dataset_len} samples whose contents differ by rank ("
+            + ", ".join(f"rank {r}: {p.split(':')[1]}" for r, p in sorted(prints.items()))
+            + (", the digests of the indices each rank's Subset took" if subset else
+               ", the digests of each rank's tensors")
+            + "): the DistributedSampler splits indices, so each rank's shard is a slice of "
+              "a different set, and one rank may train on another's validation samples",
+            {"fingerprints": prints, "dataset_len": made.dataset_len}, *file_line(made),
+            fix=FIX_ONE_SPLIT))
+    if not compared:
+        return not_applicable("no sharded training loader over a TensorDataset or a Subset "
+                              "(the datasets the doctor can compare without reading samples)")
+    return passed("every rank's sharded training loader holds the same dataset")
+
+
+FIX_ONE_SPLIT = """\
+# the same split on every rank: a fixed seed (or split once, save, and load it)
+generator = torch.Generator().manual_seed(0)
+train_set, val_set = random_split(dataset, [0.8, 0.2], generator=generator)"""
 
 
 def same_batches(evidence, earlier):
