@@ -68,6 +68,7 @@ EXPECTED = {
     "plain_rank0_eval_allreduce.py": ([], {"collective-on-some-ranks"}, set(), {}),
     "plain_grads_reduced_twice.py": ([], set(), {"gradients-reduced-twice"}, {}),
     "hf_split_unseeded.py": ([], {"different-datasets"}, set(), {}),
+    "plain_logging_syncs.py": ([], set(), {"barrier-every-step"}, {}),
 }
 
 
@@ -395,3 +396,11 @@ def test_a_split_made_unseeded_on_every_rank(diagnoses):
     prints = f.evidence["fingerprints"]
     assert prints[0] != prints[1] and all(p.startswith("subset:") for p in prints.values())
     assert f.evidence["dataset_len"] == 80
+
+
+def test_a_barrier_before_every_step(diagnoses):
+    f = finding(diagnoses["by_script"]["plain_logging_syncs.py"], "barrier-every-step")
+    assert f.evidence["barriers_per_step"] == 1 and f.evidence["small_collectives_per_step"] == 3
+    assert f.evidence["steps"] == diagnoses["by_script"]["plain_logging_syncs.py"].steps_run
+    clean = verdict(diagnoses["by_script"]["plain_clean.py"], "barrier-every-step")
+    assert clean.status == "passed"  # a barrier once an epoch, after the checkpoint

@@ -24,6 +24,7 @@ from ddplab.doctor.judging.judges import (
 
 SECTIONS = {  # label -> (page, the heading's anchor on GitHub); tests/test_doctor_checks.py
     "averaging-naive": ("averaging.md", "the-naive-way-sum-then-divide"),
+    "time-cost-slower": ("time_cost.md", "my-multi-gpu-run-is-slower-than-expected"),
     "sharding-shuffling": ("sharding.md", "shuffling-one-permutation-per-epoch-split-across-"
                                           "ranks"),
     "sharding-no-sampler": ("sharding.md", "without-a-distributedsampler-the-epoch-is-"
@@ -131,6 +132,11 @@ FIX_REDUCED_ONCE = """\
 loss.backward()  # DDP all-reduces and averages the gradients here
 # no loop of dist.all_reduce(p.grad) after it: that is DDP's job, done once
 optimizer.step()"""
+FIX_NO_BARRIER = """\
+for step, (x, y) in enumerate(loader):
+    ...  # no dist.barrier() here: DDP's backward already synchronises the ranks
+    if step % log_every == 0:  # reduce the numbers to log now and then, not every step
+        dist.all_reduce(loss_sum)"""
 FIX_HANG = """\
 # every rank must call the same collectives in the same order: move the collective
 # out of any `if rank == ...` branch, and give every rank the same number of batches"""
@@ -192,6 +198,9 @@ CHECKS = (
     Check("gradients-reduced-twice", "waste",
           "the script does not all-reduce gradients DDP has already all-reduced",
           "averaging-naive", FIX_REDUCED_ONCE, collectives.gradients_reduced_twice),
+    Check("barrier-every-step", "waste",
+          "the training loop does not wait in a barrier before every optimizer step",
+          "time-cost-slower", FIX_NO_BARRIER, collectives.barrier_every_step),
     Check("clip-before-unscale", "error",
           "gradients are clipped after GradScaler.unscale_, not while still scaled",
           "training-loop-mixed-precision", FIX_UNSCALE, optimizer.clip_before_unscale),

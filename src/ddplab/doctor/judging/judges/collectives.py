@@ -144,6 +144,38 @@ def gradients_reduced_twice(evidence, earlier):
     return passed("the script all-reduces gradients only where DDP did not (under no_sync)")
 
 
+BARRIERS = ("barrier", "monitored_barrier")
+
+
+def barrier_every_step(evidence, earlier):
+    """A barrier in the training loop, before every optimizer step: each one makes every rank
+    wait for the slowest, where DDP's backward already keeps them in step."""
+    steps = evidence.records(records.Step)
+    if len(steps) < 2:
+        return not_applicable("fewer than two optimizer steps")
+    own = [c for c in evidence.records(records.Collective) if not c.by and not c.p2p]
+    barriers = {}
+    small = {}
+    for step in steps:
+        calls = [c for c in own if c.step == step.number - 1 and c.t < step.t]
+        barriers[step.number] = [c for c in calls if c.op in BARRIERS]
+        small[step.number] = [c for c in calls if c.op not in BARRIERS and not c.grad_of
+                              and (c.numel or 0) <= 8]
+    if not all(barriers.values()):
+        return passed(f"no barrier before every one of the {len(steps)} optimizer steps")
+    first = barriers[steps[0].number][0]
+    per_step = min(len(v) for v in small.values())
+    return found(Problem(
+        f"{first.op} at {place(*file_line(first))} runs before each of the {len(steps)} "
+        "optimizer steps"
+        + (f", beside {per_step} all-reduces of a few numbers each step (logging)"
+           if per_step else "")
+        + ": every rank waits there for the slowest one, each step; DDP's backward already "
+          "keeps the ranks in step",
+        {"steps": len(steps), "barriers_per_step": min(len(v) for v in barriers.values()),
+         "small_collectives_per_step": per_step}, *file_line(first)))
+
+
 def cpu_tensor_nccl(evidence, earlier):
     """Under a group that asked for NCCL, a collective's tensor or DDP's model on the CPU."""
     requested = {g.requested for g in evidence.records(records.GroupInit)}
