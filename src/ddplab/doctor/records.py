@@ -112,11 +112,12 @@ class WorldSizeRead(Record):
 
 @dataclasses.dataclass(frozen=True)
 class Collective(Record):
-    """One collective the script called: its op, the group's sequence number (None for
-    point-to-point), the group (``"world"`` or its ranks, ``"0,1"``), the backend asked for and
-    whether NCCL's rules hold (CPU tensors fail), the tensors' devices, the first tensor's
-    dtype and size and (up to 8 numbers) its values before and after, the reduce op, and the
-    evaluation samples this rank drew since its previous reduction."""
+    """One collective the script called (or DDP did: ``by``): its op, the script's sequence
+    number in the group (None for point-to-point and for DDP's own), the group (``"world"``
+    or its ranks, ``"0,1"``), the backend asked for and whether NCCL's rules hold (CPU
+    tensors fail), the tensors' devices, the first tensor's dtype and size and (up to 8
+    numbers) its values before and after, the reduce op, the evaluation samples this rank drew
+    since its previous reduction, and the DDP parameter whose gradient it is (``grad_of``)."""
 
     KIND: ClassVar[str] = "collective"
     op: str
