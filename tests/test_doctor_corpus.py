@@ -69,6 +69,7 @@ EXPECTED = {
     "plain_grads_reduced_twice.py": ([], set(), {"gradients-reduced-twice"}, {}),
     "hf_split_unseeded.py": ([], {"different-datasets"}, set(), {}),
     "plain_logging_syncs.py": ([], set(), {"barrier-every-step"}, {}),
+    "plain_mkdir_every_rank.py": ([], {"every-rank-writes"}, set(), {}),
 }
 
 
@@ -404,3 +405,13 @@ def test_a_barrier_before_every_step(diagnoses):
     assert f.evidence["steps"] == diagnoses["by_script"]["plain_logging_syncs.py"].steps_run
     clean = verdict(diagnoses["by_script"]["plain_clean.py"], "barrier-every-step")
     assert clean.status == "passed"  # a barrier once an epoch, after the checkpoint
+
+
+def test_a_folder_every_rank_creates(diagnoses):
+    """Whichever rank comes second fails with FileExistsError; the finding explains it."""
+    diagnosis = diagnoses["by_script"]["plain_mkdir_every_rank.py"]
+    assert "FileExistsError" in diagnosis.crash["error"] and diagnosis.crash["explained"]
+    f = finding(diagnosis, "every-rank-writes")
+    assert f.evidence["ranks"] == [0, 1] and f.evidence["how"] == "mkdir"
+    assert f.evidence["path"].endswith("checkpoints/epoch-0")
+    assert f.evidence["failed"] == diagnosis.crash["rank"]

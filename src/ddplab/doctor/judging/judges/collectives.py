@@ -52,6 +52,10 @@ def _signature(c) -> tuple | None:
     return c.op, c.by
 
 
+def _crashed(evidence, rank: int) -> bool:
+    return (evidence.run.outcomes.get(rank) or {}).get("outcome") == records.Outcome.CRASHED
+
+
 def _named(c) -> str:
     """A collective as the report names it: the script's op, or DDP's own."""
     return f"{c.by} ({c.op})" if c.by else c.op
@@ -76,6 +80,9 @@ def collective_on_some_ranks(evidence, earlier):
                 continue
             issued = {r for r, c in at.items() if c is not None}
             first = at[min(issued)]
+            if all(_crashed(evidence, r) for r, c in at.items() if c is None) \
+                    and len(issued) < len(at):
+                break  # a rank that failed calls nothing more: its failure is the finding
             if any(c is not None and c.by == records.DdpCall.GRADIENTS for c in at.values()) \
                     and any(f.id == "uneven-inputs" for f in earlier):
                 break  # a rank's extra backward: uneven-inputs names it

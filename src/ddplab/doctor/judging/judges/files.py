@@ -9,6 +9,9 @@ each open a path once with ``"w"`` are an advisory that says so, not an error.
 
 from __future__ import annotations
 
+import os
+import re
+
 import ddplab.doctor.records as records
 from ddplab.doctor.judging.findings import place, shown_path
 from ddplab.doctor.judging.judgement import (
@@ -29,12 +32,46 @@ def _writes_content(write, same_path) -> bool:
     return sum(w.rank == write.rank for w in same_path) > 1
 
 
+def _mkdir_clash(evidence, made) -> list:
+    """A folder several ranks create with os.mkdir, where one of them failed with
+    FileExistsError on it: the run's own proof (the ranks' calls and the failure)."""
+    crash = evidence.crashed()
+    text = (crash or {}).get("error") or ""
+    if "FileExistsError" not in text:
+        return []
+    named = re.search(r"File exists: '([^']+)'", text)
+    if named is None:
+        return []
+    failed = os.path.normpath(named.group(1))  # as the script passed it, maybe relative
+    by_path = {}
+    for w in made:
+        by_path.setdefault(w.record.path, []).append(w)
+    for path, ws in sorted(by_path.items()):
+        ranks = sorted({w.rank for w in ws})
+        if len(ranks) > 1 and (path == failed or path.endswith(os.sep + failed)):
+            first = ws[0].record
+            return [Problem(
+                f"{ranks_text(ranks)} all create the folder {shown_path(path)} (os.mkdir at "
+                f"{place(*file_line(first))}, step {first.step}): the first one wins and rank "
+                f"{crash['rank']} fails with FileExistsError",
+                {"path": path, "ranks": ranks, "how": "mkdir", "failed": crash["rank"]},
+                *file_line(first))]
+    return []
+
+
 def every_rank_writes(evidence, earlier):
     writes = evidence.all(records.Write)
     if not writes:
         return not_applicable("no rank wrote a file")
     if (evidence.world_size or 0) < 2:
         return not_applicable("one rank")
+    made = [w for w in writes if w.record.how == "mkdir"]
+    writes = [w for w in writes if w.record.how != "mkdir"]
+    clash = _mkdir_clash(evidence, made)
+    if clash:
+        return found(*clash)
+    if not writes:
+        return not_applicable("no rank wrote a file")
     by_path = {}
     for w in writes:  # a path on one host: node-local disks may each hold one copy
         host = evidence.by_rank[w.rank].get("host")

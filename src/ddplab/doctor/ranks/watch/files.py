@@ -1,7 +1,8 @@
-"""Files written: every ``open`` for writing (``sys.addaudithook``) and every ``torch.save`` to
-a path (torch writes those from C++, past the audit hook), with the rank, the step and the
-line. Only writes the reader's code asks for count: an ``open`` in the script itself or one
-or two library calls below it (``np.save``), not a cache a library keeps for itself."""
+"""Files written: every ``open`` for writing and ``os.mkdir`` (``sys.addaudithook``) and every
+``torch.save`` to a path (torch writes those from C++, past the audit hook), with the rank,
+the step and the line. Only writes the reader's code asks for count: an ``open`` in the
+script itself or one or two library calls below it (``np.save``), not a cache a library keeps
+for itself."""
 
 from __future__ import annotations
 
@@ -52,6 +53,9 @@ def _note(path, how: str, frame, mode: str | None = None) -> None:
 
 
 def _audit(event: str, args) -> None:
+    if event == "os.mkdir" and isinstance(args[0], (str, bytes, os.PathLike)):
+        _note(args[0], "mkdir", sys._getframe(1))  # judged only where it fails on a rank
+        return
     if event != "open":
         return
     path, mode, flags = args
