@@ -19,7 +19,7 @@ ASKED = {"sampler-set-epoch", "no-distributed-sampler", "collective-on-some-rank
          "accumulation-no-sync", "accumulation-unsynced-step", "accumulation-loss-not-divided",
          "replicas-diverge", "every-rank-writes", "find-unused-parameters", "uneven-inputs",
          "lr-not-scaled", "overlapping-shards", "same-batches", "gradients-reduced-twice",
-         "different-datasets", "barrier-every-step"}
+         "different-datasets", "barrier-every-step", "logged-sum-not-divided"}
 
 
 def github_anchor(heading: str) -> str:

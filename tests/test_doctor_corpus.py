@@ -70,6 +70,7 @@ EXPECTED = {
     "hf_split_unseeded.py": ([], {"different-datasets"}, set(), {}),
     "plain_logging_syncs.py": ([], set(), {"barrier-every-step"}, {}),
     "plain_mkdir_every_rank.py": ([], {"every-rank-writes"}, set(), {}),
+    "plain_logged_sum.py": ([], {"logged-sum-not-divided"}, set(), {}),
 }
 
 
@@ -416,3 +417,11 @@ def test_a_folder_every_rank_creates(diagnoses):
     assert f.evidence["ranks"] == [0, 1] and f.evidence["how"] == "mkdir"
     assert f.evidence["path"].endswith("checkpoints/epoch-0")
     assert f.evidence["failed"] == diagnosis.crash["rank"]
+
+
+def test_a_printed_sum_of_the_ranks_means(diagnoses):
+    f = finding(diagnoses["by_script"]["plain_logged_sum.py"], "logged-sum-not-divided")
+    values, total = f.evidence["values"], f.evidence["sum"]
+    assert total == pytest.approx(sum(values.values()), rel=1e-6)
+    assert f"{total:.4f}" in f.evidence["printed"]  # what rank 0 printed: the sum
+    assert f.evidence["mean"] == pytest.approx(total / 2)

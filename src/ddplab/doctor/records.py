@@ -426,10 +426,23 @@ class Seed(Record):
     line: int | None
 
 
+# -- printed lines (ranks/watch/prints.py)
+
+@dataclasses.dataclass(frozen=True)
+class Printed(Record):
+    """A line the reader's code printed (to stdout) with a number in it, cut at 200
+    characters."""
+
+    KIND: ClassVar[str] = "printed"
+    text: str
+    file: str | None
+    line: int | None
+
+
 KINDS: dict[str, type[Record]] = {kind.KIND: kind for kind in (
     GroupInit, GroupDestroy, DuplicateRank, WorldSizeRead, Collective, Clip, Write, Loader,
     Pass, SamplerOrder, SetEpoch, Ddp, Root, Unused, LoadStateDict, Optimizer, Step, Replica,
-    GatheredUse, Seed)}
+    GatheredUse, Seed, Printed)}
 
 
 def to_json(record: Record) -> dict:

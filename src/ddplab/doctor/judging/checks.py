@@ -19,6 +19,7 @@ from ddplab.doctor.judging.judges import (
     metric,
     model,
     optimizer,
+    printed,
     shards,
 )
 
@@ -137,6 +138,10 @@ for step, (x, y) in enumerate(loader):
     ...  # no dist.barrier() here: DDP's backward already synchronises the ranks
     if step % log_every == 0:  # reduce the numbers to log now and then, not every step
         dist.all_reduce(loss_sum)"""
+FIX_LOG_MEAN = """\
+dist.all_reduce(loss_value, op=dist.ReduceOp.SUM)
+loss_value /= dist.get_world_size()  # the mean over the ranks, as one process prints it
+# or: dist.all_reduce(loss_value, op=dist.ReduceOp.AVG)"""
 FIX_HANG = """\
 # every rank must call the same collectives in the same order: move the collective
 # out of any `if rank == ...` branch, and give every rank the same number of batches"""
@@ -207,6 +212,9 @@ CHECKS = (
     Check("metric-mean-of-means", "error",
           "an evaluation metric is reduced from sums and counts, over unpadded shards",
           "training-loop-evaluation", FIX_METRIC, metric.metric_mean_of_means),
+    Check("logged-sum-not-divided", "error",
+          "a printed mean over the ranks is the all-reduced sum divided by the world size",
+          "averaging-naive", FIX_LOG_MEAN, printed.logged_sum_not_divided),
     Check("every-rank-writes", "error",
           "each file is written by one rank only",
           "hangs-checkpoints", FIX_WRITES, files.every_rank_writes,
