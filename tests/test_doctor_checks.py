@@ -12,6 +12,7 @@ import yaml
 from ddplab.doctor.judging import error_index, findings
 from ddplab.doctor.judging.checks import CHECKS, SECTIONS
 from ddplab.doctor.judging.findings import KINDS, Diagnosis, Finding, Verdict
+from ddplab.doctor.judging.judges import collectives, metric, shards
 from ddplab.doctor.judging.judges import model as judge_model
 from ddplab.doctor.reporting import text
 
@@ -20,7 +21,8 @@ ASKED = {"sampler-set-epoch", "no-distributed-sampler", "collective-on-some-rank
          "cpu-tensor-nccl", "clip-before-unscale", "metric-mean-of-means",
          "accumulation-no-sync", "accumulation-unsynced-step", "accumulation-loss-not-divided",
          "replicas-diverge", "every-rank-writes", "find-unused-parameters", "uneven-inputs",
-         "lr-not-scaled"}
+         "lr-not-scaled", "overlapping-shards", "same-batches", "gradients-reduced-twice",
+         "different-datasets", "barrier-every-step", "logged-sum-not-divided"}
 
 
 def labels() -> dict:
@@ -68,11 +70,14 @@ def test_each_fix_is_python():
         compile(check.fix, check.id, "exec", dont_inherit=True)
 
 
+JUDGES_WITH_FIXES = (judge_model, collectives, metric, shards)  # fixes of their own
+
+
 def test_the_report_fits_the_books_column():
     """Every check found once, with a long message, on a long path, with each fix the doctor
     gives (the judges' own too): no line of the report wider than the page's 100 columns."""
-    fixes = [c.fix for c in CHECKS] + [getattr(judge_model, n) for n in dir(judge_model)
-                                       if n.startswith("FIX_")] + [
+    fixes = [c.fix for c in CHECKS] + [getattr(judge, n) for judge in JUDGES_WITH_FIXES
+                                       for n in dir(judge) if n.startswith("FIX_")] + [
         entry.fix for entry in error_index.ENTRIES]
     assert all(len(line) <= text.FIX_WIDTH for fix in fixes for line in fix.splitlines())
     message = ("the DistributedSampler of the DataLoader made at train.py:21 gave the same order "

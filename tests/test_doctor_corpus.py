@@ -46,14 +46,14 @@ EXPECTED = {
     "plain_no_sampler.py": ([], {"no-distributed-sampler"}, set(), {}),
     "plain_rank0_barrier.py": ([], {"collective-on-some-ranks"}, {"lr-not-scaled"},
                                {"timeout": 3.0}),
-    "plain_nccl_cpu.py": ([], {"cpu-tensor-nccl"}, {"lr-not-scaled"}, {}),
+    "plain_nccl_cpu.py": ([], {"cpu-tensor-nccl", "same-batches"}, set(), {}),
     "plain_amp_clip.py": ([], {"clip-before-unscale"}, {"lr-not-scaled"}, {}),
     "plain_eval_padded.py": ([], {"metric-mean-of-means"}, set(), {}),
     "plain_bn_buffers.py": ([], {"replicas-diverge"}, set(), {}),
     "plain_ema_copy.py": ([], {"replicas-diverge"}, set(), {}),
-    "plain_load_rank0.py": ([], {"replicas-diverge"}, set(), {}),
-    "plain_unused_param.py": ([], {"find-unused-parameters"}, set(), {}),
-    "plain_find_unused_true.py": ([], set(), {"find-unused-parameters"}, {}),
+    "plain_load_rank0.py": ([], {"replicas-diverge", "same-batches"}, set(), {}),
+    "plain_unused_param.py": ([], {"find-unused-parameters", "same-batches"}, set(), {}),
+    "plain_find_unused_true.py": ([], {"same-batches"}, {"find-unused-parameters"}, {}),
     "plain_uneven.py": ([], {"uneven-inputs"}, set(), {}),
     "plain_crash.py": ([], set(), set(), {}),
     "blog_fixed_rank.py": ([], {"duplicate-rank"}, set(), {}),
@@ -64,6 +64,22 @@ EXPECTED = {
     "local_rank_argparse.py": ([], {"no-process-group"}, set(), {}),
     "local_rank_device.py": ([], {"known-crash"}, set(), {}),
     "tail_prefix_load.py": ([], {"known-crash"}, {"lr-not-scaled"}, {}),
+    "eval_gather_interleaved.py": ([], set(), set(), {}),
+    "eval_gather_concat.py": ([], {"metric-mean-of-means"}, set(), {"world_size": 3}),
+    "log_opened_by_every_rank.py": ([], set(), {"every-rank-writes"}, {}),
+    "plain_unused_sometimes.py": ([], {"find-unused-parameters"}, set(), {}),
+    "plain_randint_same_seed.py": ([], {"same-batches"}, set(), {}),
+    "nanogpt_same_seed.py": ([], {"same-batches"}, set(), {}),
+    "sampler_seed_per_rank.py": ([], {"overlapping-shards"}, set(), {}),
+    "eval_rank0_through_ddp.py": ([], {"collective-on-some-ranks"}, set(), {"timeout": 3.0}),
+    "plain_unwrapped_forward.py": ([], {"replicas-diverge"}, set(), {}),
+    "plain_data_parallel.py": ([], {"replicas-diverge"}, set(), {}),
+    "plain_rank0_eval_allreduce.py": ([], {"collective-on-some-ranks"}, set(), {}),
+    "plain_grads_reduced_twice.py": ([], set(), {"gradients-reduced-twice"}, {}),
+    "hf_split_unseeded.py": ([], {"different-datasets"}, set(), {}),
+    "plain_logging_syncs.py": ([], set(), {"barrier-every-step"}, {}),
+    "plain_mkdir_every_rank.py": ([], {"every-rank-writes"}, set(), {}),
+    "plain_logged_sum.py": ([], {"logged-sum-not-divided"}, set(), {}),
 }
 
 
@@ -180,7 +196,8 @@ def test_rank0_barrier_hangs_and_is_named(diagnoses):
     alarm = f.evidence["hang"]["alarm"]
     assert alarm["rank"] == 0 and alarm["what"] == "barrier" and alarm["line"] == f.line
     assert alarm["waited"] >= 3.0  # the timeout passed: a real wait, not a guess
-    assert f.evidence["counts"] == {0: 1, 1: 0}
+    counts = f.evidence["counts"]  # DDP's own collectives and rank 0's barrier
+    assert counts[0] == counts[1] + 1 and f.evidence["calls"][1] is None
     assert "rank 1 has finished the script" in f.message
 
 
@@ -361,3 +378,147 @@ def test_a_mistake_at_the_scripts_end_is_found_after_step_k(diagnoses):
     assert f.section == "errors-state-dict-prefix" and diagnosis.steps_run == 8
     said = diagnosis.output["rank0"]
     assert all(f"epoch {e}: validation loss" in said for e in range(5))  # every epoch ran
+
+
+def verdict(diagnosis, check_id: str):
+    return next(v for v in diagnosis.checks if v.id == check_id)
+
+
+def test_gathered_and_interleaved_holds_each_sample_once(diagnoses):
+    """Accelerate's gather_for_metrics pattern: the padded repeat is cut off, no finding."""
+    diagnosis = diagnoses["by_script"]["eval_gather_interleaved.py"]
+    v = verdict(diagnosis, "metric-mean-of-means")
+    assert v.status == "passed" and "hold each of the 41 samples once" in v.why
+    shards = [list(DistributedSampler(range(41), num_replicas=2, rank=r, shuffle=False))
+              for r in range(2)]
+    interleaved = [i for pair in zip(*shards) for i in pair][:41]
+    assert sorted(interleaved) == list(range(41))  # torch's shards, as the script cuts them
+
+
+def test_gathered_rank_by_rank_repeats_a_sample(diagnoses):
+    f = finding(diagnoses["by_script"]["eval_gather_concat.py"], "metric-mean-of-means")
+    e = f.evidence
+    assert e["repeated"] == [0] and e["missing"] == [38] and e["samples"] == 40
+    shards = [list(DistributedSampler(range(40), num_replicas=3, rank=r, shuffle=False))
+              for r in range(3)]
+    cut = (shards[0] + shards[1] + shards[2])[:40]
+    assert cut.count(0) == 2 and 38 not in cut  # what the run showed, from torch's sampler
+    assert "torch.stack(gathered, dim=1)" in f.fix  # the fix keeps the gather
+    assert "barrier" not in f.message
+
+
+def test_log_emptied_by_every_rank_is_an_advisory(diagnoses):
+    f = finding(diagnoses["by_script"]["log_opened_by_every_rank.py"], "every-rank-writes")
+    assert f.kind == "advisory" and f.evidence["writers"] == [0]
+    assert "cannot tell" in f.message
+
+
+def test_replicas_are_not_compared_after_ddp_fails(diagnoses):
+    diagnosis = diagnoses["by_script"]["plain_unused_sometimes.py"]
+    assert "Expected to have finished reduction" in diagnosis.crash["traceback"]
+    assert verdict(diagnosis, "replicas-diverge").status == "not applicable"
+
+
+def test_same_batches_on_every_rank(diagnoses):
+    """Same seed, batches drawn with torch.randint: every rank draws the same indices."""
+    diagnosis = diagnoses["by_script"]["plain_randint_same_seed.py"]
+    f = finding(diagnosis, "same-batches")
+    assert f.evidence["seed"] == 0 and f.evidence["same_step"] == {1: 8}
+    assert verdict(diagnosis, "lr-not-scaled").status == "not applicable"  # no 16 samples
+    source = (CORPUS / "plain_randint_same_seed.py").read_text().splitlines()
+    assert "torch.manual_seed(0)" in source[f.line - 1]
+    nanogpt = finding(diagnoses["by_script"]["nanogpt_same_seed.py"], "same-batches")
+    assert nanogpt.evidence["shared"][1] * 2 >= nanogpt.evidence["forwards_compared"]
+    assert nanogpt.evidence["seed"] == 1337
+    assert verdict(diagnoses["by_script"]["nanogpt_clean.py"], "same-batches").status == \
+        "passed"
+
+
+def test_overlapping_shards_from_seeds_by_rank(diagnoses):
+    f = finding(diagnoses["by_script"]["sampler_seed_per_rank.py"], "overlapping-shards")
+    shards = [set(DistributedSampler(range(64), num_replicas=2, rank=r, seed=42 + r))
+              for r in range(2)]
+    assert f.evidence["shared"] == len(shards[0] & shards[1]) > 0
+    assert f.evidence["unseen"] == 64 - len(shards[0] | shards[1])
+    assert f.evidence["seeds"] == {0: 42, 1: 43}
+
+
+def test_rank0_evaluation_through_ddp_meets_a_barrier(diagnoses):
+    """Rank 0's DDP forward broadcasts the buffers; rank 1 is in the barrier after it."""
+    diagnosis = diagnoses["by_script"]["eval_rank0_through_ddp.py"]
+    f = finding(diagnosis, "collective-on-some-ranks")
+    calls = f.evidence["calls"]
+    assert calls[0]["by"] == "DDP's broadcast of rank 0's buffers before a forward"
+    assert calls[1]["op"] == "barrier" and calls[1]["by"] is None
+    source = (CORPUS / "eval_rank0_through_ddp.py").read_text().splitlines()
+    assert "model(Xv)" in source[f.line - 1] and "model.module(inputs)" in f.fix
+
+
+@pytest.mark.parametrize("name,cause", [
+    ("plain_unwrapped_forward.py", "no forward before step 1 went through the DDP"),
+    ("plain_data_parallel.py", "is an nn.DataParallel")])
+def test_replicas_by_the_optimizers_parameters(diagnoses, name, cause):
+    f = finding(diagnoses["by_script"][name], "replicas-diverge")
+    sums = [v["sum"] for v in f.evidence["per_rank"].values()]
+    assert f.evidence["step"] == 1 and sums[0] != sums[1] and cause in f.message
+    source = (CORPUS / name).read_text().splitlines()
+    assert "model(xb)" in source[f.line - 1]
+
+
+def test_a_collective_met_by_ddps_gradient_all_reduce(diagnoses):
+    """Gloo aborts rank 0 (its evidence never leaves the process); its ledger in the doctor's
+    store still shows its all-reduce meeting rank 1's gradient all-reduce, with both lines."""
+    diagnosis = diagnoses["by_script"]["plain_rank0_eval_allreduce.py"]
+    said = diagnosis.crash["traceback"]  # whichever side gloo failed first
+    assert diagnosis.crash["explained"] and any(text in said for text in (
+        "Connection reset by peer", "Connection closed by peer", "collective mismatch"))
+    f = finding(diagnosis, "collective-on-some-ranks")
+    calls = f.evidence["calls"]
+    source = (CORPUS / "plain_rank0_eval_allreduce.py").read_text().splitlines()
+    assert calls[0]["by"] is None and "dist.all_reduce(counts)" in source[calls[0]["line"] - 1]
+    assert calls[1]["by"] == "DDP's all-reduce of the gradients"
+    assert ".backward()" in source[calls[1]["line"] - 1]
+
+
+def test_gradients_all_reduced_after_ddp_did(diagnoses):
+    f = finding(diagnoses["by_script"]["plain_grads_reduced_twice.py"], "gradients-reduced-twice")
+    sizes = [6 * 16, 16, 16 * 2, 2]  # the two Linear layers' weights and biases
+    assert f.kind == "waste" and f.evidence["gradients"] == f.evidence["parameters"] == 4
+    assert f.evidence["numbers"] == sum(sizes) and f.evidence["reduce"] == "SUM"
+    verdict_clean = verdict(diagnoses["by_script"]["plain_clean.py"], "gradients-reduced-twice")
+    assert verdict_clean.status == "passed"
+
+
+def test_a_split_made_unseeded_on_every_rank(diagnoses):
+    """Each rank is a process of its own, seeded by the OS as torchrun's are (not the doctor's
+    zygote's state): the unseeded split differs, and the Subsets' index digests show it."""
+    f = finding(diagnoses["by_script"]["hf_split_unseeded.py"], "different-datasets")
+    prints = f.evidence["fingerprints"]
+    assert prints[0] != prints[1] and all(p.startswith("subset:") for p in prints.values())
+    assert f.evidence["dataset_len"] == 80
+
+
+def test_a_barrier_before_every_step(diagnoses):
+    f = finding(diagnoses["by_script"]["plain_logging_syncs.py"], "barrier-every-step")
+    assert f.evidence["barriers_per_step"] == 1 and f.evidence["small_collectives_per_step"] == 3
+    assert f.evidence["steps"] == diagnoses["by_script"]["plain_logging_syncs.py"].steps_run
+    clean = verdict(diagnoses["by_script"]["plain_clean.py"], "barrier-every-step")
+    assert clean.status == "passed"  # a barrier once an epoch, after the checkpoint
+
+
+def test_a_folder_every_rank_creates(diagnoses):
+    """Whichever rank comes second fails with FileExistsError; the finding explains it."""
+    diagnosis = diagnoses["by_script"]["plain_mkdir_every_rank.py"]
+    assert "FileExistsError" in diagnosis.crash["error"] and diagnosis.crash["explained"]
+    f = finding(diagnosis, "every-rank-writes")
+    assert f.evidence["ranks"] == [0, 1] and f.evidence["how"] == "mkdir"
+    assert f.evidence["path"].endswith("checkpoints/epoch-0")
+    assert f.evidence["failed"] == diagnosis.crash["rank"]
+
+
+def test_a_printed_sum_of_the_ranks_means(diagnoses):
+    f = finding(diagnoses["by_script"]["plain_logged_sum.py"], "logged-sum-not-divided")
+    values, total = f.evidence["values"], f.evidence["sum"]
+    assert total == pytest.approx(sum(values.values()), rel=1e-6)
+    assert f"{total:.4f}" in f.evidence["printed"]  # what rank 0 printed: the sum
+    assert f.evidence["mean"] == pytest.approx(total / 2)

@@ -1,6 +1,9 @@
 """find_unused_parameters=True on a model whose parameters all get gradients: DDP searches
 the graph after every forward for nothing (waste, not an error).
 
+Every rank draws its random batches after the same torch.manual_seed(0): the ranks train on
+the same batches (same-batches).
+
     torchrun --nproc-per-node 2 plain_find_unused_true.py
 """
 import torch

@@ -1,6 +1,9 @@
 """A resumed run that loads the checkpoint on rank 0 only, after the DDP wrap: rank 1 keeps
 its fresh weights, and the replicas differ from the first step on.
 
+Every rank draws its random batches after the same torch.manual_seed(0): the ranks train on
+the same batches (same-batches).
+
     torchrun --nproc-per-node 2 plain_load_rank0.py
 """
 import os

@@ -1,6 +1,9 @@
 """A DDP script written for NCCL whose loss for logging is all-reduced from a tensor made on
 the CPU (torch.tensor(loss.item())): NCCL refuses it.
 
+Every rank draws its random batches after the same torch.manual_seed(0): the ranks train on
+the same batches (same-batches).
+
     torchrun --nproc-per-node 2 plain_nccl_cpu.py
 """
 import os

@@ -1,6 +1,9 @@
 """A model with an auxiliary head that the loss never uses, wrapped without
 find_unused_parameters: DDP waits for the head's gradients and fails at the second forward.
 
+Every rank draws its random batch after the same torch.manual_seed(0): the ranks train on
+the same batch (same-batches).
+
     torchrun --nproc-per-node 2 plain_unused_param.py
 """
 import torch

@@ -38,6 +38,15 @@ class Mode(Word):
     NONE = "none"  # it neither joined a group nor started ranks
 
 
+class DdpCall(Word):
+    """A collective DDP issues itself (``Collective.by``), as the report names it."""
+
+    SHAPE_CHECK = "DDP's check of the parameters' shapes"
+    PARAMETERS = "DDP's broadcast of rank 0's parameters"
+    BUFFERS = "DDP's broadcast of rank 0's buffers before a forward"
+    GRADIENTS = "DDP's all-reduce of the gradients"
+
+
 class Outcome(Word):
     """How the script ended in one process."""
 
@@ -111,11 +120,12 @@ class WorldSizeRead(Record):
 
 @dataclasses.dataclass(frozen=True)
 class Collective(Record):
-    """One collective the script called: its op, the group's sequence number (None for
-    point-to-point), the group (``"world"`` or its ranks, ``"0,1"``), the backend asked for and
-    whether NCCL's rules hold (CPU tensors fail), the tensors' devices, the first tensor's
-    dtype and size and (up to 8 numbers) its values before and after, the reduce op, and the
-    evaluation samples this rank drew since its previous reduction."""
+    """One collective the script called (or DDP did: ``by``): its op, the script's sequence
+    number in the group (None for point-to-point and for DDP's own), the group (``"world"``
+    or its ranks, ``"0,1"``), the backend asked for and whether NCCL's rules hold (CPU
+    tensors fail), the tensors' devices, the first tensor's dtype and size and (up to 8
+    numbers) its values before and after, the reduce op, the evaluation samples this rank drew
+    since its previous reduction, and the DDP parameter whose gradient it is (``grad_of``)."""
 
     KIND: ClassVar[str] = "collective"
     op: str
@@ -133,6 +143,8 @@ class Collective(Record):
     eval_samples: int
     p2p: bool
     after: list | None = None
+    by: str | None = None  # a DdpCall, when DDP issued it (ranks/watch/ddp_collectives.py)
+    grad_of: str | None = None  # the DDP parameter whose .grad is the first tensor
 
 
 # -- mixed precision and clipping (ranks/watch/amp.py)
@@ -156,13 +168,15 @@ class Clip(Record):
 
 @dataclasses.dataclass(frozen=True)
 class Write(Record):
-    """A file the reader's code opened for writing (``how``: ``open`` or ``torch.save``)."""
+    """A file the reader's code opened for writing (``how``: ``open`` or ``torch.save``), with
+    ``open``'s mode (``"w"``, ``"a"``, ...; None for torch.save and a flags-only open)."""
 
     KIND: ClassVar[str] = "write"
     path: str
     how: str
     file: str | None
     line: int | None
+    mode: str | None = None
 
 
 # -- data (ranks/watch/data.py)
@@ -230,6 +244,7 @@ class SamplerOrder(Record):
     digest: str
     loader: int | None
     pass_number: int | None
+    indices: list | None = None  # all of them, up to 65,536: shards compared across ranks
 
 
 @dataclasses.dataclass(frozen=True)
@@ -271,7 +286,9 @@ class Ddp(Record):
 @dataclasses.dataclass(frozen=True)
 class Root(Record):
     """A module run at top level with parameters or buffers: a DDP (``kind`` ``"ddp"``, with
-    its index) or a plain module (``"plain"``), whose state is compared across ranks."""
+    its index), the module inside a DDP run without it (``"bypass"``, with the DDP's index), a
+    ``nn.DataParallel`` (``"data_parallel"``) or another module (``"plain"``), whose state is
+    compared across ranks."""
 
     KIND: ClassVar[str] = "root"
     index: int
@@ -321,11 +338,13 @@ class Optimizer(Record):
 @dataclasses.dataclass(frozen=True)
 class MicroStep:
     """A DDP forward with gradients enabled (part of a ``Step``): which DDP, whether it
-    synchronises (``require_backward_grad_sync``), and its batch size (None if unknown)."""
+    synchronises (``require_backward_grad_sync``), its batch size (None if unknown) and the
+    digest of its first input."""
 
     ddp: int
     sync: bool
     batch: int | None
+    digest: str | None = None  # of the forward's first input tensor: compared across ranks
 
 
 @dataclasses.dataclass(frozen=True)
@@ -345,7 +364,7 @@ class Backward:
 @dataclasses.dataclass(frozen=True)
 class Step(Record):
     """An optimizer step (``number``: 1, 2, ...) and what led to it: the DDP micro-steps (the
-    first 16) and the backwards (the first two and the last) since the step before, with their
+    first 16) and the backwards (the first 16) since the step before, with their
     counts. The first step also has the learning rates and the optimizer's type; a step after
     a micro-step that did not synchronise has each gradient's summary (``grads``)."""
 
@@ -366,11 +385,66 @@ class Step(Record):
 
 @dataclasses.dataclass(frozen=True)
 class Replica(Record):
-    """A module's state after a step: name -> [digest, sum, norm, "parameter" or "buffer"]."""
+    """State after a step, name -> [digest, sum, norm, "parameter" or "buffer"]: of a module
+    run at top level (``root``), or of the parameters an optimizer steps (``optimizer``, with
+    how many of them a DDP wraps: ``in_ddp`` of ``params``)."""
 
     KIND: ClassVar[str] = "replica"
-    root: int
+    root: int | None
     tensors: dict
+    optimizer: int | None = None
+    in_ddp: int = 0
+    params: int = 0
+
+
+# -- gathered evaluation results (ranks/watch/gathered.py)
+
+@dataclasses.dataclass(frozen=True)
+class GatheredUse(Record):
+    """The first use (``how``: the operation) of rows an ``all_gather`` at ``gather_file``:
+    ``gather_line`` brought from an evaluation DistributedSampler's pass: how many samples it
+    holds, how many distinct, which ones it holds more than once (``repeats``: index -> times)
+    and which of the dataset's samples it misses (the first 8 of each)."""
+
+    KIND: ClassVar[str] = "gathered_use"
+    how: str
+    file: str | None
+    line: int | None
+    gather_file: str | None
+    gather_line: int | None
+    loader: int | None
+    pass_number: int | None
+    dataset_len: int | None
+    samples: int
+    distinct: int
+    repeated: list
+    repeats: dict
+    missing: list
+
+
+# -- seeds (ranks/watch/seeds.py)
+
+@dataclasses.dataclass(frozen=True)
+class Seed(Record):
+    """``torch.manual_seed(seed)`` called by the reader's code."""
+
+    KIND: ClassVar[str] = "seed"
+    seed: int
+    file: str | None
+    line: int | None
+
+
+# -- printed lines (ranks/watch/prints.py)
+
+@dataclasses.dataclass(frozen=True)
+class Printed(Record):
+    """A line the reader's code printed (to stdout) with a number in it, cut at 200
+    characters."""
+
+    KIND: ClassVar[str] = "printed"
+    text: str
+    file: str | None
+    line: int | None
 
 
 # -- the script's CUDA on CPU ranks (ranks/cuda_on_cpu/), its trackers (ranks/scratch.py)
@@ -420,7 +494,7 @@ class LocalRankOption(Record):
 KINDS: dict[str, type[Record]] = {kind.KIND: kind for kind in (
     GroupInit, GroupDestroy, DuplicateRank, WorldSizeRead, Collective, Clip, Write, Loader,
     Pass, SamplerOrder, SetEpoch, Ddp, Root, Unused, LoadStateDict, Optimizer, Step, Replica,
-    CudaOnCpu, Mapped, Trackers, LocalRankOption)}
+    CudaOnCpu, Mapped, Trackers, LocalRankOption, GatheredUse, Seed, Printed)}
 
 
 def to_json(record: Record) -> dict:

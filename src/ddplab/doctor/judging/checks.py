@@ -21,9 +21,13 @@ from ddplab.doctor.judging.judges import (
     metric,
     model,
     optimizer,
+    printed,
+    shards,
 )
 
 SECTIONS = {  # label -> the page it stands on; its section opens at BOOK + page.html#label
+    "averaging-naive": "averaging",
+    "time-cost-slower": "time_cost",
     "sharding-shuffling": "sharding",
     "sharding-no-sampler": "sharding",
     "hangs-rank0-collective": "hangs",
@@ -134,6 +138,19 @@ FIX_LR = """\
 lr = base_lr * dist.get_world_size()
 # or keep the global batch fixed:
 # batch_size = global_batch_size // dist.get_world_size()"""
+FIX_REDUCED_ONCE = """\
+loss.backward()  # DDP all-reduces and averages the gradients here
+# no loop of dist.all_reduce(p.grad) after it: that is DDP's job, done once
+optimizer.step()"""
+FIX_NO_BARRIER = """\
+for step, (x, y) in enumerate(loader):
+    ...  # no dist.barrier() here: DDP's backward already synchronises the ranks
+    if step % log_every == 0:  # reduce the numbers to log now and then, not every step
+        dist.all_reduce(loss_sum)"""
+FIX_LOG_MEAN = """\
+dist.all_reduce(loss_value, op=dist.ReduceOp.SUM)
+loss_value /= dist.get_world_size()  # the mean over the ranks, as one process prints it
+# or: dist.all_reduce(loss_value, op=dist.ReduceOp.AVG)"""
 FIX_HANG = """\
 # every rank must call the same collectives in the same order: move the collective
 # out of any `if rank == ...` branch, and give every rank the same number of batches"""
@@ -157,6 +174,15 @@ CHECKS = (
     Check("no-distributed-sampler", "error",
           "each rank trains on its own shard, not on the whole dataset",
           "sharding-no-sampler", FIX_SAMPLER, data.no_distributed_sampler),
+    Check("different-datasets", "error",
+          "a sharded training loader holds the same dataset on every rank",
+          "sharding-no-sampler", shards.FIX_ONE_SPLIT, shards.different_datasets),
+    Check("overlapping-shards", "error",
+          "within an epoch, the ranks' DistributedSampler shards share no sample beyond the "
+          "padding", "sharding-shuffling", shards.FIX_SAME_SEED, shards.overlapping_shards),
+    Check("same-batches", "error",
+          "the ranks' DDP forwards get different batches",
+          "sharding-no-sampler", shards.FIX_SEED, shards.same_batches),
     Check("uneven-inputs", "error",
           "every rank's training loader has the same number of batches",
           "hangs-uneven", FIX_UNEVEN, data.uneven_inputs, explains_hang=True,
@@ -187,15 +213,25 @@ CHECKS = (
     Check("replicas-diverge", "error",
           "every parameter (and every buffer DDP does not re-broadcast) is equal on all ranks "
           "after each step", "hangs-batchnorm", FIX_REPLICAS, model.replicas_diverge),
+    Check("gradients-reduced-twice", "waste",
+          "the script does not all-reduce gradients DDP has already all-reduced",
+          "averaging-naive", FIX_REDUCED_ONCE, collectives.gradients_reduced_twice),
+    Check("barrier-every-step", "waste",
+          "the training loop does not wait in a barrier before every optimizer step",
+          "time-cost-slower", FIX_NO_BARRIER, collectives.barrier_every_step),
     Check("clip-before-unscale", "error",
           "gradients are clipped after GradScaler.unscale_, not while still scaled",
           "training-loop-mixed-precision", FIX_UNSCALE, optimizer.clip_before_unscale),
     Check("metric-mean-of-means", "error",
           "an evaluation metric is reduced from sums and counts, over unpadded shards",
           "training-loop-evaluation", FIX_METRIC, metric.metric_mean_of_means),
+    Check("logged-sum-not-divided", "error",
+          "a printed mean over the ranks is the all-reduced sum divided by the world size",
+          "averaging-naive", FIX_LOG_MEAN, printed.logged_sum_not_divided),
     Check("every-rank-writes", "error",
           "each file is written by one rank only",
-          "hangs-checkpoints", FIX_WRITES, files.every_rank_writes),
+          "hangs-checkpoints", FIX_WRITES, files.every_rank_writes,
+          explains_crash=("FileExistsError",)),
     Check("lr-not-scaled", "advisory",
           "the LR follows the global batch when the global batch grows with the world size",
           "lr-scaling-rules", FIX_LR, optimizer.lr_not_scaled),

@@ -19,6 +19,7 @@ import sys
 import tempfile
 import time
 
+import ddplab.doctor.records as records
 from ddplab.doctor.launch.processes import Zygote
 from ddplab.doctor.ranks.children import SITE
 from ddplab.doctor.ranks.rank import ARGS, SCRIPT
@@ -169,11 +170,27 @@ def roll_call(store: Store, result: Run, expected) -> dict:
     return positions
 
 
+def ledger(store: Store, rank: int, result: Run) -> dict | None:
+    """The evidence of a rank that published none (gloo aborted it): the collectives it
+    wrote to its ledger in the store before each one ran."""
+    count = store.add(f"ledger/{rank}/count", 0)
+    if not count:
+        return None
+    entries = [e for e in (store.get(f"ledger/{rank}/{i}") for i in range(count)) if e]
+    group = next((e["records"].get(records.GroupInit.KIND) for e in result.evidence.values()
+                  if e["records"].get(records.GroupInit.KIND)), [])  # the group's, not the rank's
+    return {"rank": rank, "world_size": result.world_size,
+            "steps": max((e["step"] for e in entries), default=0), "host": None,
+            "records": {records.Collective.KIND: entries, records.GroupInit.KIND: group}}
+
+
 def collect(store: Store, result: Run, expected) -> None:
     positions = (result.hang or {}).get("positions", {})
-    for rank in expected:
+    for rank in sorted(expected, key=lambda r: not store.has(f"evidence/{r}")):
         found = store.get(f"evidence/{rank}")
         if found is None and rank in positions and "evidence" in positions[rank]:
             found = positions[rank].pop("evidence")
+        if found is None:
+            found = ledger(store, rank, result)
         if found is not None:
             result.evidence[rank] = found

@@ -28,8 +28,20 @@ SCRIPT = "DDPLAB_DOCTOR_SCRIPT"
 ARGS = "DDPLAB_DOCTOR_ARGS"
 
 
+def fresh_random_state() -> None:
+    """Seed torch (and numpy, if loaded) from the OS, as a new ``python`` process starts: a
+    rank forked from the doctor's zygote inherits its random state, and an unseeded
+    ``torch.randperm`` would then agree on every rank where torchrun's ranks disagree."""
+    import torch
+
+    torch.seed()
+    if "numpy" in sys.modules:
+        sys.modules["numpy"].random.seed()
+
+
 def main() -> None:
     exit_with_parent()
+    fresh_random_state()
     store = Store.connect()
     rank = int(os.environ["RANK"])
     role = Settings.current().role

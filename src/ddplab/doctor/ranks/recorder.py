@@ -109,6 +109,15 @@ class Recorder:
         return {"rank": self.rank, "world_size": self.world_size, "steps": self.steps,
                 "host": socket.gethostname(), "records": records.dump(self.records)}
 
+    def to_ledger(self, collective: records.Collective) -> None:
+        """A collective into this rank's ledger in the doctor's store, before it runs: a rank
+        that gloo aborts (a collective met by a different one on another rank) publishes no
+        evidence, and its ledger is what the doctor compares with the other ranks'."""
+        if self.store is None:
+            return
+        n = self.store.add(f"ledger/{self.rank}/count") - 1
+        self.store.raw.set(f"ledger/{self.rank}/{n}", _dumps(records.to_json(collective)))
+
     def publish(self, outcome: records.Outcome, **about) -> None:
         """Evidence and outcome to the store, once."""
         if self.store is None or self.published:

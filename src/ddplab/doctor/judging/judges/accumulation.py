@@ -82,20 +82,30 @@ def accumulation_loss_not_divided(evidence, earlier):
         return not_applicable("no optimizer step accumulates several backwards")
     for s in steps:
         k = s.backward_count
-        factors = [b.factor for b in s.backwards if b.factor is not None]
-        if not factors:
+        kept = [b for b in s.backwards if b.factor is not None]
+        if not kept:
             continue
-        factor = factors[0]
-        if abs(factor * k - 1) > 1e-6:
-            b = s.backwards[0]
-            shown = ("the loss function's output itself" if factor == 1 else
-                     f"the loss function's output {' '.join(b.ops)}")
-            return found(Problem(
-                f"{k} micro-steps per optimizer step (step {s.number}), and the loss given "
-                f"to backward at {place(*file_line(b))} is {shown}, not divided by {k}: the step's "
-                f"gradient is {number(factor * k)}x the mean of the micro-batches' gradients "
-                f"(with SGD, a {number(factor * k)}x larger learning rate; Adam scales most of "
-                "it away, but gradient clipping sees it whole)",
-                {"micro_steps": k, "loss_factor": factor, "gradient_scale": factor * k},
-                *file_line(b)))
+        odd = next((b for b in kept if abs(b.factor * k - 1) > 1e-6), None)
+        if odd is None:
+            continue
+        divided = [i + 1 for i, b in enumerate(s.backwards)
+                   if b.factor is not None and abs(b.factor * k - 1) <= 1e-6]
+        factor = odd.factor
+        shown = ("the loss function's output itself" if factor == 1 else
+                 f"the loss function's output {' '.join(odd.ops)}")
+        which = s.backwards.index(odd) + 1
+        some = (f"; micro-step{'s' if len(divided) > 1 else ''} "
+                f"{', '.join(map(str, divided))} divide{'s' * (len(divided) == 1)} by {k}, "
+                f"micro-step {which} does not" if divided else "")
+        scale = sum(b.factor for b in kept) if len(kept) == k else factor * k
+        return found(Problem(
+            f"{k} micro-steps per optimizer step (step {s.number}), and the loss given to "
+            f"backward at {place(*file_line(odd))} is {shown}, not divided by {k}{some}: the "
+            f"step's gradient weighs that micro-batch {number(factor * k)}x (the step's "
+            f"gradient is {number(scale)}x the mean of the micro-batches' gradients where "
+            "all are alike; with SGD, a larger learning rate; Adam scales most of it away, "
+            "but gradient clipping sees it whole)",
+            {"micro_steps": k, "loss_factor": factor, "gradient_scale": factor * k,
+             "factors": [b.factor for b in s.backwards], "divided_micro_steps": divided},
+            *file_line(odd)))
     return passed("the loss of each micro-step is divided by the number of micro-steps")

@@ -30,13 +30,44 @@ def _members(evidence, group: str) -> list:
         r for r in map(int, group.split(",")) if r in evidence.ranks]
 
 
+FIX_DDP_FORWARD = """\
+model.eval()
+with torch.no_grad():  # on every rank, each on its shard (then reduce sums and counts)
+    outputs = model(inputs)
+# or on rank 0 alone, through the module DDP wraps: no collective inside
+if dist.get_rank() == 0:
+    outputs = model.module(inputs)"""
+
+
+SIZED = ("all_reduce", "reduce", "broadcast")  # the same size and dtype on every rank
+
+
+def _signature(c) -> tuple | None:
+    """What must agree across ranks at the same point of a group's sequence: the op, whose it
+    is (the script's or DDP's), and for a reduction or broadcast the tensor's dtype and size."""
+    if c is None:
+        return None
+    if c.op in SIZED:
+        return c.op, c.by, c.dtype, c.numel
+    return c.op, c.by
+
+
+def _crashed(evidence, rank: int) -> bool:
+    return (evidence.run.outcomes.get(rank) or {}).get("outcome") == records.Outcome.CRASHED
+
+
+def _named(c) -> str:
+    """A collective as the report names it: the script's op, or DDP's own."""
+    return f"{c.by} ({c.op})" if c.by else c.op
+
+
 def collective_on_some_ranks(evidence, earlier):
     """The ranks of a group called different collectives, or different numbers of them."""
     if (evidence.world_size or 0) < 2:
         return not_applicable("one rank")
     groups = _sequences(evidence)
     if not groups:
-        return not_applicable("the script calls no collective itself (DDP's own are in C++)")
+        return not_applicable("no collective was called (the script's or DDP's)")
     problems = []
     for group, per_rank in groups.items():
         members = _members(evidence, group)
@@ -44,14 +75,20 @@ def collective_on_some_ranks(evidence, earlier):
         longest = max(len(c) for c in calls.values())
         for i in range(longest):
             at = {r: c[i] if i < len(c) else None for r, c in calls.items()}
-            ops = {r: (c.op if c else None) for r, c in at.items()}
+            ops = {r: _signature(c) for r, c in at.items()}
             if len(set(ops.values())) == 1:
                 continue
             issued = {r for r, c in at.items() if c is not None}
             first = at[min(issued)]
+            if all(_crashed(evidence, r) for r, c in at.items() if c is None) \
+                    and len(issued) < len(at):
+                break  # a rank that failed calls nothing more: its failure is the finding
+            if any(c is not None and c.by == records.DdpCall.GRADIENTS for c in at.values()) \
+                    and any(f.id == "uneven-inputs" for f in earlier):
+                break  # a rank's extra backward: uneven-inputs names it
             counts = ", ".join(f"rank {r}: {len(c)}" for r, c in sorted(calls.items()))
             if None in ops.values():
-                text = (f"{first.op} at {place(*file_line(first))} runs on "
+                text = (f"{_named(first)} at {place(*file_line(first))} runs on "
                         f"{ranks_text(issued)} only (collective #{i + 1} of "
                         f"{'the default group' if group == 'world' else 'group ' + group}; "
                         f"collectives called: {counts}): the other ranks never join it, so "
@@ -59,24 +96,97 @@ def collective_on_some_ranks(evidence, earlier):
                         f"or pair{'s' * (len(issued) == 1)} it with a different collective")
             else:
                 text = (f"collective #{i + 1} of the group is "
-                        + "; ".join(f"{c.op} at {place(*file_line(c))} on rank {r}"
+                        + "; ".join(f"{_named(c)} at {place(*file_line(c))} on rank {r}"
                                     for r, c in sorted(at.items()))
-                        + ": the ranks call different collectives at the same point")
+                        + ": the ranks call different collectives at the same point"
+                        + ("" if len({c.op for c in at.values()}) > 1 else
+                           " (" + "; ".join(f"{c.dtype} x {c.numel} on rank {r}"
+                                            for r, c in sorted(at.items())) + ")"))
+            ddp_forward = first.by == records.DdpCall.BUFFERS
+            if ddp_forward:
+                text += (": the DDP's forward broadcasts rank 0's buffers first, a collective "
+                         "the other ranks only join in their own forward")
             problems.append(Problem(text, {"group": group, "index": i + 1, "calls": {
-                r: (c and {"op": c.op, "line": c.line}) for r, c in at.items()},
-                "counts": {r: len(c) for r, c in calls.items()}}, *file_line(first)))
+                r: (c and {"op": c.op, "by": c.by, "line": c.line}) for r, c in at.items()},
+                "counts": {r: len(c) for r, c in calls.items()}}, *file_line(first),
+                fix=FIX_DDP_FORWARD if ddp_forward else None))
             break
     if problems:
         return found(*problems)
     total = sum(len(c) for per_rank in groups.values() for c in per_rank.values())
     return passed(f"every rank called the same {total // len(evidence.ranks)} collectives "
-                  "in the same order")
+                  "(DDP's own included) in the same order")
+
+
+def gradients_reduced_twice(evidence, earlier):
+    """The script all-reduces gradients of DDP's parameters after a backward in which DDP
+    already all-reduced them (a hand-written average left in after the move to DDP)."""
+    ddps = evidence.records(records.Ddp)
+    if not ddps:
+        return not_applicable("no DistributedDataParallel model")
+    own = [c for c in evidence.records(records.Collective) if c.grad_of and not c.by]
+    for step in evidence.records(records.Step):
+        if not any(m.sync for m in step.micro):
+            continue
+        calls = [c for c in own if c.step == step.number - 1 and c.t < step.t]
+        if not calls:
+            continue
+        names = sorted({c.grad_of for c in calls})
+        params = sum(d.params for d in ddps)
+        first = calls[0]
+        size = sum(c.numel or 0 for c in calls)
+        return found(Problem(
+            f"before optimizer step {step.number}, DDP all-reduced the gradients in the "
+            f"backward, and the script all-reduces {len(names)} of the {params} gradients "
+            f"again ({len(calls)} {first.op}({first.reduce}) calls from "
+            f"{place(*file_line(first))}, {size} numbers): they were already averaged, so "
+            "this only moves them a second time"
+            + (" (and a SUM there makes them world_size times the mean unless the script "
+               "divides)" if first.reduce == "SUM" else ""),
+            {"step": step.number, "calls": len(calls), "gradients": len(names),
+             "parameters": params, "numbers": size, "reduce": first.reduce},
+            *file_line(first)))
+    if not own:
+        return passed("the script never all-reduces a gradient DDP has reduced")
+    return passed("the script all-reduces gradients only where DDP did not (under no_sync)")
+
+
+BARRIERS = ("barrier", "monitored_barrier")
+
+
+def barrier_every_step(evidence, earlier):
+    """A barrier in the training loop, before every optimizer step: each one makes every rank
+    wait for the slowest, where DDP's backward already keeps them in step."""
+    steps = evidence.records(records.Step)
+    if len(steps) < 2:
+        return not_applicable("fewer than two optimizer steps")
+    own = [c for c in evidence.records(records.Collective) if not c.by and not c.p2p]
+    barriers = {}
+    small = {}
+    for step in steps:
+        calls = [c for c in own if c.step == step.number - 1 and c.t < step.t]
+        barriers[step.number] = [c for c in calls if c.op in BARRIERS]
+        small[step.number] = [c for c in calls if c.op not in BARRIERS and not c.grad_of
+                              and (c.numel or 0) <= 8]
+    if not all(barriers.values()):
+        return passed(f"no barrier before every one of the {len(steps)} optimizer steps")
+    first = barriers[steps[0].number][0]
+    per_step = min(len(v) for v in small.values())
+    return found(Problem(
+        f"{first.op} at {place(*file_line(first))} runs before each of the {len(steps)} "
+        "optimizer steps"
+        + (f", beside {per_step} all-reduces of a few numbers each step (logging)"
+           if per_step else "")
+        + ": every rank waits there for the slowest one, each step; DDP's backward already "
+          "keeps the ranks in step",
+        {"steps": len(steps), "barriers_per_step": min(len(v) for v in barriers.values()),
+         "small_collectives_per_step": per_step}, *file_line(first)))
 
 
 def cpu_tensor_nccl(evidence, earlier):
     """Under a group that asked for NCCL, a collective's tensor or DDP's model on the CPU."""
     requested = {g.requested for g in evidence.records(records.GroupInit)}
-    nccl = [c for c in evidence.records(records.Collective) if c.nccl]
+    nccl = [c for c in evidence.records(records.Collective) if c.nccl and not c.by]
     models = [d for d in evidence.records(records.Ddp) if d.nccl]
     if not nccl and not models:
         asked = ", ".join(map(str, requested)) or "no backend"

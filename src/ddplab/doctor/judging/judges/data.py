@@ -95,7 +95,8 @@ def no_distributed_sampler(evidence, earlier):
     if problems:
         return found(*problems)
     made = ", ".join(place(*file_line(evidence.loader(i))) for i in sharded)
-    return passed(f"each rank trains on its own shard (the DataLoader made at {made})")
+    return passed(f"each training DataLoader is sharded between the ranks (the DataLoader made "
+                  f"at {made}); overlapping-shards compares the shards")
 
 
 def uneven_inputs(evidence, earlier):

@@ -1,6 +1,16 @@
-"""``every-rank-writes``: the same file written by several ranks."""
+"""``every-rank-writes``: the same file written by several ranks.
+
+What the run proves a rank wrote into a file: a ``torch.save`` to it, an ``open`` that
+appends or updates (``"a"``, ``"+"``), or a second ``open`` for writing. A single ``open`` with
+``"w"`` may only empty the file (build-nanogpt's log: every rank opens it at start-up, only
+rank 0 appends afterwards): the audit hook sees the open, not the bytes, so several ranks that
+each open a path once with ``"w"`` are an advisory that says so, not an error.
+"""
 
 from __future__ import annotations
+
+import os
+import re
 
 import ddplab.doctor.records as records
 from ddplab.doctor.judging.findings import place, shown_path
@@ -14,12 +24,54 @@ from ddplab.doctor.judging.judgement import (
 )
 
 
+def _writes_content(write, same_path) -> bool:
+    """Whether this run shows the rank of ``write`` putting bytes into the file."""
+    record = write.record
+    if record.how != "open" or any(c in (record.mode or "w") for c in "a+"):
+        return True
+    return sum(w.rank == write.rank for w in same_path) > 1
+
+
+def _mkdir_clash(evidence, made) -> list:
+    """A folder several ranks create with os.mkdir, where one of them failed with
+    FileExistsError on it: the run's own proof (the ranks' calls and the failure)."""
+    crash = evidence.crashed()
+    text = (crash or {}).get("error") or ""
+    if "FileExistsError" not in text:
+        return []
+    named = re.search(r"File exists: '([^']+)'", text)
+    if named is None:
+        return []
+    failed = os.path.normpath(named.group(1))  # as the script passed it, maybe relative
+    by_path = {}
+    for w in made:
+        by_path.setdefault(w.record.path, []).append(w)
+    for path, ws in sorted(by_path.items()):
+        ranks = sorted({w.rank for w in ws})
+        if len(ranks) > 1 and (path == failed or path.endswith(os.sep + failed)):
+            first = ws[0].record
+            return [Problem(
+                f"{ranks_text(ranks)} all create the folder {shown_path(path)} (os.mkdir at "
+                f"{place(*file_line(first))}, step {first.step}): the first one wins and rank "
+                f"{crash['rank']} fails with FileExistsError",
+                {"path": path, "ranks": ranks, "how": "mkdir", "failed": crash["rank"]},
+                *file_line(first))]
+    return []
+
+
 def every_rank_writes(evidence, earlier):
     writes = evidence.all(records.Write)
     if not writes:
         return not_applicable("no rank wrote a file")
     if (evidence.world_size or 0) < 2:
         return not_applicable("one rank")
+    made = [w for w in writes if w.record.how == "mkdir"]
+    writes = [w for w in writes if w.record.how != "mkdir"]
+    clash = _mkdir_clash(evidence, made)
+    if clash:
+        return found(*clash)
+    if not writes:
+        return not_applicable("no rank wrote a file")
     by_path = {}
     for w in writes:  # a path on one host: node-local disks may each hold one copy
         host = evidence.by_rank[w.rank].get("host")
@@ -27,15 +79,32 @@ def every_rank_writes(evidence, earlier):
     problems = []
     for (_, path), ws in sorted(by_path.items()):
         ranks = sorted({w.rank for w in ws})
-        if len(ranks) > 1:
-            first = ws[0].record
+        if len(ranks) < 2:
+            continue
+        proved = sorted({w.rank for w in ws if _writes_content(w, ws)})
+        first = next((w.record for w in ws if w.rank in proved), ws[0].record)
+        steps = sorted({w.record.step for w in ws})
+        if len(proved) > 1:
             problems.append(Problem(
-                f"{ranks_text(ranks)} all write {shown_path(path)} ({first.how} at "
-                f"{place(*file_line(first))}, step {first.step}): the {len(ranks)} copies race "
-                "each other on a shared disk, and a rank that reads the file may find it "
+                f"{ranks_text(proved)} all write {shown_path(path)} ({first.how} at "
+                f"{place(*file_line(first))}, step {first.step}): the {len(proved)} copies "
+                "race each other on a shared disk, and a rank that reads the file may find it "
                 "half-written",
-                {"path": path, "ranks": ranks, "how": first.how,
-                 "steps": sorted({w.record.step for w in ws})}, *file_line(first)))
+                {"path": path, "ranks": proved, "how": first.how, "steps": steps},
+                *file_line(first)))
+            continue
+        once = [w for w in ws if w.rank not in proved]
+        opened = once[0].record
+        problems.append(Problem(
+            f"{ranks_text(sorted({w.rank for w in once}))} open{'s' * (len(once) == 1)} "
+            f"{shown_path(path)} with \"{opened.mode}\" once (at {place(*file_line(opened))}, "
+            f"step {opened.step})"
+            + (f", and {ranks_text(proved)} writes to it afterwards" if proved else "")
+            + ": the doctor sees the opens, not the bytes, so it cannot tell whether "
+              "the other ranks only empty the file or write it too; if they write, only one "
+              "rank should",
+            {"path": path, "ranks": ranks, "writers": proved, "steps": steps},
+            *file_line(opened), kind="advisory"))
     if problems:
         return found(*problems[:3])
     return passed(f"{len(by_path)} file{'s' if len(by_path) > 1 else ''} written, each by one "

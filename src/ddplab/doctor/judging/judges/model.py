@@ -29,20 +29,95 @@ model.load_state_dict(state)
 model = DDP(model, device_ids=[local_rank])"""
 
 
+FIX_DATA_PARALLEL = """\
+# under torchrun, one process per GPU: DistributedDataParallel, not DataParallel
+model = DDP(model.to(local_rank), device_ids=[local_rank])"""
+FIX_WRAP = """\
+model = DDP(model, device_ids=[local_rank])  # on every path that trains
+optimizer = torch.optim.SGD(model.parameters(), lr=lr)"""
+FIX_OUTSIDE = """\
+model = DDP(model, device_ids=[local_rank])  # after every parameter exists
+optimizer = torch.optim.SGD(model.parameters(), lr=lr)  # the parameters DDP wraps"""
+FIX_FORWARD = """\
+ddp_model = DDP(model, device_ids=[local_rank])
+# through DDP's forward: not model(x), ddp_model.module(x) or model.forward(x)
+loss = loss_fn(ddp_model(x), y)
+loss.backward()  # the gradients are all-reduced here"""
+
+
+def _key(replica) -> tuple:
+    return ("root", replica.root) if replica.root is not None else ("optimizer",
+                                                                       replica.optimizer)
+
+
 def _first_difference(evidence):
-    """(step, root, name, per-rank summary) of the first tensor that differs, or None."""
-    per_rank = {r: evidence.records(records.Replica, r) for r in evidence.ranks}
-    count = min(len(v) for v in per_rank.values())
-    equal_after = {}  # root -> the last step it was compared equal
-    for i in range(count):
-        at = {r: v[i] for r, v in per_rank.items()}
-        base = at[evidence.ranks[0]]
-        for name, (digest, *_rest) in base.tensors.items():
-            values = {r: a.tensors.get(name) for r, a in at.items()}
+    """(replica, name, per-rank summary, step it was last equal) of the first tensor that
+    differs, comparing only what every rank digested after the same step; or None."""
+    per_rank = {r: {} for r in evidence.ranks}
+    for r in evidence.ranks:
+        for replica in evidence.records(records.Replica, r):
+            per_rank[r].setdefault((_key(replica), replica.step), replica)
+    base = per_rank[evidence.ranks[0]]
+    common = [k for k in base if all(k in v for v in per_rank.values())]
+    common.sort(key=lambda k: (k[1], k[0][0] != "optimizer", base[k].t))
+    equal_after = {}  # what -> the last step it was compared equal
+    for k in common:
+        replica = base[k]
+        for name, (digest, *_rest) in replica.tensors.items():
+            values = {r: v[k].tensors.get(name) for r, v in per_rank.items()}
             if any(v is None or v[0] != digest for v in values.values()):
-                return base.step, base.root, name, values, equal_after.get(base.root)
-        equal_after[base.root] = base.step
+                return replica, name, values, equal_after.get(k[0])
+        equal_after[k[0]] = k[1]
     return None
+
+
+def _cause(evidence, replica, what, step):
+    """(cause, (file, line), fix) of a difference between the ranks' replicas."""
+    roots = evidence.records(records.Root)
+    root = next((r for r in roots if r.index == replica.root), None)
+    ddps = evidence.records(records.Ddp)
+    ddp = next((d for d in ddps if root and d.index == root.ddp), None)
+    step_record = next((s for s in evidence.records(records.Step) if s.number == step), None)
+    parallel = next((r for r in roots if r.kind == "data_parallel"), None)
+    bypass = next((r for r in roots if r.kind == "bypass"), None)
+    loads = {r: [x for x in evidence.records(records.LoadStateDict, r) if x.after_wrap]
+             for r in evidence.ranks}
+    if ddp and what == "buffer" and not ddp.broadcast_buffers:
+        return (f"DDP at {place(*file_line(ddp))} syncs no buffers (forward_sync_buffers=False, "
+                "or broadcast_buffers=False, its name before torch 2.13): each rank keeps its "
+                "own running statistics", file_line(ddp), FIX_BUFFERS)
+    if parallel is not None:
+        return (f"the model run at {place(*file_line(parallel))} is an nn.DataParallel, which "
+                "splits a batch over one process's GPUs and never talks to the other ranks: "
+                "each rank trains its own model", file_line(parallel), FIX_DATA_PARALLEL)
+    if not ddps:
+        return ("no DistributedDataParallel wraps the model on this path: no gradient is "
+                "all-reduced, each rank steps on its own", file_line(step_record),
+                FIX_WRAP)
+    if replica.root is None and replica.in_ddp < replica.params:
+        return (f"{replica.params - replica.in_ddp} of the {replica.params} parameters the "
+                "optimizer steps are in no DDP's module (made after the wrap, or a second "
+                "model): DDP all-reduces only the gradients of the module it wraps",
+                file_line(step_record), FIX_OUTSIDE)
+    if step_record is not None and step_record.micro_count == 0 \
+            and step_record.backward_count > 0:
+        spot = file_line(bypass) if bypass else file_line(step_record)
+        return (f"no forward before step {step} went through the DDP"
+                + (f" (the {bypass.module} it wraps runs on its own at {place(*spot)})"
+                   if bypass else "")
+                + ": DDP all-reduces the gradients only of a backward after its own forward, "
+                  "so each rank steps on its own gradients", spot, FIX_FORWARD)
+    if root is not None and root.kind == "plain":
+        return (f"the {root.module} first run at {place(*file_line(root))} is not the module "
+                "DDP wraps (a copy made before the wrap, or a model trained outside DDP): DDP "
+                "broadcasts rank 0's parameters only into the module it wraps",
+                file_line(root), FIX_COPY)
+    if len({len(v) for v in loads.values()}) > 1:
+        loaded = [r for r, v in loads.items() if v]
+        record = loads[loaded[0]][0]
+        return (f"rank {loaded[0]} loads a state dict at {place(*file_line(record))} after "
+                "DDP's construction and the other ranks do not", file_line(record), FIX_LOAD)
+    return ("the ranks' gradients or optimizer states differ", file_line(step_record), None)
 
 
 def replicas_diverge(evidence, earlier):
@@ -53,45 +128,32 @@ def replicas_diverge(evidence, earlier):
     if any(f.id == "accumulation-unsynced-step" for f in earlier):
         return not_applicable("explained by accumulation-unsynced-step: the replicas step "
                               "with different gradients")
+    failed = next((f for f in earlier if f.explains and evidence.crashed()), None)
+    if failed is not None:
+        return not_applicable(f"the run failed as {failed.id} says: DDP's own failure leaves "
+                              "its gradients unreduced, and the replicas are not compared")
     first = _first_difference(evidence)
     if first is None:
         steps = max(r.step for r in evidence.records(records.Replica))
-        return passed(f"every parameter (and unshared buffer) is equal on every rank after "
-                      f"each of {steps} steps")
-    step, root_index, name, values, equal_after = first
-    root = next(r for r in evidence.records(records.Root) if r.index == root_index)
+        return passed(f"every parameter the optimizer steps (and every unshared buffer) is "
+                      f"equal on every rank after each of {steps} steps")
+    replica, name, values, equal_after = first
+    step = replica.step
     what = values[evidence.ranks[0]][3]
     numbers = ", ".join(f"rank {r}: sum {number(v[1])}" for r, v in sorted(values.items())
                         if v is not None)
-    ddp = next((d for d in evidence.records(records.Ddp) if d.index == root.ddp), None)
-    loads = {r: [x for x in evidence.records(records.LoadStateDict, r) if x.after_wrap]
-             for r in evidence.ranks}
-    if ddp and what == "buffer" and not ddp.broadcast_buffers:
-        cause, where_, fix = (f"DDP at {place(*file_line(ddp))} syncs no buffers "
-                              "(forward_sync_buffers=False, or broadcast_buffers=False, its "
-                              "name before torch 2.13): each rank keeps its own running "
-                              "statistics", file_line(ddp), FIX_BUFFERS)
-    elif root.kind == "plain":
-        cause, where_, fix = (f"the {root.module} first run at {place(*file_line(root))} is not "
-                              "the module DDP wraps (a copy made before the wrap, or a model "
-                              "trained outside DDP): DDP broadcasts rank 0's parameters only "
-                              "into the module it wraps", file_line(root), FIX_COPY)
-    elif len({len(v) for v in loads.values()}) > 1:
-        loaded = [r for r, v in loads.items() if v]
-        record = loads[loaded[0]][0]
-        cause, where_, fix = (f"rank {loaded[0]} loads a state dict at {place(*file_line(record))} "
-                              "after DDP's construction and the other ranks do not",
-                              file_line(record), FIX_LOAD)
-    else:
-        cause, where_, fix = ("the ranks' gradients or optimizer states differ", (None, None),
-                              None)
-        step_record = next((s for s in evidence.records(records.Step) if s.number == step), None)
-        if step_record:
-            where_ = file_line(step_record)
+    root = next((r for r in evidence.records(records.Root) if r.index == replica.root), None)
+    optimizer = next((o for o in evidence.records(records.Optimizer)
+                      if o.index == replica.optimizer), None)
+    owner = (f"of the {root.module}" if root is not None else
+             f"stepped by the {optimizer.type} made at {place(*file_line(optimizer))}"
+             if optimizer is not None else "stepped by the optimizer")
+    cause, where_, fix = _cause(evidence, replica, what, step)
     return found(Problem(
-        f"the {what} {name} of the {root.module} differs between ranks after step {step} "
+        f"the {what} {name} {owner} differs between ranks after step {step} "
         f"({numbers}{f'; equal after step {equal_after}' if equal_after else ''}): {cause}",
-        {"step": step, "tensor": name, "what": what, "module": root.module,
+        {"step": step, "tensor": name, "what": what,
+         "module": root.module if root is not None else None,
          "per_rank": {r: {"sum": v[1], "norm": v[2]} for r, v in values.items() if v}},
         *where_, fix=fix))
 

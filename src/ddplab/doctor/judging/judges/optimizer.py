@@ -59,6 +59,15 @@ def lr_not_scaled(evidence, earlier):
     if evidence.run.mode == records.Mode.SPAWN:
         return not_applicable("the script starts its own ranks (mp.spawn) and chooses its world "
                               "size itself: there is no one-rank run to compare")
+    if any(f.id == "same-batches" for f in earlier):
+        return not_applicable("explained by same-batches: the ranks draw the same samples, so "
+                              "the global batch is one rank's whatever the world size")
+    firsts = {r: next((m.digest for s in evidence.records(records.Step, r) for m in s.micro),
+                      None) for r in evidence.ranks}
+    if None not in firsts.values() and len(set(firsts.values())) == 1:
+        return not_applicable("every rank's first DDP forward got the same batch (digest "
+                              f"{firsts[evidence.ranks[0]]}): the global batch did not grow "
+                              "with the ranks")
     step = _first_step(evidence.records(records.Step))
     if step is None or _global_batch(step) is None:
         return not_applicable("no optimizer step after DDP forwards")

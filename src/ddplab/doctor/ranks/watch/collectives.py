@@ -19,7 +19,9 @@ import ddplab.doctor.records as records
 from ddplab.doctor.ranks import patching, where
 from ddplab.doctor.ranks import recorder as _recorder
 from ddplab.doctor.ranks.cuda_on_cpu import device_type
+from ddplab.doctor.ranks.watch import gathered
 from ddplab.doctor.ranks.watch.group import group_info, nccl_rules
+from ddplab.doctor.ranks.watch.model import MODELS, grad_name
 
 COLLECTIVES = ("all_reduce", "broadcast", "all_gather", "all_gather_into_tensor", "reduce",
                "reduce_scatter", "reduce_scatter_tensor", "gather", "scatter", "all_to_all",
@@ -74,13 +76,18 @@ def make_wrapper(name: str):
                 dtype=str(first.dtype).replace("torch.", "") if first is not None else None,
                 numel=first.numel() if first is not None else None,
                 before=values(first) if first is not None else None,
-                eval_samples=rec.counters.get("eval_samples", 0), p2p=name in POINT_TO_POINT))
+                eval_samples=rec.counters.get("eval_samples", 0), p2p=name in POINT_TO_POINT,
+                grad_of=grad_name(first) if first is not None and MODELS else None))
             if name in REDUCTIONS:
                 rec.counters["eval_samples"] = 0
+            if seq is not None:
+                rec.to_ledger(record)
             with rec.blocking(name, seq=seq, line=spot and spot[1], file=spot and spot[0]):
                 result = real(*args, **kwargs)
             if first is not None and not bound.get("async_op"):
                 rec.update(record, after=values(first))
+                if name == "all_gather":  # which samples the gathered rows are, when known
+                    gathered.trace(bound.get("tensor_list"), bound.get("tensor"))
             return result
         return doctor_collective
     return make

@@ -14,16 +14,19 @@ last batches.
 from __future__ import annotations
 
 import hashlib
+import weakref
 
 import ddplab.doctor.records as records
 from ddplab.doctor.ranks import patching, where
 from ddplab.doctor.ranks import recorder as _recorder
 from ddplab.doctor.ranks.digest import first_tensor, tensor_hash
+from ddplab.doctor.ranks.watch import gathered
 from ddplab.doctor.ranks.watch.model import MODELS
 from ddplab.doctor.settings import Settings
 
 FIRST = 8  # indices kept per sampler order, to show in a message
 DRAINED = 20  # training passes ended at once before the run stops
+KEPT_INDICES = 1 << 16  # a shard up to this size is kept whole, to compare across ranks
 
 
 def _len(value):
@@ -191,7 +194,9 @@ def install() -> None:
                 total_size=self.total_size, first=indices[:FIRST], count=len(indices),
                 digest=hashlib.blake2b(repr(indices).encode(), digest_size=8).hexdigest(),
                 loader=active.loader if active else None,
-                pass_number=active.number if active else None))
+                pass_number=active.number if active else None,
+                indices=indices if len(indices) <= KEPT_INDICES else None))
+            gathered.SAMPLERS[self._ddplab_doctor] = weakref.ref(self)
             return iter(indices)
         return __iter__
 

@@ -1,7 +1,8 @@
-"""Files written: every ``open`` for writing (``sys.addaudithook``) and every ``torch.save`` to
-a path (torch writes those from C++, past the audit hook), with the rank, the step and the
-line. Only writes the reader's code asks for count: an ``open`` in the script itself or one
-or two library calls below it (``np.save``), not a cache a library keeps for itself."""
+"""Files written: every ``open`` for writing and ``os.mkdir`` (``sys.addaudithook``) and every
+``torch.save`` to a path (torch writes those from C++, past the audit hook), with the rank,
+the step and the line. Only writes the reader's code asks for count: an ``open`` in the
+script itself or one or two library calls below it (``np.save``), not a cache a library keeps
+for itself."""
 
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ def _from_library(frame) -> bool:
     return False
 
 
-def _note(path, how: str, frame) -> None:
+def _note(path, how: str, frame, mode: str | None = None) -> None:
     if getattr(_INSIDE, "busy", False) or _from_library(frame):
         return
     _INSIDE.busy = True
@@ -45,13 +46,16 @@ def _note(path, how: str, frame) -> None:
             name = os.fsdecode(name)
         if spot is None or "__pycache__" in name or name.startswith("/dev/"):
             return
-        _recorder.RECORDER.add(records.Write(path=scratch.original(os.path.abspath(name)), how=how,
-                                             file=spot[0], line=spot[1]))
+        _recorder.RECORDER.add(records.Write(path=scratch.original(os.path.abspath(name)),
+                                             how=how, file=spot[0], line=spot[1], mode=mode))
     finally:
         _INSIDE.busy = False
 
 
 def _audit(event: str, args) -> None:
+    if event == "os.mkdir" and isinstance(args[0], (str, bytes, os.PathLike)):
+        _note(args[0], "mkdir", sys._getframe(1))  # judged only where it fails on a rank
+        return
     if event != "open":
         return
     path, mode, flags = args
@@ -60,7 +64,7 @@ def _audit(event: str, args) -> None:
     writing = (any(c in mode for c in "wax+") if isinstance(mode, str)
                else bool((flags or 0) & WRITE_FLAGS))
     if writing:
-        _note(path, "open", sys._getframe(1))
+        _note(path, "open", sys._getframe(1), mode if isinstance(mode, str) else None)
 
 
 def install() -> None:

@@ -14,6 +14,8 @@ import ddplab.doctor.records as records
 from ddplab.doctor.ranks import patching, where
 from ddplab.doctor.ranks import recorder as _recorder
 from ddplab.doctor.ranks.cuda_on_cpu import device_type
+from ddplab.doctor.ranks.digest import tensor_hash
+from ddplab.doctor.ranks.watch import ddp_collectives
 from ddplab.doctor.ranks.watch.group import group_info, nccl_rules
 
 MODELS: dict[int, dict] = {}  # DDP index -> {"ddp": weakref, "names": {id(param): name}}
@@ -111,9 +113,13 @@ def install() -> None:
             if torch.is_grad_enabled():
                 size = (int(first.shape[0]) if first is not None and first.dim()
                         else rec.counters.get("last_batch"))  # model(**batch): the loader's
+                sync = bool(module.require_backward_grad_sync)
                 rec.micro.append(records.MicroStep(
-                    ddp=index, sync=bool(module.require_backward_grad_sync), batch=size))
+                    ddp=index, sync=sync, batch=size,
+                    digest=tensor_hash(first) if first is not None else None))
                 rec.forwarded.add(index)
+                if sync:
+                    rec.synced.add(index)
             if rec.waiting is None:
                 rec.waiting = {"what": "DDP forward", "since": _now()}
                 rec.counters["ddp_forward_wait"] = 1
@@ -134,6 +140,14 @@ def install() -> None:
             if rec.forwarded and rec.counters.get("unused_checks", 0) < UNUSED_CHECKS:
                 rec.counters["unused_checks"] = rec.counters.get("unused_checks", 0) + 1
                 reach = reached(as_list)
+            for index in sorted(rec.synced):  # DDP all-reduces the gradients in this backward
+                model = MODELS.get(index)
+                ddp = model["ddp"]() if model else None
+                if ddp is not None:
+                    ddp_collectives.note("all_reduce", ddp_collectives.GRADIENTS,
+                                         ddp.process_group, [p for p in ddp.module.parameters()
+                                                             if p.requires_grad], spot)
+            rec.synced.clear()
             with rec.blocking("backward", line=spot and spot[1], file=spot and spot[0]):
                 result = real(tensors, *args, **kwargs)
             rec.backwards += 1
@@ -161,7 +175,7 @@ def install() -> None:
         return load_state_dict
 
     rec = _recorder.RECORDER
-    rec.micro, rec.pending, rec.forwarded = [], [], set()
+    rec.micro, rec.pending, rec.forwarded, rec.synced = [], [], set(), set()
     patching.wrap(DistributedDataParallel, "__init__", make_ddp_init)
     patching.wrap(torch.autograd, "backward", make_backward)
     patching.wrap(torch.nn.Module, "load_state_dict", make_load)
@@ -178,13 +192,20 @@ def _now():
 
 
 def _note_root(module, rec) -> None:
+    from torch.nn import DataParallel
+
     known = ROOTS.get(id(module))
     if known is not None and known["ref"]() is module:
         return
-    if _ddp_index(module) is not None:
+    wrapper = next((i for i, m in MODELS.items()
+                    if m["ddp"]() is not None and m["ddp"]().module is module), None)
+    ddp = _ddp_index(module)
+    if ddp is not None:
         kind, target = "ddp", module.module
-    elif any(m["ddp"]() is not None and m["ddp"]().module is module for m in MODELS.values()):
-        return  # the wrapped module, run without its wrapper: already counted as the DDP's
+    elif wrapper is not None:  # the wrapped module, run without its wrapper: DDP sees nothing
+        kind, target, ddp = "bypass", module, wrapper
+    elif isinstance(module, DataParallel):
+        kind, target = "data_parallel", module
     else:
         kind, target = "plain", module
     if next(iter(target.parameters()), None) is None and next(iter(target.buffers()), None) is None:
@@ -192,10 +213,27 @@ def _note_root(module, rec) -> None:
     spot = where.line()
     index = rec.count("root")
     ROOTS[id(module)] = {"index": index, "ref": weakref.ref(module), "target": weakref.ref(target),
-                         "kind": kind, "ddp": _ddp_index(module)}
-    rec.add(records.Root(index=index, kind=kind, ddp=_ddp_index(module),
+                         "kind": kind, "ddp": ddp}
+    rec.add(records.Root(index=index, kind=kind, ddp=ddp,
                          module=type(target).__name__, file=spot and spot[0],
                          line=spot and spot[1]))
+
+
+_GRADS = {"at": None, "names": {}}  # id(p.grad) -> name, as of the latest backward
+
+
+def grad_name(tensor) -> str | None:
+    """The name of the DDP-wrapped parameter whose ``.grad`` is ``tensor``, if any."""
+    rec = _recorder.RECORDER
+    if _GRADS["at"] != rec.backwards:
+        _GRADS["at"] = rec.backwards
+        _GRADS["names"] = {}
+        for model in MODELS.values():
+            ddp = model["ddp"]()
+            if ddp is not None:
+                _GRADS["names"].update({id(p.grad): n for n, p in ddp.module.named_parameters()
+                                        if p.grad is not None})
+    return _GRADS["names"].get(id(tensor))
 
 
 def _note_unused(index: int, reach: set[int], rec) -> None:

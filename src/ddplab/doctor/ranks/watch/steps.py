@@ -12,7 +12,7 @@ from ddplab.doctor.ranks.digest import summary
 from ddplab.doctor.ranks.watch.model import MODELS, ROOTS
 from ddplab.doctor.settings import Settings
 
-KEPT_MICRO = 16  # micro-steps kept per step record
+KEPT_MICRO = 16  # micro-steps and backwards kept per step record
 
 
 def tensors_of(root: dict) -> dict:
@@ -37,13 +37,42 @@ def grads_of(index: int) -> dict:
             if p.grad is not None}
 
 
-def _digest_replicas(rec) -> None:
+def _parameter_names() -> dict:
+    """id(parameter) -> its name in a DDP's module or a module run at top level."""
+    names = {}
+    for root in list(ROOTS.values()):
+        target = root["target"]()
+        if target is not None:
+            names.update({id(p): n for n, p in target.named_parameters()})
+    for model in MODELS.values():
+        names.update(model["names"])
+    return names
+
+
+def _digest_optimizer(rec, optimizer) -> None:
+    """The parameters ``optimizer`` steps, whatever module (if any) runs them: the replicas as
+    the training changes them, even when the forward never goes through a DDP (``model(x)``
+    beside ``ddp_model``, a path that never wraps, ``nn.DataParallel``)."""
+    names = _parameter_names()
+    wrapped = {id(p) for m in MODELS.values() if m["ddp"]() is not None
+               for p in m["ddp"]().module.parameters()}
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    tensors = {}
+    for i, p in enumerate(params):
+        tensors[names.get(id(p), f"param_groups[*][{i}]")] = [*summary(p), "parameter"]
+    rec.add(records.Replica(root=None, tensors=tensors,
+                            optimizer=getattr(optimizer, "_ddplab_doctor", None),
+                            in_ddp=sum(id(p) in wrapped for p in params), params=len(params)))
+
+
+def _digest_replicas(rec, optimizer) -> None:
     """Every replica's state after this step. Hashing every tensor costs about a millisecond
     per 100k parameters on a CPU, so it runs after steps 1, 2, 4, 8, ... and the last one:
     the first divergence is placed within a factor of two of its step."""
     import torch
 
     with torch.no_grad():
+        _digest_optimizer(rec, optimizer)
         for root in list(ROOTS.values()):
             found = tensors_of(root)
             if found:
@@ -68,7 +97,7 @@ def install() -> None:
         rec.add(records.Step(
             number=rec.steps + 1, file=spot and spot[0], line=spot and spot[1],
             micro=micro[:KEPT_MICRO], micro_count=len(micro),
-            backwards=backwards[:2] + backwards[-1:] if len(backwards) > 2 else backwards,
+            backwards=backwards[:KEPT_MICRO],
             backward_count=len(backwards), optimizer=getattr(optimizer, "_ddplab_doctor", None),
             lr=[group.get("lr") for group in optimizer.param_groups] if first else None,
             optimizer_type=type(optimizer).__name__ if first else None,
@@ -81,7 +110,7 @@ def install() -> None:
         rec.steps += 1
         rec.counters["backwards_at_step"] = rec.backwards
         if rec.steps & (rec.steps - 1) == 0 or rec.steps >= last:  # 1, 2, 4, 8, ... and K
-            _digest_replicas(rec)
+            _digest_replicas(rec, optimizer)
         if rec.draining is not None and rec.steps > rec.steps_at_drain:
             raise _recorder.DoctorStop(f"step {rec.steps}: the script trains on after its "
                                        "loaders ended")

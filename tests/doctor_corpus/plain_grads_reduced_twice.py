@@ -1,0 +1,33 @@
+"""A hand-written gradient average kept after the move to DDP: the loop all-reduces every
+gradient and divides by the world size, after DDP's backward has already done exactly that.
+The result is right; the gradients cross the network twice per step.
+
+    torchrun --nproc-per-node 2 plain_grads_reduced_twice.py
+"""
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data.distributed import DistributedSampler
+
+dist.init_process_group("gloo")
+world_size = dist.get_world_size()
+g = torch.Generator().manual_seed(0)
+X = torch.randn(64, 6, generator=g)
+dataset = TensorDataset(X, (X[:, 0] > 0).long())
+sampler = DistributedSampler(dataset, seed=0)
+loader = DataLoader(dataset, batch_size=8, sampler=sampler)
+torch.manual_seed(0)
+model = DDP(nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 2)))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.05 * world_size)
+for epoch in range(2):
+    sampler.set_epoch(epoch)
+    for xb, yb in loader:
+        optimizer.zero_grad()
+        nn.functional.cross_entropy(model(xb), yb).backward()
+        for p in model.parameters():  # average the gradients over the ranks
+            dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)
+            p.grad /= world_size
+        optimizer.step()
+dist.destroy_process_group()
