@@ -11,6 +11,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 dist.init_process_group("gloo")
 torch.manual_seed(0)
 model = DDP(nn.Linear(4, 1))
+torch.manual_seed(1 + dist.get_rank())  # each rank its own batches
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 for step in range(2):
     optimizer.zero_grad()

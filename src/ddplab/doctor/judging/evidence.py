@@ -87,7 +87,8 @@ class Evidence:
         scratch folder), in the order first written."""
         found = {}
         for rank in self.ranks:
-            paths = list(dict.fromkeys(w.path for w in self.records(records.Write, rank)))
+            paths = list(dict.fromkeys(w.path for w in self.records(records.Write, rank)
+                                       if w.how != "mkdir"))  # files, not their folders
             if paths:
                 found[rank] = paths
         return found

@@ -20,11 +20,13 @@ nothing (``TRACKERS``, their own settings).
 from __future__ import annotations
 
 import builtins
+import contextlib
 import io
 import os
 import shutil
 import sys
 import tempfile
+import threading
 
 from ddplab.doctor.ranks import patching
 
@@ -40,6 +42,33 @@ TRACKER_MODULES = ("wandb", "mlflow", "comet_ml", "huggingface_hub", "tensorboar
                    "torch.utils.tensorboard")
 WRITES = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
 _ROOT = {"dir": None, "kept": (), "readers": ()}
+_OWN = threading.local()  # set while this module makes the scratch copy's folders itself
+
+
+def making_folders() -> bool:
+    """Whether the folders being made are the scratch copy's own (no write of the reader's)."""
+    return getattr(_OWN, "busy", False)
+
+
+@contextlib.contextmanager
+def _own_folders():
+    _OWN.busy = True
+    try:
+        yield
+    finally:
+        _OWN.busy = False
+
+
+@contextlib.contextmanager
+def _as_asked(path, copy):
+    """An error about the scratch copy names the path the script asked for, as a plain run's
+    would (``FileExistsError: ... 'checkpoints/epoch-0'``)."""
+    try:
+        yield
+    except OSError as exc:
+        if copy and exc.filename == copy:
+            raise type(exc)(exc.errno, exc.strerror, os.fspath(path)) from None
+        raise
 
 
 def root() -> str | None:
@@ -84,7 +113,8 @@ def for_writing(path, keep_contents: bool):
     if copy is None:
         return path
     if not os.path.lexists(copy):
-        os.makedirs(os.path.dirname(copy), exist_ok=True)
+        with _own_folders():
+            os.makedirs(os.path.dirname(copy), exist_ok=True)
         if keep_contents and os.path.isfile(_absolute(path)):
             shutil.copyfile(_absolute(path), copy)
     return copy
@@ -173,8 +203,11 @@ def _wrap_folders() -> None:
     def make_mkdir(real):
         def mkdir(path, *args, **kwargs):
             if scratch_copy(path) and os.path.isdir(_absolute(path)):
+                sys.audit("os.mkdir", path, -1, None)  # the call the real one would announce
                 raise FileExistsError(17, "File exists", os.fspath(path))
-            return real(for_writing(path, keep_contents=False), *args, **kwargs)
+            copy = for_writing(path, keep_contents=False)
+            with _as_asked(path, copy if copy != path else None):
+                return real(copy, *args, **kwargs)
         return mkdir
 
     def make_makedirs(real):
@@ -182,7 +215,11 @@ def _wrap_folders() -> None:
             if scratch_copy(name) and os.path.isdir(_absolute(name)) and not exist_ok:
                 raise FileExistsError(17, "File exists", os.fspath(name))
             copy = scratch_copy(name)
-            return real(copy if copy else name, mode, exist_ok=True if copy else exist_ok)
+            if copy:  # the folders above it are the scratch copy's, not the script's writes
+                with _own_folders():
+                    real(os.path.dirname(copy), mode, exist_ok=True)
+            with _as_asked(name, copy):
+                return real(copy if copy else name, mode, exist_ok=True if copy else exist_ok)
         return makedirs
 
     def make_listdir(real):

@@ -36,7 +36,7 @@ def _from_library(frame) -> bool:
 
 
 def _note(path, how: str, frame, mode: str | None = None) -> None:
-    if getattr(_INSIDE, "busy", False) or _from_library(frame):
+    if getattr(_INSIDE, "busy", False) or scratch.making_folders() or _from_library(frame):
         return
     _INSIDE.busy = True
     try:
