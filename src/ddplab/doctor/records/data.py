@@ -1,0 +1,85 @@
+"""Records of data (ranks/watch/data.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import ClassVar
+
+from ddplab.doctor.records.base import Record
+
+
+@dataclasses.dataclass(frozen=True)
+class Loader(Record):
+    """A DataLoader made: its dataset (type, length, a fingerprint equal on two ranks for the
+    same data), its sampler (type, length, whether it is a DistributedSampler), batch size."""
+
+    KIND: ClassVar[str] = "loader"
+    index: int
+    file: str | None
+    line: int | None
+    dataset: str
+    dataset_len: int | None
+    fingerprint: str
+    iterable: bool
+    sampler: str | None
+    distributed: bool
+    sampler_len: int | None
+    batch_size: int | None
+    drop_last: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class Pass(Record):
+    """One ``iter(loader)`` (``number``: the loader's 0th, 1st, ... pass), as far as it went:
+    batches and samples drawn, whether a backward ran during it (``training``), whether the
+    doctor cut it (``capped``) or it ran out (``exhausted``), and the first batch's digest.
+    ``backwards_seen`` and ``steps_at_start`` are the counts the cut is decided by."""
+
+    KIND: ClassVar[str] = "pass"
+    loader: int
+    number: int
+    len: int | None
+    file: str | None
+    line: int | None
+    batches: int = 0
+    samples: int = 0
+    training: bool = False
+    capped: bool = False
+    exhausted: bool = False
+    backwards_seen: int = 0
+    steps_at_start: int = 0
+    first: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplerOrder(Record):
+    """The indices a DistributedSampler gave this rank for one pass: its settings, the first 8
+    indices, their count and a digest of all of them, and the loader pass it served."""
+
+    KIND: ClassVar[str] = "sampler_order"
+    sampler: int
+    epoch: int
+    shuffle: bool
+    seed: int
+    drop_last: bool
+    num_replicas: int
+    sampler_rank: int
+    dataset_len: int | None
+    total_size: int
+    first: list
+    count: int
+    digest: str
+    loader: int | None
+    pass_number: int | None
+    indices: list | None = None  # all of them, up to 65,536: shards compared across ranks
+
+
+@dataclasses.dataclass(frozen=True)
+class SetEpoch(Record):
+    """``sampler.set_epoch(epoch)``."""
+
+    KIND: ClassVar[str] = "set_epoch"
+    sampler: int
+    epoch: int
+    file: str | None
+    line: int | None

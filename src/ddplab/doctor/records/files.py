@@ -1,0 +1,21 @@
+"""Records of files (ranks/watch/files.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import ClassVar
+
+from ddplab.doctor.records.base import Record
+
+
+@dataclasses.dataclass(frozen=True)
+class Write(Record):
+    """A file the reader's code opened for writing (``how``: ``open`` or ``torch.save``), with
+    ``open``'s mode (``"w"``, ``"a"``, ...; None for torch.save and a flags-only open)."""
+
+    KIND: ClassVar[str] = "write"
+    path: str
+    how: str
+    file: str | None
+    line: int | None
+    mode: str | None = None

@@ -1,0 +1,18 @@
+"""Records of seeds (ranks/watch/seeds.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import ClassVar
+
+from ddplab.doctor.records.base import Record
+
+
+@dataclasses.dataclass(frozen=True)
+class Seed(Record):
+    """``torch.manual_seed(seed)`` called by the reader's code."""
+
+    KIND: ClassVar[str] = "seed"
+    seed: int
+    file: str | None
+    line: int | None
