@@ -30,6 +30,7 @@ import sys
 import textwrap
 import time
 
+from ddplab.common import nobody_listening
 from ddplab.common.checks import positive_number
 from ddplab.common.results import Result
 
@@ -109,21 +110,6 @@ def run(timeout: float = 180.0) -> TwoNodes:
                     time.perf_counter() - start)
 
 
-_REFUSED = """
-import datetime, socket, sys
-import torch.distributed as dist
-free = socket.socket()
-free.bind(("127.0.0.1", 0))
-port = free.getsockname()[1]
-free.close()  # free again: nobody listens there
-try:
-    dist.TCPStore("127.0.0.1", port, 2, False,
-                  timeout=datetime.timedelta(seconds=float(sys.argv[1])))
-except dist.DistNetworkError as exc:
-    print(exc)
-"""
-
-
 @dataclasses.dataclass
 class Refused(Result):
     traced: str  # the trace log's line, with "Connection refused"
@@ -140,8 +126,8 @@ class Refused(Result):
 def refused(timeout: float = 2.0) -> Refused:
     """A store client at a loopback port where nothing listens, its trace log on."""
     positive_number("timeout", timeout)
-    done = subprocess.run([sys.executable, "-c", _REFUSED, str(timeout)], capture_output=True,
-                          text=True, timeout=120,
+    done = subprocess.run([sys.executable, "-c", nobody_listening.SCRIPT, str(timeout)],
+                          capture_output=True, text=True, timeout=120,
                           env={**os.environ, "TORCH_CPP_LOG_LEVEL": "INFO",
                                "TORCH_DISTRIBUTED_DEBUG": "DETAIL"})
     line = next(line for line in done.stderr.splitlines() if "Connection refused" in line)

@@ -26,6 +26,7 @@ import subprocess
 import sys
 
 from ddplab.common.checks import positive_number
+from ddplab.common.nobody_listening import SCRIPT as _NOBODY_LISTENING
 
 # Each error is made in a fresh interpreter: the store's C++ side logs its retries to the
 # process's stderr, which a page must not show; the message is what the interpreter prints.
@@ -38,20 +39,6 @@ held.listen()
 try:
     dist.TCPStore("127.0.0.1", held.getsockname()[1], 1, True,
                   timeout=datetime.timedelta(seconds=5))
-except dist.DistNetworkError as exc:
-    print(exc)
-"""
-
-_NOBODY_LISTENING = """
-import datetime, socket, sys
-import torch.distributed as dist
-free = socket.socket()
-free.bind(("127.0.0.1", 0))
-port = free.getsockname()[1]
-free.close()  # free again: nobody listens there
-try:
-    dist.TCPStore("127.0.0.1", port, 2, False,
-                  timeout=datetime.timedelta(seconds=float(sys.argv[1])))
 except dist.DistNetworkError as exc:
     print(exc)
 """
