@@ -411,6 +411,7 @@ def test_log_emptied_by_every_rank_is_an_advisory(diagnoses):
     f = finding(diagnoses["by_script"]["log_opened_by_every_rank.py"], "every-rank-writes")
     assert f.kind == "advisory" and f.evidence["writers"] == [0]
     assert "cannot tell" in f.message
+    assert 'open(path, "w") if dist.get_rank() == 0' in f.fix  # a log's fix, not a checkpoint's
 
 
 def test_replicas_are_not_compared_after_ddp_fails(diagnoses):

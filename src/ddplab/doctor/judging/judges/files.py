@@ -32,6 +32,13 @@ def _writes_content(write, same_path) -> bool:
     return sum(w.rank == write.rank for w in same_path) > 1
 
 
+FIX_ONE_OPENER = """\
+# one rank opens (and empties) the file; the others leave it alone
+log = open(path, "w") if dist.get_rank() == 0 else None
+if log is not None:
+    print(line, file=log, flush=True)"""
+
+
 def _mkdir_clash(evidence, made) -> list:
     """A folder several ranks create with os.mkdir, where one of them failed with
     FileExistsError on it: the run's own proof (the ranks' calls and the failure)."""
@@ -104,7 +111,7 @@ def every_rank_writes(evidence, earlier):
               "the other ranks only empty the file or write it too; if they write, only one "
               "rank should",
             {"path": path, "ranks": ranks, "writers": proved, "steps": steps},
-            *file_line(opened), kind="advisory"))
+            *file_line(opened), kind="advisory", fix=FIX_ONE_OPENER))
     if problems:
         return found(*problems[:3])
     return passed(f"{len(by_path)} file{'s' if len(by_path) > 1 else ''} written, each by one "

@@ -104,8 +104,10 @@ def same_batches(evidence, earlier):
     other = min(shared, key=lambda r: len(shared[r]))
     digest = shared[other][0]
     return found(Problem(
-        f"of the {len(per_rank[other])} batches rank {other} trained on, {len(shared[other])} "
-        f"are byte-identical to batches rank {base} trained on ("
+        f"of the {len(per_rank[other])} batch{'es' * (len(per_rank[other]) > 1)} rank "
+        f"{other} trained on, {len(shared[other])} "
+        f"{'are' if len(shared[other]) > 1 else 'is'} byte-identical to batches rank {base} "
+        "trained on ("
         + ("all in the same step" if alike[other] == len(shared[other]) else
            f"{alike[other]} in the same step, the rest some steps apart")
         + f"; digest {digest} on both)"
