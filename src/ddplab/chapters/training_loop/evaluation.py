@@ -166,14 +166,19 @@ class GatherMetric(Result):
             f"({self.padded_predictions} predictions)"])
 
 
-def run(world_size: int = 3, dataset_size: int = 10, seed: int = 0,
-        timeout: float = 60.0) -> GatherMetric:
+def _check_sizes(world_size: int, dataset_size: int, seed: int) -> None:
+    """Bad input refused before any rank starts: every rank needs at least two samples."""
     int_in_range("world_size", world_size, 1, 64)
     positive_int("dataset_size", dataset_size)
     an_int("seed", seed)
     if dataset_size < 2 * world_size:
         raise ValueError(f"dataset_size must be at least 2 * world_size ({2 * world_size}), "
                          f"got {dataset_size}")
+
+
+def run(world_size: int = 3, dataset_size: int = 10, seed: int = 0,
+        timeout: float = 60.0) -> GatherMetric:
+    _check_sizes(world_size, dataset_size, seed)
     results = ddplab.run(evaluate, world_size, timeout=timeout,
                          dataset_size=dataset_size, seed=seed)
     scores, labels = validation_set(dataset_size, seed)
@@ -242,13 +247,8 @@ def gather_cut(world_size: int = 4, dataset_size: int = 10, seed: int = 0,
                shuffle: bool = False, timeout: float = 60.0) -> GatherThenCut:
     """A padded sampler's predictions gathered and cut to ``dataset_size``, rank by rank and
     interleaved, against one process's AUC."""
-    int_in_range("world_size", world_size, 1, 64)
-    positive_int("dataset_size", dataset_size)
-    an_int("seed", seed)
+    _check_sizes(world_size, dataset_size, seed)
     a_bool("shuffle", shuffle)
-    if dataset_size < 2 * world_size:
-        raise ValueError(f"dataset_size must be at least 2 * world_size ({2 * world_size}), "
-                         f"got {dataset_size}")
     results = ddplab.run(gather_then_cut, world_size, timeout=timeout,
                          dataset_size=dataset_size, seed=seed, shuffle=shuffle)
     scores, labels = validation_set(dataset_size, seed)
