@@ -152,3 +152,18 @@ def test_under_torchrun(tmp_path):
     assert {f["id"] for f in data["findings"] if f["kind"] == "error"} == {"sampler-set-epoch"}
     assert data["world_size"] == 2 and data["steps_run"] == 8
     assert done.returncode != 0  # rank 0's exit status 1, passed on by torchrun
+
+
+def test_rank_0_gone_without_a_word_waits_for_the_others_report(tmp_path):
+    """Rank 0's process ends at once (as gloo's own thread can end it); rank 1 fails 0.3 s
+    later. The run waits the crash's grace for rank 1's report, so the crash shown is rank 1's
+    own error, not only 'the process ended without a report'."""
+    script = tmp_path / "gone.py"
+    script.write_text(
+        "import os, time\nimport torch.distributed as dist\n"
+        "dist.init_process_group('gloo')\n"
+        "if dist.get_rank() == 0:\n    os._exit(3)\n"
+        "time.sleep(0.3)\nraise RuntimeError('rank 1 saw its peer go')\n")
+    diagnosis = diagnose_module.diagnose(str(script), world_size=2, timeout=20, cwd=str(tmp_path))
+    assert diagnosis.crash is not None
+    assert diagnosis.crash["rank"] == 1 and "rank 1 saw its peer go" in diagnosis.crash["error"]

@@ -148,7 +148,12 @@ def watch(store: Store, settings: Settings, first_gone=lambda: False) -> Run:
                                              or result.launcher["outcome"] == "crashed"):
             break  # no ranks at all, or a launcher whose ranks failed before reporting
         if result.launcher is None and 0 not in result.outcomes and first_gone():
-            break  # rank 0's process died without a word (its output says why)
+            # rank 0's process died without a word (its output says why; gloo can end a
+            # process from its own thread): the other ranks get the grace a crash gives them
+            # to report what they saw before the run is collected
+            crash_seen = crash_seen or time.monotonic()
+            if time.monotonic() - crash_seen > GRACE:
+                break
     collect(store, result, expected)
     return result
 
