@@ -62,6 +62,19 @@ def test_the_h200_record_names_its_card_and_its_mfu_follows_from_its_steps():
     assert "off by what the previous variant left" in record.data["memory"]["note"]
 
 
+def test_the_h200_memory_rows_measured_after_the_fix_equal_the_calculator():
+    """Re-measured on one H200 after allocator_count waited for NCCL's finished collectives and
+    warmed cuBLAS: each row is the calculator's bytes to the MiB's hundredth (the rows of
+    2026-11-26 were off by +321 and -256 MiB), and the memory page reads this record."""
+    record = gpu_record.load("h200-2026-11-28")
+    assert record.origin.startswith("measured on one NVIDIA H200, 2026-11-28, benchmarks/gpu.py")
+    assert gpu_record.load().name == record.name  # the newest: allocator_count.recorded()
+    rows = record.data["memory"]["rows"]
+    assert [r["allocated_mib"] for r in rows] == [1280.31, 1024.25, 1024.25]
+    assert all(r["allocated_mib"] == r["calculator_mib"] for r in rows)
+    assert "note" not in record.data["memory"]
+
+
 def test_the_records_model_sizes_are_the_gpt_shapes():
     record = gpu_record.load(H100)
     for row in record.rows:

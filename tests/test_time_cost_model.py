@@ -275,14 +275,18 @@ def test_utilisation_is_the_records_at_its_sizes_clamped_above_extrapolated_belo
 
 
 def test_without_a_name_the_newest_record_is_used_and_named():
-    """The H200 record (2026-11-26) is the newest: its compiled 355 M figure, 39.55%."""
+    """The H200 record of 2026-11-28 is the newest: 124 M eager only, 16.8%; a mode it did not
+    measure is a clear error naming the records, not an empty interpolation."""
     newest = gpu_record.load()
-    assert newest.name == "h200-2026-11-26"
-    u = utilisation.from_record(GPT2_MEDIUM)
-    assert u.value == pytest.approx(0.3955)
-    assert "measured on one NVIDIA H200, 2026-11-26" in u.source
+    assert newest.name == "h200-2026-11-28"
+    u = utilisation.from_record(GPT2_MEDIUM, compiled=False)
+    assert u.value == pytest.approx(0.168)
+    assert "clamped to the record's 124 M" in u.source
+    assert "measured on one NVIDIA H200, 2026-11-28" in u.source
     assert utilisation.describe_record().startswith(
-        "model FLOPs utilisation, measured on one NVIDIA H200, 2026-11-26")
+        "model FLOPs utilisation, measured on one NVIDIA H200, 2026-11-28")
+    with pytest.raises(ValueError, match="no compiled rows.*h200-2026-11-26"):
+        utilisation.from_record(GPT2_MEDIUM)
 
 
 def test_utilisation_is_interpolated_in_log_params():
@@ -344,7 +348,8 @@ def test_the_models_sources_name_every_link_and_accelerator_with_its_source():
 
 
 def test_utilisation_by_size_says_where_each_figure_comes_from():
-    text = utilisation.describe_sizes((50e6, 1.3e9))
+    text = utilisation.describe_sizes((50e6, 1.3e9), record=H100)
     paragraphs = [" ".join(p.split()) for p in text.split("\n") if not p.startswith("    ")]
     assert [p.split(":")[0] for p in paragraphs] == ["50 M parameters", "1,300 M parameters"]
-    assert " ".join(utilisation.from_record(1.3e9).source.split()) in " ".join(text.split())
+    source = utilisation.from_record(1.3e9, record=H100).source
+    assert " ".join(source.split()) in " ".join(text.split())

@@ -6,8 +6,10 @@ memory measurement with the CUDA allocator, and training throughput of GPT-2-sha
 step times and model FLOPs utilisation. ``benchmarks/gpu.py`` writes records of this schema on
 whatever GPU it runs on; ``h100-2026-11-25.json`` holds the figures of one H100 run reported to
 the project (not made by that script); ``h200-2026-11-26.json`` is ``benchmarks/gpu.py``'s own
-run on one H200 (its memory rows are known wrong: see its ``memory.note``; the memory page
-reads the H100's by name). ``load()`` without a name gives the newest record by date.
+run on one H200 (its memory rows are known wrong: see its ``memory.note``);
+``h200-2026-11-28.json`` is that script's run at 124 M, eager, after the count was fixed: its
+memory rows are the ones the memory page reads. ``load()`` without a name gives the newest
+record by date.
 
 Model FLOPs utilisation (MFU) is ``6 x params x tokens/s / peak``: 6 FLOPs per parameter and
 token for forward and backward (Kaplan et al. 2020, section 2.1), attention's own FLOPs left

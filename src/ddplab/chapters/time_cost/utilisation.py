@@ -49,6 +49,9 @@ def from_record(params: float, compiled: bool = True, record: str | None = None)
     rec = gpu_record.load(record)
     mode = "compiled" if compiled else "eager"
     points = rec.points(mode)
+    if not points:
+        raise ValueError(f"the GPU record {rec.name} has no {mode} rows; pass compiled="
+                         f"{not compiled} or another record ({', '.join(gpu_record.names())})")
     how = f"{mode}, {rec.origin}"
 
     def size(n):
