@@ -80,6 +80,7 @@ EXPECTED = {
     "plain_logging_syncs.py": ([], set(), {"barrier-every-step"}, {}),
     "plain_mkdir_every_rank.py": ([], {"every-rank-writes"}, set(), {}),
     "plain_logged_sum.py": ([], {"logged-sum-not-divided"}, set(), {}),
+    "amp_skipped_steps.py": ([], set(), set(), {}),
 }
 
 
@@ -525,3 +526,15 @@ def test_a_printed_sum_of_the_ranks_means(diagnoses):
     assert total == pytest.approx(sum(values.values()), rel=1e-6)
     assert f"{total:.4f}" in f.evidence["printed"]  # what rank 0 printed: the sum
     assert f.evidence["mean"] == pytest.approx(total / 2)
+
+
+def test_steps_a_grad_scaler_skips_are_steps_not_micro_steps(diagnoses):
+    """On an H200 in float16, a GradScaler skipped the first steps of a clean script and the
+    doctor read the backwards of several steps as one step's micro-steps (accumulation errors).
+    Here the scaler skips steps on the CPU too (the script prints how many), and the doctor
+    counts each as a step of the loop: 8 steps, and no accumulation finding."""
+    diagnosis = diagnoses["by_script"]["amp_skipped_steps.py"]
+    skipped = int(diagnosis.output["rank0"].split("steps skipped by the scaler: ")[1])
+    assert skipped >= 2 and diagnosis.steps_run == 8
+    status = {c.id: c.status for c in diagnosis.checks}
+    assert status["accumulation-loss-not-divided"] == "not applicable"

@@ -1,7 +1,8 @@
 """Optimizer steps, through torch's global hooks (``register_optimizer_step_pre_hook`` /
-``_post_hook``): what happened since the last step (micro-steps, backwards, their losses),
-the gradients when the last micro-step did not synchronise them, every replica's state after
-the step, and the end of the run at step K on every rank (``DoctorStop``)."""
+``_post_hook``), and a GradScaler's steps that skip ``optimizer.step()``: what happened since
+the last step (micro-steps, backwards, their losses), the gradients when the last micro-step did
+not synchronise them, every replica's state after the step, and the end of the run at step K on
+every rank (``DoctorStop``)."""
 
 from __future__ import annotations
 
@@ -88,7 +89,7 @@ def install() -> None:
     last = settings.steps
     stop_before = settings.role == "probe"  # the LR probe: one look
 
-    def before(optimizer, args, kwargs):
+    def before(optimizer, args, kwargs, skipped=False):
         rec = _recorder.RECORDER
         spot = where.line()
         micro, rec.micro = rec.micro, []
@@ -101,7 +102,8 @@ def install() -> None:
             backward_count=len(backwards), optimizer=getattr(optimizer, "_ddplab_doctor", None),
             lr=[group.get("lr") for group in optimizer.param_groups] if first else None,
             optimizer_type=type(optimizer).__name__ if first else None,
-            grads=grads_of(micro[-1].ddp) if micro and not micro[-1].sync else None))
+            grads=grads_of(micro[-1].ddp) if micro and not micro[-1].sync else None,
+            skipped=skipped))
         if stop_before:
             raise _recorder.DoctorStop("probe")
 
@@ -129,7 +131,23 @@ def install() -> None:
                                           lr=[group.get("lr") for group in self.param_groups]))
         return __init__
 
+    def make_scaler_step(real):
+        """``GradScaler.step`` calls ``optimizer.step()`` only when the scaled gradients hold no
+        inf or NaN (``torch/amp/grad_scaler.py``, ``_maybe_opt_step``); in float16 on a GPU the
+        first steps often overflow. A step it skips is still a step of the loop: without it,
+        the backwards of several steps would read as the micro-steps of one."""
+        def step(self, optimizer, *args, **kwargs):
+            rec = _recorder.RECORDER
+            taken = rec.steps
+            result = real(self, optimizer, *args, **kwargs)
+            if rec.steps == taken and self.is_enabled():
+                before(optimizer, args, kwargs, skipped=True)
+                after(optimizer, args, kwargs)
+            return result
+        return step
+
     patching.wrap(torch.optim.Optimizer, "__init__", make_optimizer_init)
+    patching.wrap(torch.amp.GradScaler, "step", make_scaler_step)
     if not patching.ORIGINALS.get(("hooks", "optimizer")):
         patching.ORIGINALS[("hooks", "optimizer")] = True
         optim_hooks.register_optimizer_step_pre_hook(before)
