@@ -167,3 +167,21 @@ def test_rank_0_gone_without_a_word_waits_for_the_others_report(tmp_path):
     diagnosis = diagnose_module.diagnose(str(script), world_size=2, timeout=20, cwd=str(tmp_path))
     assert diagnosis.crash is not None
     assert diagnosis.crash["rank"] == 1 and "rank 1 saw its peer go" in diagnosis.crash["error"]
+
+
+def test_the_example_run_where_it_lies_names_its_lines(tmp_path):
+    """The doctor's example, run from the checkout (or where pip put it), is the reader's script
+    although it lies inside ddplab: each finding names its line of train.py, not '?' (as the
+    H200 run printed before ddplab's own folder stopped hiding it)."""
+    import ddplab.doctor
+
+    example = os.path.join(os.path.dirname(ddplab.doctor.__file__), "examples", "train.py")
+    diagnosis = diagnose_module.diagnose(example, [], cwd=str(tmp_path))
+    errors = [f for f in diagnosis.findings if f.kind == "error"]
+    assert {f.id for f in errors} == {"sampler-set-epoch", "metric-mean-of-means",
+                                      "every-rank-writes"}
+    source = open(example).read().splitlines()
+    for f in errors:
+        assert f.file == os.path.realpath(example) and f.line, (f.id, f.file, f.line)
+    where = {f.id: source[f.line - 1] for f in errors}
+    assert "all_reduce" in where["metric-mean-of-means"]

@@ -1,8 +1,9 @@
 """"The line": the innermost stack frame inside the reader's own files.
 
 The reader's files are those under the script's folder, except installed packages and ddplab
-itself. A call into torch from ``Trainer._run_batch`` in ``train.py`` is reported at the line
-of ``train.py`` that made it, however deep in torch the doctor noticed it.
+itself (unless the script is one of ddplab's own examples, run where it lies). A call into torch
+from ``Trainer._run_batch`` in ``train.py`` is reported at the line of ``train.py`` that made
+it, however deep in torch the doctor noticed it.
 """
 
 from __future__ import annotations
@@ -29,16 +30,21 @@ def is_reader_file(filename: str) -> bool:
     if known is None:
         root = _ROOT["dir"]
         path = os.path.realpath(filename) if not filename.startswith("<") else ""
-        known = bool(root and path.startswith(root + os.sep)
-                     and "site-packages" not in path and "dist-packages" not in path
-                     and not path.startswith(_OWN + os.sep))
+        known = bool(root and _inside(path, root) and (
+            _inside(root, _OWN)  # ddplab's own example, in a checkout or installed
+            or ("site-packages" not in path and "dist-packages" not in path
+                and not _inside(path, _OWN))))
         _CACHE[filename] = known
     return known
 
 
+def _inside(path: str, folder: str) -> bool:
+    return path.startswith(folder + os.sep)
+
+
 def is_own_file(filename: str) -> bool:
     """A file of ddplab itself (the doctor's wrappers sit between the script and torch)."""
-    return filename.startswith(_OWN + os.sep)
+    return _inside(filename, _OWN) and not is_reader_file(filename)
 
 
 def frame_line(frame) -> tuple[str, int] | None:
