@@ -31,6 +31,9 @@ def ranks_here() -> int:
     return int(os.environ.get("LOCAL_WORLD_SIZE") or Settings.current().world_size)
 
 
+_GPUS = "DDPLAB_DOCTOR_GPUS"  # the GPUs this machine has, before a mapped rank hid them
+
+
 def install() -> None:
     """Map CUDA onto the CPU where this machine has fewer GPUs than ranks; the GPUs it has are
     hidden from the rank first (a CPU rank must not see a GPU: torch picks some paths by
@@ -43,10 +46,12 @@ def install() -> None:
         if not any(type(m).__name__ == "CudaOnCpu" for m in _modes()):
             devices.mode_class()().__enter__()
         return
-    gpus, ranks = torch.cuda.device_count(), ranks_here()
+    # a rank the script spawns itself (mp.spawn) inherits the hiding, and the count before it
+    gpus = int(os.environ.get(_GPUS) or torch.cuda.device_count())
+    ranks = ranks_here()
     if gpus >= ranks:
         return
-    os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    os.environ[_GPUS], os.environ["CUDA_VISIBLE_DEVICES"] = str(gpus), ""
     STATE.update(on=True, gpus=gpus, ranks=ranks)
     _recorder.RECORDER.add(records.CudaOnCpu(gpus=gpus, ranks=ranks))
     for part in (host_cuda, precision, ddp, refusals):
