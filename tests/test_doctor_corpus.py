@@ -81,6 +81,8 @@ EXPECTED = {
     "plain_mkdir_every_rank.py": ([], {"every-rank-writes"}, set(), {}),
     "plain_logged_sum.py": ([], {"logged-sum-not-divided"}, set(), {}),
     "amp_skipped_steps.py": ([], set(), set(), {}),
+    "save_module_prefix.py": ([], set(), {"state-dict-prefix"}, {}),
+    "resume_ddp_state.py": ([], set(), {"lr-not-scaled"}, {}),
 }
 
 
@@ -538,3 +540,20 @@ def test_steps_a_grad_scaler_skips_are_steps_not_micro_steps(diagnoses):
     assert skipped >= 2 and diagnosis.steps_run == 8
     status = {c.id: c.status for c in diagnosis.checks}
     assert status["accumulation-loss-not-divided"] == "not applicable"
+
+
+def test_a_state_dict_saved_with_ddps_names(diagnoses):
+    """skj092's script saves ddp_model.state_dict() and never loads it: advice, with the key the
+    plain model cannot load (shown with torch here). The tutorial's checkpoint, loaded back
+    into the DDP model, and the scripts that crash on the prefix (known-crash) get none."""
+    import torch
+
+    advice = finding(diagnoses["by_script"]["save_module_prefix.py"], "state-dict-prefix")
+    assert advice.kind == "advisory" and advice.evidence["keys"] == 4
+    assert advice.evidence["first_key"] == "module.fc1.weight"
+    plain = torch.nn.Linear(2, 2)
+    with pytest.raises(RuntimeError, match='Unexpected key.*"module.weight"'):
+        plain.load_state_dict({f"module.{k}": v for k, v in plain.state_dict().items()})
+    for name in ("resume_ddp_state.py", "crash_module_prefix.py", "tail_prefix_load.py"):
+        status = {c.id: c.status for c in diagnoses["by_script"][name].checks}
+        assert status["state-dict-prefix"] == "passed", name

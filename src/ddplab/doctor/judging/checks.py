@@ -23,6 +23,7 @@ from ddplab.doctor.judging.judges import (
     optimizer,
     printed,
     shards,
+    state_dict,
 )
 
 SECTIONS = {  # label -> the page it stands on; its section opens at BOOK + page.html#label
@@ -241,6 +242,9 @@ CHECKS = (
     Check("known-crash", "error",
           "a crash no check above explains, looked up in the book's error index",
           "errors", FIX_KNOWN, crash.known_crash, explains_crash=("",)),
+    Check("state-dict-prefix", "advisory",
+          "a saved state dict has the model's own names, not DDP's 'module.' ones",
+          "errors-state-dict-prefix", error_index.FIX_PREFIX, state_dict.state_dict_prefix),
     Check("hang", "error",
           "no rank waits longer than the timeout in a collective, a backward or DDP's "
           "construction", "hangs", FIX_HANG, collectives.hang),

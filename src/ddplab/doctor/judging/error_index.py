@@ -20,6 +20,11 @@ class Entry:
     fix: str  # what to change, as code
 
 
+FIX_PREFIX = """\
+torch.save(ddp.module.state_dict(), path)  # save the plain module's state
+from torch.nn.modules.utils import consume_prefix_in_state_dict_if_present
+consume_prefix_in_state_dict_if_present(state, "module.")  # an old checkpoint"""
+
 ENTRIES = (
     Entry("errors-sampler-shuffle", ("sampler option is mutually exclusive with shuffle",),
           "a DataLoader given a sampler cannot shuffle too: the DistributedSampler shuffles "
@@ -33,10 +38,7 @@ for epoch in range(num_epochs):
           ('Unexpected key(s) in state_dict: "module.', 'Missing key(s) in state_dict'),
           "a state dict saved from the DDP wrapper has keys that start with 'module.', and "
           "was loaded into the plain model (or the other way round)",
-          """\
-torch.save(ddp.module.state_dict(), path)  # save the plain module's state
-from torch.nn.modules.utils import consume_prefix_in_state_dict_if_present
-consume_prefix_in_state_dict_if_present(state, "module.")  # an old checkpoint"""),
+          FIX_PREFIX),
     Entry("errors-sync-batchnorm-cpu",
           ("SyncBatchNorm expected input tensor to be on GPU",
            "SyncBatchNorm layers only work with GPU modules"),

@@ -11,7 +11,9 @@ from ddplab.doctor.records.base import Record
 @dataclasses.dataclass(frozen=True)
 class Write(Record):
     """A file the reader's code opened for writing (``how``: ``open`` or ``torch.save``), with
-    ``open``'s mode (``"w"``, ``"a"``, ...; None for torch.save and a flags-only open)."""
+    ``open``'s mode (``"w"``, ``"a"``, ...; None for torch.save and a flags-only open). A
+    ``torch.save`` of a state dict whose keys all start with ``module.`` (itself or one value of
+    a saved dict) has their number and the first (``prefixed``, ``first_key``)."""
 
     KIND: ClassVar[str] = "write"
     path: str
@@ -19,3 +21,5 @@ class Write(Record):
     file: str | None
     line: int | None
     mode: str | None = None
+    prefixed: int = 0
+    first_key: str | None = None

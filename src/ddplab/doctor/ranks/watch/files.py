@@ -35,7 +35,7 @@ def _from_library(frame) -> bool:
     return False
 
 
-def _note(path, how: str, frame, mode: str | None = None) -> None:
+def _note(path, how: str, frame, mode: str | None = None, keys: tuple = ()) -> None:
     if getattr(_INSIDE, "busy", False) or scratch.making_folders() or _from_library(frame):
         return
     _INSIDE.busy = True
@@ -47,7 +47,9 @@ def _note(path, how: str, frame, mode: str | None = None) -> None:
         if spot is None or "__pycache__" in name or name.startswith("/dev/"):
             return
         _recorder.RECORDER.add(records.Write(path=scratch.original(os.path.abspath(name)),
-                                             how=how, file=spot[0], line=spot[1], mode=mode))
+                                             how=how, file=spot[0], line=spot[1], mode=mode,
+                                             prefixed=len(keys),
+                                             first_key=keys[0] if keys else None))
     finally:
         _INSIDE.busy = False
 
@@ -67,13 +69,24 @@ def _audit(event: str, args) -> None:
         _note(path, "open", sys._getframe(1), mode if isinstance(mode, str) else None)
 
 
+def _prefixed_keys(obj, tensor_type) -> tuple:
+    """The keys of a state dict in ``obj`` (``obj`` itself, or one value of a dict such as
+    ``{"model": ..., "epoch": ...}``) when every key starts with ``module.``: DDP's names."""
+    for candidate in (obj, *(obj.values() if isinstance(obj, dict) else ())):
+        if (isinstance(candidate, dict) and candidate
+                and all(isinstance(k, str) and k.startswith("module.") for k in candidate)
+                and any(isinstance(v, tensor_type) for v in candidate.values())):
+            return tuple(candidate)
+    return ()
+
+
 def install() -> None:
     import torch
 
     def make_save(real):
         def save(obj, f, *args, **kwargs):
             if isinstance(f, (str, os.PathLike)):
-                _note(f, "torch.save", sys._getframe(1))
+                _note(f, "torch.save", sys._getframe(1), keys=_prefixed_keys(obj, torch.Tensor))
             return real(obj, f, *args, **kwargs)
         return save
 
