@@ -11,15 +11,16 @@ the screen's edge, and at 1280 px no block of code or output that wraps or scrol
 printout wider than the column's 100 characters fails, with its page, width and first
 characters: make the formatter that prints it wrap it); the book's search finds the error index
 for every message it lists, and lists the answering page first for "ZeRO", "FSDP", "clip" and
-"watchdog" (``TOPICS``); for each phrasing of ``PHRASES`` its first result opens at the
-section that answers it; each of the doctor's book links opens a section of the built book.
-On a page with static panels, moving each
-control changes the figure and the text. Then the labs in one real JupyterLab, each run up to
-its first panel: in the first (--lab) a slider move re-runs real DDP and the figure changes, the
-time from the move to the new figure printed; then every other lab (unless --one-lab), its
-first slider moved, the times printed. Then ``ddplab report``'s page (--report, written by
-``make report``), opened as a reader opens an attached file, from file://: no console error, no
-request at all beyond its own data: URIs, every figure loaded and on screen.
+"watchdog" (``TOPICS``); the running page's Colab section shows a lab's picture and the
+recorded times (``COLAB_SECTION``); for each phrasing of ``PHRASES`` its first result opens at
+the section that answers it; each of the doctor's book links opens a section of the built book.
+On a page with static panels, moving each control changes the figure and the text. Then the labs
+in one real JupyterLab, each run up to its first panel: in the first (--lab) a slider move
+re-runs real DDP and the figure changes, the time from the move to the new figure printed; then
+every other lab (unless --one-lab), its first slider moved, the times printed. Then
+``ddplab report``'s page (--report, written by ``make report``), opened as a reader opens an
+attached file, from file://: no console error, no request at all beyond its own data: URIs,
+every figure loaded and on screen.
 --no-lab checks the pages and the report only; --labs-only the labs only (they need no built
 book, so CI runs them beside the tests, and the rest after the book).
 A full-page screenshot of each page goes to DIR (default _build/screenshots). Prints
@@ -55,6 +56,17 @@ COLAB = re.compile(r"^https://colab\.research\.google\.com/github/[^/]+/[^/]+/bl
 # cluster page gives.
 INSTALL_PAGES = ("book/intro.html", "book/running.html", "book/doctor.html")
 INSTALL_LINE = 'pip install "ddplab @ git+https://github.com/ddplab/ddplab"'
+# The running page shows a lab as a reader meets it in Colab: a section (page, label) with a
+# picture of a lab and the times the Colab simulation recorded, printed by the page.
+COLAB_SECTION = ("book/running.html", "running-colab", "in the Colab simulation")
+_SECTION_SHOWS = """([label, words]) => {
+  const mark = document.getElementById(label);
+  const section = mark && (mark.tagName == 'SECTION' ? mark : mark.closest('section'));
+  if (!section) return 'no section';
+  const shown = [...section.querySelectorAll('img')].filter(i => i.naturalWidth > 0).length;
+  return (shown ? '' : 'no picture shown; ') +
+         (section.innerText.includes(words) ? '' : `no "${words}"`);
+}"""
 
 
 class Checks:
@@ -167,6 +179,9 @@ def check_page(page, checks: Checks, html: Path, base: str, rel: str, shots: Pat
             "article .admonition.install", "bs => bs.map(b => b.innerText)")
         checks.check(len(boxes) == 1 and INSTALL_LINE in boxes[0],
                      f"{rel}: no install box with {INSTALL_LINE!r} ({len(boxes)} boxes)")
+    if shown == COLAB_SECTION[0]:
+        wrong = page.evaluate(_SECTION_SHOWS, list(COLAB_SECTION[1:]))
+        checks.check(not wrong, f"{rel}: section {COLAB_SECTION[1]}: {wrong}")
     # A launch menu (the rocket) with nothing in it: a page without a lab shows none.
     empty = page.eval_on_selector_all(".dropdown-launch-buttons",
                                       "ds => ds.filter(d => !d.querySelector('li a')).length")
@@ -314,7 +329,8 @@ PHRASES = {"speedup": "time-cost-slower", "slower": "time-cost-slower",
            "resume": "memory-resume-resized", "checkpoint": "hangs-checkpoints",
            "truncate": "training-loop-gather-cut", "hang": "hangs-end-of-epoch",
            "out of memory": "memory-which", "connection refused": "running-two-nodes",
-           "learning rate": "lr-scaling-short-answer", "accumulation": "time-cost-accumulation"}
+           "learning rate": "lr-scaling-short-answer", "accumulation": "time-cost-accumulation",
+           "colab": "running-colab"}
 
 # Whether the page opened at its #fragment shows the section that holds the label's target,
 # with its heading at the top of the screen.
