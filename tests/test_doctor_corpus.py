@@ -20,6 +20,8 @@ import sys
 import tempfile
 
 import pytest
+import torch
+from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler
 
 from ddplab.doctor.launch import launcher
@@ -80,6 +82,8 @@ EXPECTED = {
     "plain_logging_syncs.py": ([], set(), {"barrier-every-step"}, {}),
     "plain_mkdir_every_rank.py": ([], {"every-rank-writes"}, set(), {}),
     "plain_logged_sum.py": ([], {"logged-sum-not-divided"}, set(), {}),
+    "onecycle_dataset_steps.py": ([], {"schedule-length"}, set(), {}),
+    "onecycle_loader_steps.py": ([], set(), set(), {}),
 }
 
 
@@ -525,3 +529,28 @@ def test_a_printed_sum_of_the_ranks_means(diagnoses):
     assert total == pytest.approx(sum(values.values()), rel=1e-6)
     assert f"{total:.4f}" in f.evidence["printed"]  # what rank 0 printed: the sum
     assert f.evidence["mean"] == pytest.approx(total / 2)
+
+
+def test_a_schedule_sized_from_the_whole_dataset(diagnoses):
+    """total_steps = 3 epochs x 64 // 8 = 24; each rank's loader gives 4 batches an epoch
+    (its len(), what a whole epoch gives), so the ranks walk 12 steps of the 24, and torch's
+    OneCycleLR after 12 of 24 steps is still near its peak."""
+    f = finding(diagnoses["by_script"]["onecycle_dataset_steps.py"], "schedule-length")
+    e = f.evidence
+    shard = DataLoader(range(64), batch_size=8, sampler=DistributedSampler(
+        range(64), num_replicas=2, rank=0))
+    assert e["length"] == 3 * 64 // 8 == 24 and e["epochs"] == 3 and e["epochs_counted"]
+    assert e["batches_per_epoch"] == {0: len(shard), 1: len(shard)} == {0: 4, 1: 4}
+    assert e["walked"] == {0: 12, 1: 12}
+    source = (CORPUS / "onecycle_dataset_steps.py").read_text().splitlines()
+    assert "OneCycleLR(" in source[f.line - 1] and "len(train_loader)" in f.fix
+    parameter = torch.nn.Parameter(torch.zeros(1))
+    optimizer = torch.optim.SGD([parameter], lr=0.2)
+    walked = torch.optim.lr_scheduler.OneCycleLR(optimizer, 0.2, total_steps=24)
+    for _ in range(12):
+        optimizer.step()
+        walked.step()
+    assert walked.get_last_lr()[0] > 0.5 * 0.2  # where the run ends: not annealed
+    clean = verdict(diagnoses["by_script"]["onecycle_loader_steps.py"], "schedule-length")
+    assert clean.status == "passed" and "12 steps is walked 12 steps" in clean.why
+

@@ -22,6 +22,7 @@ from ddplab.doctor.judging.judges import (
     model,
     optimizer,
     printed,
+    schedules,
     shards,
 )
 
@@ -40,6 +41,7 @@ SECTIONS = {  # label -> the page it stands on; its section opens at BOOK + page
     "hangs-unused-parameters": "hangs",
     "hangs-uneven": "hangs",
     "lr-scaling-rules": "lr_scaling",
+    "lr-scaling-schedule-length": "lr_scaling",
     "hangs": "hangs",
     "running-torchrun": "running",
     "errors": "errors",
@@ -235,6 +237,10 @@ CHECKS = (
     Check("lr-not-scaled", "advisory",
           "the LR follows the global batch when the global batch grows with the world size",
           "lr-scaling-rules", FIX_LR, optimizer.lr_not_scaled),
+    Check("schedule-length", "error",
+          "a learning-rate schedule's length is the steps each rank's loader gives, not the "
+          "whole dataset's", "lr-scaling-schedule-length", schedules.FIX_LENGTH,
+          schedules.schedule_length),
     Check("no-process-group", "error",
           "a script run as torchrun runs it joins a process group",
           error_index.NO_GROUP, error_index.FIX_LOCAL_RANK, group.no_process_group),

@@ -11,7 +11,9 @@ from ddplab.doctor.records.base import Record
 @dataclasses.dataclass(frozen=True)
 class Loader(Record):
     """A DataLoader made: its dataset (type, length, a fingerprint equal on two ranks for the
-    same data), its sampler (type, length, whether it is a DistributedSampler), batch size."""
+    same data), its sampler (type, length, whether it is a DistributedSampler), batch size,
+    and how many times it was iterated (the script's epochs, where only training iterates
+    it)."""
 
     KIND: ClassVar[str] = "loader"
     index: int
@@ -26,6 +28,7 @@ class Loader(Record):
     sampler_len: int | None
     batch_size: int | None
     drop_last: bool
+    iterations: int = 0  # iter(loader) calls, those the doctor ended at once included
 
 
 @dataclasses.dataclass(frozen=True)

@@ -132,6 +132,12 @@ def _ended(rec, index: int, trained: int) -> bool:
     return rec.counters[key] > 2
 
 
+def _count_iteration(rec, index: int) -> None:
+    made = next((d for d in rec.records.get(records.Loader.KIND, []) if d.index == index), None)
+    if made is not None:
+        rec.update(made, iterations=made.iterations + 1)
+
+
 def install() -> None:
     import torch.utils.data as data
     from torch.utils.data.distributed import DistributedSampler
@@ -165,6 +171,7 @@ def install() -> None:
             index = getattr(self, "_ddplab_doctor", None)
             if index is None:
                 return real(self)
+            _count_iteration(rec, index)
             passes = [p for p in rec.records.get(records.Pass.KIND, []) if p.loader == index]
             trained = sum(p.training for p in passes)
             if trained >= 2:
