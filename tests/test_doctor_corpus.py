@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import hashlib
+import itertools
 import json
 import math
 import os
@@ -84,6 +85,8 @@ EXPECTED = {
     "plain_logged_sum.py": ([], {"logged-sum-not-divided"}, set(), {}),
     "onecycle_dataset_steps.py": ([], {"schedule-length"}, set(), {}),
     "onecycle_loader_steps.py": ([], set(), set(), {}),
+    "stream_islice_uneven.py": ([], {"uneven-inputs"}, set(), {}),
+    "stream_islice_even.py": ([], set(), set(), {}),
 }
 
 
@@ -554,3 +557,15 @@ def test_a_schedule_sized_from_the_whole_dataset(diagnoses):
     clean = verdict(diagnoses["by_script"]["onecycle_loader_steps.py"], "schedule-length")
     assert clean.status == "passed" and "12 steps is walked 12 steps" in clean.why
 
+
+def test_a_stream_split_unevenly_by_islice(diagnoses):
+    """Training stopped after 4 batches an epoch, far from the stream's end; the doctor's own
+    pass over the same IterableDataset, after the script, counted each rank's epoch: islice's
+    split of 67 batches, as torch's ranks would get it."""
+    diagnosis = diagnoses["by_script"]["stream_islice_uneven.py"]
+    f = finding(diagnosis, "uneven-inputs")
+    split = {r: len(list(itertools.islice(range(67), r, None, 2))) for r in range(2)}
+    assert f.evidence["batches_per_rank"] == f.evidence["items_per_rank"] == split
+    assert split == {0: 34, 1: 33} and diagnosis.steps_run == 8
+    clean = verdict(diagnoses["by_script"]["stream_islice_even.py"], "uneven-inputs")
+    assert clean.status == "passed" and "33 batches on each rank" in clean.why

@@ -26,7 +26,7 @@ import dataclasses
 from ddplab.doctor.records.amp import Clip
 from ddplab.doctor.records.base import DdpCall, Mode, Outcome, Record, Word
 from ddplab.doctor.records.collectives import Collective
-from ddplab.doctor.records.data import Loader, Pass, SamplerOrder, SetEpoch
+from ddplab.doctor.records.data import IterableCount, Loader, Pass, SamplerOrder, SetEpoch
 from ddplab.doctor.records.files import Write
 from ddplab.doctor.records.gathered import GatheredUse
 from ddplab.doctor.records.group import DuplicateRank, GroupDestroy, GroupInit, WorldSizeRead
@@ -40,6 +40,7 @@ from ddplab.doctor.records.steps import Backward, MicroStep, Optimizer, Replica,
 __all__ = [
     "DdpCall", "Mode", "Outcome", "Record", "Word", "GroupInit", "GroupDestroy",
     "DuplicateRank", "WorldSizeRead", "Collective", "Clip", "Write", "Loader", "Pass",
+    "IterableCount",
     "SamplerOrder", "SetEpoch", "Ddp", "Root", "Unused", "LoadStateDict", "Optimizer",
     "MicroStep", "Backward", "Step", "Replica", "GatheredUse", "Seed", "Printed", "CudaOnCpu",
     "Mapped", "Trackers", "LocalRankOption", "Schedule", "KINDS", "dump", "from_json", "load",
@@ -49,7 +50,8 @@ __all__ = [
 KINDS: dict[str, type[Record]] = {kind.KIND: kind for kind in (
     GroupInit, GroupDestroy, DuplicateRank, WorldSizeRead, Collective, Clip, Write, Loader,
     Pass, SamplerOrder, SetEpoch, Ddp, Root, Unused, LoadStateDict, Optimizer, Step, Replica,
-    CudaOnCpu, Mapped, Trackers, LocalRankOption, GatheredUse, Seed, Printed, Schedule)}
+    CudaOnCpu, Mapped, Trackers, LocalRankOption, GatheredUse, Seed, Printed, Schedule,
+    IterableCount)}
 
 
 def to_json(record: Record) -> dict:

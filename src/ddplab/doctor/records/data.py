@@ -86,3 +86,20 @@ class SetEpoch(Record):
     epoch: int
     file: str | None
     line: int | None
+
+
+@dataclasses.dataclass(frozen=True)
+class IterableCount(Record):
+    """An IterableDataset a training loader drew from, iterated once more by the doctor after
+    the script (a separate iterator of the same dataset object, in this rank's process, no
+    workers), to its end or to a limit: its items, the batches the loader would make of them
+    (``batch_size``, ``drop_last``), whether it ended (``complete``) and whether its first
+    batch is the one the training's first pass began with (``same_start``: the pass repeats
+    the training's)."""
+
+    KIND: ClassVar[str] = "iterable_count"
+    loader: int
+    items: int
+    batches: int
+    complete: bool
+    same_start: bool

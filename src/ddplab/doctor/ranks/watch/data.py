@@ -20,7 +20,7 @@ import ddplab.doctor.records as records
 from ddplab.doctor.ranks import patching, where
 from ddplab.doctor.ranks import recorder as _recorder
 from ddplab.doctor.ranks.digest import first_tensor, tensor_hash
-from ddplab.doctor.ranks.watch import gathered
+from ddplab.doctor.ranks.watch import gathered, iterables
 from ddplab.doctor.ranks.watch.model import MODELS
 from ddplab.doctor.settings import Settings
 
@@ -163,6 +163,8 @@ def install() -> None:
                 or isinstance(self.batch_sampler, DistributedSampler),
                 sampler_len=_len(sampler) if sampler is not None else None,
                 batch_size=self.batch_size, drop_last=bool(self.drop_last)))
+            if isinstance(dataset, data.IterableDataset):
+                iterables.remember(self._ddplab_doctor, self)
         return __init__
 
     def make_iter(real):
