@@ -87,6 +87,8 @@ EXPECTED = {
     "onecycle_loader_steps.py": ([], set(), set(), {}),
     "stream_islice_uneven.py": ([], {"uneven-inputs"}, set(), {}),
     "stream_islice_even.py": ([], set(), set(), {}),
+    "epoch_loss_dataset_len.py": ([], {"mean-over-global-count"}, set(), {}),
+    "epoch_loss_reduced.py": ([], set(), set(), {}),
 }
 
 
@@ -569,3 +571,19 @@ def test_a_stream_split_unevenly_by_islice(diagnoses):
     assert split == {0: 34, 1: 33} and diagnosis.steps_run == 8
     clean = verdict(diagnoses["by_script"]["stream_islice_even.py"], "uneven-inputs")
     assert clean.status == "passed" and "33 batches on each rank" in clean.why
+
+
+def test_a_shards_loss_divided_by_the_whole_dataset(diagnoses):
+    """Rank 0 prints its loss sum over its 32 samples divided by all 64: half its own mean
+    (the losses are the run's, one per batch of its whole epoch)."""
+    f = finding(diagnoses["by_script"]["epoch_loss_dataset_len.py"], "mean-over-global-count")
+    e = f.evidence
+    shard = len(DistributedSampler(range(64), num_replicas=2, rank=0))
+    assert e["rank_samples"] == shard == 32 and e["dataset_len"] == 64 and e["batches"] == 4
+    assert e["value"] == pytest.approx(e["loss_sum"] / 64)
+    assert e["rank_mean"] == pytest.approx(e["loss_sum"] / 32) == pytest.approx(2 * e["value"])
+    assert f"{e['value']:.4f}" in e["printed"] and f"{e['rank_mean']:.4f}" not in e["printed"]
+    source = (CORPUS / "epoch_loss_dataset_len.py").read_text().splitlines()
+    assert "print(" in source[f.line - 1]
+    clean = verdict(diagnoses["by_script"]["epoch_loss_reduced.py"], "mean-over-global-count")
+    assert clean.status == "passed"

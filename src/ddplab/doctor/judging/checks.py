@@ -35,6 +35,7 @@ SECTIONS = {  # label -> the page it stands on; its section opens at BOOK + page
     "errors-no-backend-cpu": "errors",
     "training-loop-mixed-precision": "training_loop",
     "training-loop-evaluation": "training_loop",
+    "training-loop-printing": "training_loop",
     "time-cost-accumulation": "time_cost",
     "hangs-batchnorm": "hangs",
     "hangs-checkpoints": "hangs",
@@ -230,6 +231,10 @@ CHECKS = (
     Check("logged-sum-not-divided", "error",
           "a printed mean over the ranks is the all-reduced sum divided by the world size",
           "averaging-naive", FIX_LOG_MEAN, printed.logged_sum_not_divided),
+    Check("mean-over-global-count", "error",
+          "a loss a rank summed over its shard is printed divided by the rank's count, not "
+          "the whole dataset's", "training-loop-printing", printed.FIX_GLOBAL_COUNT,
+          printed.mean_over_global_count),
     Check("every-rank-writes", "error",
           "each file is written by one rank only",
           "hangs-checkpoints", FIX_WRITES, files.every_rank_writes,
