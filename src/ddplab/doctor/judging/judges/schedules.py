@@ -91,7 +91,7 @@ def schedule_length(evidence, earlier):
     if len(used) != 1:
         return not_applicable(f"{len(used)} training DataLoaders: which one the schedule "
                               "follows cannot be told")
-    whys = []
+    whys, walked = [], False
     for schedule in schedules:
         walks = {}
         for rank in evidence.ranks:
@@ -109,6 +109,7 @@ def schedule_length(evidence, earlier):
             whys.append("the script's epochs could not be counted (the run did not finish)")
             continue
         if most.walked > WALKED * schedule.length:
+            walked = True
             whys.append(f"the {schedule.type} of {schedule.length} steps is walked "
                         f"{number(most.walked)} steps")
             continue
@@ -117,11 +118,9 @@ def schedule_length(evidence, earlier):
                         f"{number(most.walked)} steps walked, but not sized from the dataset: "
                         "not judged")
             continue
-        return found(_problem(schedule, most, told, evidence.loader(used[0]),
-                                      evidence.world_size))
-    if any("not judged" in w or "could not" in w for w in whys):
-        return not_applicable("; ".join(whys))
-    return passed("; ".join(whys))
+        loader = evidence.loader(used[0])
+        return found(_problem(schedule, most, told, loader, evidence.world_size))
+    return (passed if walked else not_applicable)("; ".join(whys))
 
 
 def _problem(schedule: records.Schedule, walk: Walk, walks: dict, loader: records.Loader,
