@@ -154,6 +154,29 @@ def test_under_torchrun(tmp_path):
     assert done.returncode != 0  # rank 0's exit status 1, passed on by torchrun
 
 
+def test_a_collective_mismatch_under_torchrun_is_named_with_both_lines(tmp_path):
+    """Gloo ends rank 0's process (the judge) from its own thread when its evaluation's
+    all-reduce meets rank 1's gradient all-reduce; rank 1 sees it gone, judges in its place,
+    and reads rank 0's ledger from torchrun's store: both lines are named, as in the doctor's
+    own runs."""
+    torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
+    out, name = tmp_path / "report", "plain_rank0_eval_allreduce.py"
+    done = subprocess.run([torchrun, "--standalone", "--nproc-per-node", "2", "-m", "ddplab",
+                           "doctor", "--out", str(out), str(CORPUS / name)],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    data = json.loads((out / "doctor.json").read_text())
+    found = [f for f in data["findings"] if f["kind"] == "error"]
+    assert [f["id"] for f in found] == ["collective-on-some-ranks"], done.stdout
+    calls = found[0]["evidence"]["calls"]
+    source = (CORPUS / name).read_text().splitlines()
+    assert calls["0"]["by"] is None and "dist.all_reduce(counts)" in source[
+        calls["0"]["line"] - 1]
+    assert calls["1"]["by"] == "DDP's all-reduce of the gradients"
+    assert ".backward()" in source[calls["1"]["line"] - 1]
+    assert data["crash"]["explained"]  # whichever rank gloo failed with an error
+    assert "collective-on-some-ranks" in done.stdout and done.returncode != 0
+
+
 def test_rank_0_gone_without_a_word_waits_for_the_others_report(tmp_path):
     """Rank 0's process ends at once (as gloo's own thread can end it); rank 1 fails 0.3 s
     later. The run waits the crash's grace for rank 1's report, so the crash shown is rank 1's

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import hashlib
+import itertools
 import json
 import math
 import os
@@ -20,6 +21,8 @@ import sys
 import tempfile
 
 import pytest
+import torch
+from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler
 
 from ddplab.doctor.launch import launcher
@@ -83,6 +86,12 @@ EXPECTED = {
     "amp_skipped_steps.py": ([], set(), set(), {}),
     "save_module_prefix.py": ([], set(), {"state-dict-prefix"}, {}),
     "resume_ddp_state.py": ([], set(), {"lr-not-scaled"}, {}),
+    "onecycle_dataset_steps.py": ([], {"schedule-length"}, set(), {}),
+    "onecycle_loader_steps.py": ([], set(), set(), {}),
+    "stream_islice_uneven.py": ([], {"uneven-inputs"}, set(), {}),
+    "stream_islice_even.py": ([], set(), set(), {}),
+    "epoch_loss_dataset_len.py": ([], {"mean-over-global-count"}, set(), {}),
+    "epoch_loss_reduced.py": ([], set(), set(), {}),
 }
 
 
@@ -557,3 +566,56 @@ def test_a_state_dict_saved_with_ddps_names(diagnoses):
     for name in ("resume_ddp_state.py", "crash_module_prefix.py", "tail_prefix_load.py"):
         status = {c.id: c.status for c in diagnoses["by_script"][name].checks}
         assert status["state-dict-prefix"] == "passed", name
+
+
+def test_a_schedule_sized_from_the_whole_dataset(diagnoses):
+    """total_steps = 3 epochs x 64 // 8 = 24; each rank's loader gives 4 batches an epoch
+    (its len(), what a whole epoch gives), so the ranks walk 12 steps of the 24, and torch's
+    OneCycleLR after 12 of 24 steps is still near its peak."""
+    f = finding(diagnoses["by_script"]["onecycle_dataset_steps.py"], "schedule-length")
+    e = f.evidence
+    shard = DataLoader(range(64), batch_size=8, sampler=DistributedSampler(
+        range(64), num_replicas=2, rank=0))
+    assert e["length"] == 3 * 64 // 8 == 24 and e["epochs"] == 3 and e["epochs_counted"]
+    assert e["batches_per_epoch"] == {0: len(shard), 1: len(shard)} == {0: 4, 1: 4}
+    assert e["walked"] == {0: 12, 1: 12}
+    source = (CORPUS / "onecycle_dataset_steps.py").read_text().splitlines()
+    assert "OneCycleLR(" in source[f.line - 1] and "len(train_loader)" in f.fix
+    parameter = torch.nn.Parameter(torch.zeros(1))
+    optimizer = torch.optim.SGD([parameter], lr=0.2)
+    walked = torch.optim.lr_scheduler.OneCycleLR(optimizer, 0.2, total_steps=24)
+    for _ in range(12):
+        optimizer.step()
+        walked.step()
+    assert walked.get_last_lr()[0] > 0.5 * 0.2  # where the run ends: not annealed
+    clean = verdict(diagnoses["by_script"]["onecycle_loader_steps.py"], "schedule-length")
+    assert clean.status == "passed" and "12 steps is walked 12 steps" in clean.why
+
+
+def test_a_stream_split_unevenly_by_islice(diagnoses):
+    """Training stopped after 4 batches an epoch, far from the stream's end; the doctor's own
+    pass over the same IterableDataset, after the script, counted each rank's epoch: islice's
+    split of 67 batches, as torch's ranks would get it."""
+    diagnosis = diagnoses["by_script"]["stream_islice_uneven.py"]
+    f = finding(diagnosis, "uneven-inputs")
+    split = {r: len(list(itertools.islice(range(67), r, None, 2))) for r in range(2)}
+    assert f.evidence["batches_per_rank"] == f.evidence["items_per_rank"] == split
+    assert split == {0: 34, 1: 33} and diagnosis.steps_run == 8
+    clean = verdict(diagnoses["by_script"]["stream_islice_even.py"], "uneven-inputs")
+    assert clean.status == "passed" and "33 batches on each rank" in clean.why
+
+
+def test_a_shards_loss_divided_by_the_whole_dataset(diagnoses):
+    """Rank 0 prints its loss sum over its 32 samples divided by all 64: half its own mean
+    (the losses are the run's, one per batch of its whole epoch)."""
+    f = finding(diagnoses["by_script"]["epoch_loss_dataset_len.py"], "mean-over-global-count")
+    e = f.evidence
+    shard = len(DistributedSampler(range(64), num_replicas=2, rank=0))
+    assert e["rank_samples"] == shard == 32 and e["dataset_len"] == 64 and e["batches"] == 4
+    assert e["value"] == pytest.approx(e["loss_sum"] / 64)
+    assert e["rank_mean"] == pytest.approx(e["loss_sum"] / 32) == pytest.approx(2 * e["value"])
+    assert f"{e['value']:.4f}" in e["printed"] and f"{e['rank_mean']:.4f}" not in e["printed"]
+    source = (CORPUS / "epoch_loss_dataset_len.py").read_text().splitlines()
+    assert "print(" in source[f.line - 1]
+    clean = verdict(diagnoses["by_script"]["epoch_loss_reduced.py"], "mean-over-global-count")
+    assert clean.status == "passed"

@@ -5,14 +5,21 @@ runs). Evidence goes to torchrun's store under the doctor's prefix.
 
 Rank 0 judges: after its own run it waits for every rank's report (``launcher.watch``) and
 prints the diagnosis; if a rank hangs, rank 0's watchdog thread does it (rank 0 itself may be
-the one stuck in a collective), tells every rank to end, and exits 1.
+the one stuck in a collective), tells every rank to end, and exits 1. If rank 0's process is
+gone without a report (gloo ends a process from its own thread when a collective meets a
+different one on another rank), the first other rank to see it (its pid gone on this host, or
+torchrun's SIGTERM, which leaves 30 seconds before its SIGKILL) judges in its place, reading
+rank 0's collective ledger from the store as the doctor's own runs do.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import signal
+import socket
 import sys
+import time
 
 import ddplab.doctor.records as records
 from ddplab.doctor.judging.evidence import Evidence
@@ -55,15 +62,57 @@ def main(args) -> int:
         return _report(result, args, show) if rank == 0 else 1
     rec.publish(outcome, **about)
     if rank != 0:
-        rec.wait_for_release()
-        return 0
+        return _wait_or_judge(rec.store, settings, args)
     rec.on_alarm = None  # from here the main thread watches
+    rec.store.add(JUDGE)
     result = launcher.watch(rec.store, settings)
     rec.store.put("release", 1)
     shutil.rmtree(os.environ[SCRATCH], ignore_errors=True)  # every rank is done with it
     if result.hang:
         rec.store.put("abort", 1)
     return _report(result, args, show)
+
+
+JUDGE = "judge"  # the first to add 1 here judges: rank 0, or a rank in its place
+
+
+def _wait_or_judge(store, settings, args) -> int:
+    """A rank other than 0, after its run: wait for rank 0's release, or judge in its place if
+    rank 0's process is gone first."""
+    stopped, judged = [], False
+    previous = signal.signal(signal.SIGTERM, lambda *_: stopped.append(True))
+    try:
+        while not store.has("release"):  # polled: a store wait that times out warns
+            time.sleep(0.5)
+            if judged or not (stopped or _first_gone(store)) or store.has("release"):
+                if stopped:
+                    return 1  # torchrun ends the run, and another rank judges it
+                continue
+            judged = True  # the first to see rank 0 gone judges; the others go on waiting
+            if store.add(JUDGE) == 1:
+                result = launcher.watch(store, settings, lambda: True)
+                store.put("release", 1)
+                shutil.rmtree(os.environ[SCRATCH], ignore_errors=True)
+                return _report(result, args, show)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    return 0
+
+
+def _first_gone(store) -> bool:
+    """Rank 0's process ran on this host and has ended (a zombie counts: torchrun reaps it
+    later)."""
+    hello = store.get("hello/0")
+    if not hello or hello.get("host") != socket.gethostname():
+        return False
+    try:
+        os.kill(hello["pid"], 0)
+        with open(f"/proc/{hello['pid']}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
 
 
 def scratch_folder() -> str:
@@ -91,6 +140,7 @@ def _judge_and_exit(store, settings, args, show) -> None:
 
     scratch.stop()
     rec = _recorder.RECORDER
+    store.add(JUDGE)
     store.raw.set(f"where/{rec.rank}", json.dumps(rec.position(), default=str))  # its own
     result = launcher.Run(mode=records.Mode.RANKS, world_size=settings.world_size)
     expected = range(settings.world_size)

@@ -17,14 +17,17 @@ from ddplab.doctor.ranks.watch import data as watch_data
 from ddplab.doctor.ranks.watch import ddp_collectives as watch_ddp_collectives
 from ddplab.doctor.ranks.watch import files as watch_files
 from ddplab.doctor.ranks.watch import group as watch_group
+from ddplab.doctor.ranks.watch import iterables as watch_iterables
 from ddplab.doctor.ranks.watch import model as watch_model
 from ddplab.doctor.ranks.watch import prints as watch_prints
+from ddplab.doctor.ranks.watch import schedules as watch_schedules
 from ddplab.doctor.ranks.watch import seeds as watch_seeds
 from ddplab.doctor.ranks.watch import steps as watch_steps
 
 READER_DIR = "DDPLAB_DOCTOR_READER_DIR"
 WATCHERS = (cuda_on_cpu, scratch, watch_group, watch_collectives, watch_ddp_collectives,
-            watch_data, watch_model, watch_steps, watch_amp, watch_files, watch_seeds, watch_prints)
+            watch_data, watch_model, watch_steps, watch_schedules, watch_amp, watch_files,
+            watch_seeds, watch_prints)
 ENDED_EPOCH = (StopIteration, ZeroDivisionError)  # what an empty epoch makes a script raise
 _HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the doctor's package
 
@@ -59,7 +62,14 @@ def stop_for(exc: BaseException) -> _recorder.DoctorStop | None:
 
 def outcome_of(call) -> tuple[records.Outcome, dict]:
     """Run ``call()``; how it ended: ``finished``, ``stopped`` (the doctor's stop) or
-    ``crashed`` (an exception, or a non-zero exit status, with the reader's traceback)."""
+    ``crashed`` (an exception, or a non-zero exit status, with the reader's traceback). Then
+    the epochs of the IterableDatasets it trained on are counted (``watch.iterables``)."""
+    ended = _outcome_of(call)
+    watch_iterables.count()
+    return ended
+
+
+def _outcome_of(call) -> tuple[records.Outcome, dict]:
     try:
         call()
     except _recorder.DoctorStop as stop:

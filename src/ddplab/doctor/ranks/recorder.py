@@ -99,7 +99,8 @@ class Recorder:
     def attach(self, store, rank: int, world_size: int) -> None:
         """Known at last: this process is ``rank``; start the watchdog."""
         self.store, self.rank, self.world_size = store, rank, world_size
-        store.put(f"hello/{rank}", {"pid": os.getpid(), "world_size": world_size})
+        store.put(f"hello/{rank}", {"pid": os.getpid(), "world_size": world_size,
+                                    "host": socket.gethostname()})
         if self._watchdog is None:
             self._watchdog = threading.Thread(target=self._watch, name="ddplab-doctor-watchdog",
                                               daemon=True)

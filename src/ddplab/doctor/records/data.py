@@ -11,7 +11,9 @@ from ddplab.doctor.records.base import Record
 @dataclasses.dataclass(frozen=True)
 class Loader(Record):
     """A DataLoader made: its dataset (type, length, a fingerprint equal on two ranks for the
-    same data), its sampler (type, length, whether it is a DistributedSampler), batch size."""
+    same data), its sampler (type, length, whether it is a DistributedSampler), batch size,
+    and how many times it was iterated (the script's epochs, where only training iterates
+    it)."""
 
     KIND: ClassVar[str] = "loader"
     index: int
@@ -26,6 +28,7 @@ class Loader(Record):
     sampler_len: int | None
     batch_size: int | None
     drop_last: bool
+    iterations: int = 0  # iter(loader) calls, those the doctor ended at once included
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,3 +86,20 @@ class SetEpoch(Record):
     epoch: int
     file: str | None
     line: int | None
+
+
+@dataclasses.dataclass(frozen=True)
+class IterableCount(Record):
+    """An IterableDataset a training loader drew from, iterated once more by the doctor after
+    the script (a separate iterator of the same dataset object, in this rank's process, no
+    workers), to its end or to a limit: its items, the batches the loader would make of them
+    (``batch_size``, ``drop_last``), whether it ended (``complete``) and whether its first
+    batch is the one the training's first pass began with (``same_start``: the pass repeats
+    the training's)."""
+
+    KIND: ClassVar[str] = "iterable_count"
+    loader: int
+    items: int
+    batches: int
+    complete: bool
+    same_start: bool

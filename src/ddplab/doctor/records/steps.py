@@ -37,13 +37,14 @@ class Backward:
     """A backward (part of a ``Step``): the reader's line, and the constant factor between the
     loss given to it and the computation under it (``loss / 4``: 0.25, ``ops`` ``["/ 4"]``,
     ``under`` the autograd node below them); ``factor`` None where the loss was not one
-    tensor."""
+    tensor. ``value``: the loss, a number a script sums for its log."""
 
     file: str | None
     line: int | None
     factor: float | None
     ops: list
     under: str | None
+    value: float | None = None  # the loss's value, where it is one number
 
 
 @dataclasses.dataclass(frozen=True)

@@ -99,33 +99,57 @@ def no_distributed_sampler(evidence, earlier):
                   f"at {made}); overlapping-shards compares the shards")
 
 
+def _counted(evidence, rank) -> dict:
+    """loader -> the IterableCount of its dataset's whole epoch, where the doctor's own pass
+    ended and began with the batch the training began with."""
+    return {c.loader: c for c in evidence.records(records.IterableCount, rank)
+            if c.complete and c.same_start}
+
+
 def uneven_inputs(evidence, earlier):
-    """Training loaders whose number of batches differs between ranks."""
+    """Training loaders whose number of batches differs between ranks: their ``len()``, or
+    for an IterableDataset the batches of a whole epoch the doctor counted after the
+    script."""
     if (evidence.world_size or 0) < 2:
         return not_applicable("one rank")
-    lengths = {}
+    lengths, items = {}, {}
     for rank in evidence.ranks:
+        counted = _counted(evidence, rank)
         for p in evidence.training_passes(rank):
             size = p.len if p.len is not None else (p.batches if p.exhausted
                                                           else None)
+            if p.loader in counted:
+                size = counted[p.loader].batches
+                items.setdefault(p.loader, {})[rank] = counted[p.loader].items
             if size is not None:
                 lengths.setdefault(p.loader, {}).setdefault(rank, size)
     if not lengths:
-        return not_applicable("no training DataLoader with a length")
+        return not_applicable("no training DataLoader with a length (an IterableDataset's "
+                              "epoch is counted where its loader has no workers)")
     problems = []
     for index, per_rank in sorted(lengths.items()):
         if len(set(per_rank.values())) > 1:
             loader = evidence.loader(index)
             short = min(per_rank.values())
             longer = [r for r, n in per_rank.items() if n > short]
+            counted = items.get(index)
             problems.append(Problem(
                 f"the DataLoader made at {place(*file_line(loader))} gives "
                 + ", ".join(f"rank {r} {n} batches" for r, n in sorted(per_rank.items()))
-                + f" per epoch: at batch {short + 1}, {ranks_text(longer)} "
+                + " per epoch"
+                + (f" (its {loader.dataset}, iterated to its end by the doctor after the script, "
+                   "gave " + ", ".join(f"rank {r} {n}" for r, n in sorted(counted.items()))
+                   + " items)" if counted else "")
+                + f": at batch {short + 1}, {ranks_text(longer)} "
                   f"run{'s' if len(longer) == 1 else ''} a backward whose gradient all-reduce "
                   "the other ranks never join, so the job hangs there or pairs it with a "
                   "different collective",
-                {"batches_per_rank": per_rank}, *file_line(loader)))
+                {"batches_per_rank": per_rank, **({"items_per_rank": counted}
+                                                  if counted else {})}, *file_line(loader)))
     if problems:
         return found(*problems)
-    return passed("every rank's training loader has the same number of batches")
+    streams = [f"{sorted(per_rank.values())[0]} batches on each rank" for index, per_rank in
+               sorted(lengths.items()) if index in items]
+    return passed("every rank's training loader has the same number of batches"
+                  + (f" (an IterableDataset's epoch, counted to its end: {', '.join(streams)})"
+                     if streams else ""))

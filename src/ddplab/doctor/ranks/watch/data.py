@@ -20,7 +20,7 @@ import ddplab.doctor.records as records
 from ddplab.doctor.ranks import patching, where
 from ddplab.doctor.ranks import recorder as _recorder
 from ddplab.doctor.ranks.digest import first_tensor, tensor_hash
-from ddplab.doctor.ranks.watch import gathered
+from ddplab.doctor.ranks.watch import gathered, iterables
 from ddplab.doctor.ranks.watch.model import MODELS
 from ddplab.doctor.settings import Settings
 
@@ -132,6 +132,12 @@ def _ended(rec, index: int, trained: int) -> bool:
     return rec.counters[key] > 2
 
 
+def _count_iteration(rec, index: int) -> None:
+    made = next((d for d in rec.records.get(records.Loader.KIND, []) if d.index == index), None)
+    if made is not None:
+        rec.update(made, iterations=made.iterations + 1)
+
+
 def install() -> None:
     import torch.utils.data as data
     from torch.utils.data.distributed import DistributedSampler
@@ -157,6 +163,8 @@ def install() -> None:
                 or isinstance(self.batch_sampler, DistributedSampler),
                 sampler_len=_len(sampler) if sampler is not None else None,
                 batch_size=self.batch_size, drop_last=bool(self.drop_last)))
+            if isinstance(dataset, data.IterableDataset):
+                iterables.remember(self._ddplab_doctor, self)
         return __init__
 
     def make_iter(real):
@@ -165,6 +173,7 @@ def install() -> None:
             index = getattr(self, "_ddplab_doctor", None)
             if index is None:
                 return real(self)
+            _count_iteration(rec, index)
             passes = [p for p in rec.records.get(records.Pass.KIND, []) if p.loader == index]
             trained = sum(p.training for p in passes)
             if trained >= 2:

@@ -69,6 +69,14 @@ def _ddp_index(module):
     return module.__dict__.get("_ddplab_doctor")
 
 
+def _value(loss) -> float | None:
+    """The loss as a number (what a script's ``loss.item()`` gives), where it is one."""
+    try:
+        return float(loss.detach()) if loss.numel() == 1 else None
+    except Exception:
+        return None
+
+
 def install() -> None:
     import torch
     from torch.nn.modules import module as module_hooks
@@ -153,6 +161,7 @@ def install() -> None:
             rec.backwards += 1
             rec.pending.append(records.Backward(
                 file=spot and spot[0], line=spot and spot[1],
+                value=_value(as_list[0]) if len(as_list) == 1 else None,
                 **(chain or {"factor": None, "ops": [], "under": None})))
             if reach is not None:
                 for index in sorted(rec.forwarded):
