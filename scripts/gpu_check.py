@@ -2,6 +2,7 @@
 
     make gpu-check                        # or: python scripts/gpu_check.py
     python scripts/gpu_check.py --dry-run # the plan, nothing run (any machine)
+    python scripts/gpu_check.py --deadline 500 --only "world size 1"  # a GPU lent for minutes
 
 On a machine with at least one GPU it runs, in this order:
 
@@ -81,6 +82,7 @@ class Outcome:
     failed: int = 0
     needs_more_ranks: int = 0
     refused: int = 0
+    not_reached: int = 0  # the deadline came before the step could start
     error: str | None = None  # the first error line of a failure
     seconds: float = 0.0
 
@@ -279,6 +281,8 @@ def first_error(text: str, pytest: bool = False) -> str:
 
 def verdict(outcome: Outcome) -> str:
     """One step's outcome in a line: its counts, seconds and first error line."""
+    if outcome.not_reached:
+        return "not reached: the deadline came first"
     counts = ", ".join(f"{getattr(outcome, f)} {f.replace('_', ' ')}" for f in
                        ("passed", "failed", "needs_more_ranks", "refused")
                        if getattr(outcome, f))
@@ -301,11 +305,37 @@ def table(outcomes: list[Outcome]) -> str:
         lines.append(f"{group:<46} {total['passed']:>6} {total['failed']:>6} "
                      f"{total['needs_more_ranks']:>10} {total['refused']:>7} "
                      f"{total['seconds']:>8.0f}")
+    late = [o for o in outcomes if o.not_reached]
+    if late:
+        lines += ["", f"not reached before the deadline: {len(late)} step(s), from "
+                      f"{late[0].step.group}: {late[0].step.name} on"]
     failures = [o for o in outcomes if o.failed]
     if failures:
         lines += ["", "failures (the first error line of each):"]
         lines += [f"  {o.step.group}: {o.step.name}: {o.error}" for o in failures]
     return "\n".join(lines)
+
+
+SLACK = 5.0  # seconds: a step is not started with less left before the deadline
+
+
+def run_all(steps: list[Step], deadline: float | None = None) -> list[Outcome]:
+    """Every step in order. With ``deadline`` (seconds from now), a step gets at most the time
+    left as its timeout and is not started with less than ``SLACK`` left, so that the table
+    is printed within the deadline (a GPU lent for a few minutes: the first steps count
+    most)."""
+    end = None if deadline is None else time.monotonic() + deadline
+    outcomes = []
+    for step in steps:
+        print(f"[{len(outcomes) + 1}/{len(steps)}] {step.group}: {step.name}", flush=True)
+        left = None if end is None else end - time.monotonic()
+        if left is not None and left < SLACK:
+            outcomes.append(Outcome(step, not_reached=1))
+        else:
+            timeout = step.timeout if left is None else min(step.timeout, left - SLACK / 2)
+            outcomes.append(run_step(dataclasses.replace(step, timeout=timeout)))
+        print(f"    {verdict(outcomes[-1])}", flush=True)  # a run cut short still shows these
+    return outcomes
 
 
 def gpu_count() -> int:
@@ -324,6 +354,9 @@ def main(argv=None) -> int:
     cli.add_argument("--match", default=None, help="only the steps whose name contains this")
     cli.add_argument("--workers", type=int, default=3,
                      help="pytest's -n for the tests and the labs (default 3)")
+    cli.add_argument("--deadline", type=float, default=None,
+                     help="seconds for the whole run: steps that cannot start before it are "
+                          "'not reached', and the table is printed in time")
     args = cli.parse_args(argv)
     steps = plan(cpu=args.cpu, groups=args.only, match=args.match, workers=args.workers)
     if args.dry_run:
@@ -340,11 +373,7 @@ def main(argv=None) -> int:
         print(f"Missing here: {', '.join(absent)}; the steps that need them will fail. "
               "pip install -r requirements-gpu-check.txt (README: without internet, as wheels)",
               flush=True)
-    outcomes = []
-    for step in steps:
-        print(f"[{len(outcomes) + 1}/{len(steps)}] {step.group}: {step.name}", flush=True)
-        outcomes.append(run_step(step))
-        print(f"    {verdict(outcomes[-1])}", flush=True)  # a run cut short still shows these
+    outcomes = run_all(steps, args.deadline)
     where = "gloo on CPU ranks (--cpu)" if args.cpu else f"{gpus} GPU(s)"
     print(f"\nddplab on {where}, torch {torch_version()}:\n")
     print(table(outcomes))

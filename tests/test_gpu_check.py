@@ -8,6 +8,7 @@ import importlib.util
 import io
 import os
 import sys
+import time
 
 import pytest
 import torch
@@ -131,3 +132,19 @@ def test_requirements_gpu_check_lists_every_module_a_step_needs():
     distribution = {"xdist": "pytest_xdist"}  # a module's distribution, where they differ
     assert {distribution.get(m, m) for m in modules} <= names
     assert "torch" not in names  # the GPU machine's own CUDA build stays
+
+
+def test_a_deadline_cuts_the_running_step_and_leaves_the_rest_not_reached():
+    """On a GPU lent for minutes the whole plan (about 20 minutes on one H200) cannot finish,
+    and a run killed from outside prints no table: with --deadline the step running when time
+    is short is given only what is left, the steps after it are 'not reached', and the table
+    says so."""
+    slow = gpu_check.Step("waits", "sleep", [sys.executable, "-c", "import time; time.sleep(60)"])
+    after = gpu_check.Step("later", "never", [sys.executable, "-c", "print(1)"])
+    start = time.monotonic()
+    outcomes = gpu_check.run_all([slow, after], deadline=gpu_check.SLACK + 3)
+    assert time.monotonic() - start < gpu_check.SLACK + 6
+    assert outcomes[0].failed and "timed out" in outcomes[0].error
+    assert outcomes[1].not_reached and not outcomes[1].failed
+    text = gpu_check.table(outcomes)
+    assert "not reached before the deadline: 1 step(s), from later: never on" in text
