@@ -22,9 +22,8 @@ def state_dict_prefix(evidence, earlier):
     if any(f.id == "known-crash" and f.evidence.get("entry") == "errors-state-dict-prefix"
            for f in earlier):
         return passed("the crash above is this prefix (known-crash)")
-    into_ddp = [r for rank in range(evidence.world_size or 1)
-                for r in evidence.records(records.LoadStateDict, rank)
-                if r.module == "DistributedDataParallel"]
+    into_ddp = [r.record for r in evidence.all(records.LoadStateDict)
+                if r.record.module == "DistributedDataParallel"]
     if into_ddp:
         return passed(f"the 'module.' state is loaded into a DDP model (at "
                       f"{place(*file_line(into_ddp[0]))})")
