@@ -21,14 +21,15 @@ This script
    venv and moves every integer slider one step and back from the kernel
    (``benchmarks/all_sliders.py --installed``): each move runs the panel's observer. A cell
    that raises fails the run;
-5. times the first lab as a reader meets it (:func:`measure`): in a fresh kernel of that
-   venv, the lab's cells from ``import ddplab`` to its first slider panel, until the panel
-   shows its first figure (the first result), then each slider of that panel moved one step
-   and back ``TIMED_MOVES`` times, each move's observer run timed (with nothing run ahead or
-   kept, ``DDPLAB_AHEAD=0``, so every move re-runs DDP). It prints them; ``--record PATH``
-   also writes them as JSON with the machine (cores, GPUs, its load as the timing started,
+5. with ``--record PATH``, times the first lab as a reader meets it (:func:`measure`): in a
+   fresh kernel of that venv, the lab's cells from ``import ddplab`` to its first slider
+   panel, until the panel shows its first figure (the first result), then each slider of that
+   panel moved one step and back ``TIMED_MOVES`` times, each move's observer run timed (with
+   nothing run ahead or kept, ``DDPLAB_AHEAD=0``, so every move re-runs DDP). It prints them
+   and writes them as JSON with the machine (cores, GPUs, its load as the timing started,
    Python, torch, date): the record the running page reads (``ddplab.chapters.running.colab``,
-   its file ``src/ddplab/chapters/running/colab_sim.json``);
+   its file ``src/ddplab/chapters/running/colab_sim.json``). Without it (CI) the lab has run
+   and its sliders have moved in step 4 already, and this second run of it is left out;
 6. with ``--tests``, runs pytest (tests/ and the labs under nbval) in that venv on this
    checkout's ``src/``, the test tools installed beside Colab's packages.
 
@@ -230,16 +231,16 @@ def main() -> None:
         sh(python, "-m", "ipykernel", "install", "--sys-prefix", "--name", "python3")
         sh(python, os.path.join(ROOT, "benchmarks", "all_sliders.py"), "--installed",
            "--moves", str(args.moves), *args.labs, cwd=work)
-        print(f"$ {python} {__file__} --measure --moves {TIMED_MOVES} {args.labs[0]}",
-              flush=True)
-        out = subprocess.run([python, os.path.abspath(__file__), "--measure", "--moves",
-                              str(TIMED_MOVES), args.labs[0]], check=True, env=colab_env(),
-                             stdout=subprocess.PIPE, text=True, cwd=work).stdout
-        timing = json.loads(out[out.index("MEASURED") + 8:].splitlines()[0])
-        print(f"{os.path.basename(args.labs[0])}: first result {timing['first_result_s']} s "
-              f"after the install cell; slider moves (ms): "
-              + "; ".join(f"{s['slider']} {s['moves_ms']}" for s in timing["sliders"]))
         if args.record:
+            print(f"$ {python} {__file__} --measure --moves {TIMED_MOVES} {args.labs[0]}",
+                  flush=True)
+            out = subprocess.run([python, os.path.abspath(__file__), "--measure", "--moves",
+                                  str(TIMED_MOVES), args.labs[0]], check=True, env=colab_env(),
+                                 stdout=subprocess.PIPE, text=True, cwd=work).stdout
+            timing = json.loads(out[out.index("MEASURED") + 8:].splitlines()[0])
+            print(f"{os.path.basename(args.labs[0])}: first result {timing['first_result_s']} "
+                  "s after the install cell; slider moves (ms): "
+                  + "; ".join(f"{s['slider']} {s['moves_ms']}" for s in timing["sliders"]))
             with open(args.record, "w") as f:
                 json.dump(record(args.labs[0], versions, install_cell_s, timing), f, indent=1)
                 f.write("\n")
