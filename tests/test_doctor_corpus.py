@@ -31,7 +31,8 @@ from ddplab.doctor.launch.processes import Zygote
 from ddplab.doctor.reporting import output, text
 from doctor_support import CORPUS, MARK, checkout_status, new_mark, processes_with
 
-# script -> (arguments, errors, other findings (waste, advisory), doctor settings)
+# script -> (arguments, errors, other findings (waste, advisory), doctor settings); a name with
+# "#" is the script before it, run a second time with other settings
 EXPECTED = {
     "tutorial_torchrun.py": (["3", "1"], {"sampler-set-epoch"}, {"lr-not-scaled"}, {}),
     "tutorial_torchrun_clean.py": (["3", "1"], set(), set(), {}),
@@ -92,6 +93,8 @@ EXPECTED = {
     "stream_islice_even.py": ([], set(), set(), {}),
     "epoch_loss_dataset_len.py": ([], {"mean-over-global-count"}, set(), {}),
     "epoch_loss_reduced.py": ([], set(), set(), {}),
+    "epoch_last_loss.py": ([], set(), set(), {}),
+    "epoch_last_loss.py#steps16": ([], set(), set(), {"steps": 16}),
 }
 
 
@@ -128,7 +131,11 @@ def _diagnose(name, zygote, logs):
     args, _, _, settings = EXPECTED[name]
     cwd = os.path.join(logs, name)  # what the script writes lands here
     os.makedirs(cwd)
-    return diagnose(str(CORPUS / name), args, zygote=zygote, cwd=cwd, **settings)
+    return diagnose(str(CORPUS / script_of(name)), args, zygote=zygote, cwd=cwd, **settings)
+
+
+def script_of(name: str) -> str:
+    return name.split("#")[0]
 
 
 def ids(diagnosis, errors: bool) -> set[str]:
@@ -148,7 +155,7 @@ def test_exactly_its_findings(diagnoses, name):
     assert ids(diagnosis, errors=False) == others
     assert diagnosis.exit_code() == (1 if errors else 0)
     for f in diagnosis.findings:  # each finding names a line of the script and a fix
-        assert f.file == str(CORPUS / name) or f.file.startswith(str(CORPUS))
+        assert f.file == str(CORPUS / script_of(name)) or f.file.startswith(str(CORPUS))
         assert f.line > 0 and f.fix and f.url.startswith("https://") and f.message
 
 
@@ -380,9 +387,9 @@ def test_every_diagnosis_is_valid_sarif(diagnoses):
 
 
 def test_a_mistake_at_the_scripts_end_is_found_after_step_k(diagnoses):
-    """After 8 steps (two epochs) the training loaders end at once: the three epochs left run
-    their evaluation without training, and the script's end (save, barrier, load) runs on
-    every rank, where the 'module.' prefix load fails."""
+    """After 8 steps (two epochs) training ends: the three epochs left run one batch each and
+    their evaluation, and the script's end (save, barrier, load) runs on every rank, where the
+    'module.' prefix load fails."""
     diagnosis = diagnoses["by_script"]["tail_prefix_load.py"]
     f = finding(diagnosis, "known-crash")
     source = (CORPUS / "tail_prefix_load.py").read_text().splitlines()
@@ -619,3 +626,22 @@ def test_a_shards_loss_divided_by_the_whole_dataset(diagnoses):
     assert "print(" in source[f.line - 1]
     clean = verdict(diagnoses["by_script"]["epoch_loss_reduced.py"], "mean-over-global-count")
     assert clean.status == "passed"
+
+
+def test_epochs_past_the_cap_run_one_batch_each(diagnoses):
+    """Two epochs of 4 batches (8 steps), then each of the four epochs left gets one batch: the
+    script's `last_loss.cpu()` after each epoch's loop needs one (an epoch with none leaves
+    the int 0 there, as torch shows below). Those batches' steps are not counted; with
+    `--steps 16` four epochs train before the cut."""
+    diagnosis = diagnoses["by_script"]["epoch_last_loss.py"]
+    assert diagnosis.outcome == "finished" and diagnosis.crash is None
+    assert diagnosis.steps_run == 8
+    said = diagnosis.output["rank0"]
+    assert all(f"epoch {e}: last loss" in said for e in range(6))
+    last_loss = 0
+    for _ in DataLoader(range(0)):
+        last_loss = torch.zeros(())
+    with pytest.raises(AttributeError, match="'int' object has no attribute 'cpu'"):
+        last_loss.cpu()
+    longer = diagnoses["by_script"]["epoch_last_loss.py#steps16"]
+    assert longer.outcome == "finished" and longer.steps_run == 16

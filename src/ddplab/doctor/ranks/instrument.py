@@ -28,7 +28,6 @@ READER_DIR = "DDPLAB_DOCTOR_READER_DIR"
 WATCHERS = (cuda_on_cpu, scratch, watch_group, watch_collectives, watch_ddp_collectives,
             watch_data, watch_model, watch_steps, watch_schedules, watch_amp, watch_files,
             watch_seeds, watch_prints)
-ENDED_EPOCH = (StopIteration, ZeroDivisionError)  # what an empty epoch makes a script raise
 _HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the doctor's package
 
 
@@ -47,17 +46,6 @@ def readers_traceback(exc: BaseException) -> str:
     lines = ["Traceback (most recent call last):\n", *traceback.format_list(frames),
              *traceback.format_exception_only(type(exc), exc)]
     return "".join(lines)
-
-
-def stop_for(exc: BaseException) -> _recorder.DoctorStop | None:
-    """The doctor's stop in place of what an epoch it ended made the script raise
-    (``next(iter(loader))`` of an empty loader, an average over zero batches): the script is
-    stopped there, as every rank is, not crashed."""
-    if isinstance(exc, ENDED_EPOCH) and _recorder.RECORDER.draining is not None:
-        said = traceback.format_exception_only(type(exc), exc)[-1].strip()
-        return _recorder.DoctorStop(f"the script could not run an epoch the doctor ended: "
-                                    f"{said}")
-    return None
 
 
 def outcome_of(call) -> tuple[records.Outcome, dict]:
@@ -81,9 +69,6 @@ def _outcome_of(call) -> tuple[records.Outcome, dict]:
             "error": f"SystemExit({exc.code!r})",
             "traceback": f"the script exited with status {exc.code!r}\n"}
     except BaseException as exc:  # the script's own failure: reported, never re-raised here
-        stop = stop_for(exc)
-        if stop is not None:
-            return records.Outcome.STOPPED, {"why": str(stop)}
         return records.Outcome.CRASHED, {
             "error": traceback.format_exception_only(type(exc), exc)[-1].strip(),
             "traceback": readers_traceback(exc)}
