@@ -95,6 +95,7 @@ EXPECTED = {
     "epoch_loss_reduced.py": ([], set(), set(), {}),
     "epoch_last_loss.py": ([], set(), set(), {}),
     "epoch_last_loss.py#steps16": ([], set(), set(), {"steps": 16}),
+    "weights_folder.py": ([], set(), set(), {}),
 }
 
 
@@ -645,3 +646,14 @@ def test_epochs_past_the_cap_run_one_batch_each(diagnoses):
         last_loss.cpu()
     longer = diagnoses["by_script"]["epoch_last_loss.py#steps16"]
     assert longer.outcome == "finished" and longer.steps_run == 16
+
+
+def test_a_folder_the_script_made_is_listed_with_its_writes(diagnoses):
+    """`weights/` exists only in the scratch folder: the script's own asserts show that
+    `os.listdir`, `os.scandir`, `os.walk`, `Path.iterdir`, `Path.glob` and `rglob` and
+    `glob.glob` all see what it wrote there, the checkpoint it removed gone."""
+    diagnosis = diagnoses["by_script"]["weights_folder.py"]
+    assert diagnosis.outcome == "finished" and diagnosis.crash is None
+    assert "resumed from weights/epoch-2.pt:" in diagnosis.output["rank0"]
+    assert [os.path.basename(p) for p in diagnosis.writes[0]] == [
+        "epoch-0.pt", "epoch-1.pt", "epoch-2.pt"]
