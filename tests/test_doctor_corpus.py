@@ -96,6 +96,7 @@ EXPECTED = {
     "epoch_last_loss.py": ([], set(), set(), {}),
     "epoch_last_loss.py#steps16": ([], set(), set(), {"steps": 16}),
     "weights_folder.py": ([], set(), set(), {}),
+    "gather_scalar_nccl.py": ([], set(), set(), {}),
 }
 
 
@@ -657,3 +658,21 @@ def test_a_folder_the_script_made_is_listed_with_its_writes(diagnoses):
     assert "resumed from weights/epoch-2.pt:" in diagnosis.output["rank0"]
     assert [os.path.basename(p) for p in diagnosis.writes[0]] == [
         "epoch-0.pt", "epoch-1.pt", "epoch-2.pt"]
+
+
+def test_a_gather_nccl_accepts_runs_as_nccl_would(diagnoses):
+    """The loss (0-dim) all-gathered into `torch.zeros(1)` buffers: NCCL counts elements and
+    accepts it; gloo compares shapes and refuses it (shown here on a real gloo group), so the
+    mapped gather reshapes the input, and the report says so."""
+    diagnosis = diagnoses["by_script"]["gather_scalar_nccl.py"]
+    assert diagnosis.outcome == "finished" and diagnosis.steps_run == 4
+    assert "step 3: losses" in diagnosis.output["rank0"]
+    calls = {c["what"] for c in diagnosis.mapped["calls"]}
+    assert "all_gather: input reshaped to its outputs' shape (NCCL counts elements)" in calls
+    code = ("import torch, torch.distributed as d\n"
+            "d.init_process_group('gloo', store=d.HashStore(), rank=0, world_size=1)\n"
+            "try:\n    d.all_gather([torch.zeros(1)], torch.tensor(1.0))\n"
+            "except RuntimeError as e:\n    print(e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert "invalid tensor size at index 0 (expected (), got (1))" in out.stdout
