@@ -97,6 +97,8 @@ EXPECTED = {
     "epoch_last_loss.py#steps16": ([], set(), set(), {"steps": 16}),
     "weights_folder.py": ([], set(), set(), {}),
     "gather_scalar_nccl.py": ([], set(), set(), {}),
+    "hf_device_gather.py": ([], set(), set(), {}),
+    "hf_device_gather_cpu_count.py": ([], {"cpu-tensor-nccl"}, set(), {}),
 }
 
 
@@ -676,3 +678,17 @@ def test_a_gather_nccl_accepts_runs_as_nccl_would(diagnoses):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120)
     assert "invalid tensor size at index 0 (expected (), got (1))" in out.stdout
+
+
+def test_the_cuda_mark_follows_the_data(diagnoses):
+    """Backend and device picked by `torch.cuda.is_available()` (True for the script here):
+    the model's predictions, their `zeros_like` buffers and the labels moved with
+    `.to(device)` are on "cuda" for NCCL's rules. The twin's counts, made by `torch.tensor` on
+    the CPU, are found, at that line only."""
+    clean = diagnoses["by_script"]["hf_device_gather.py"]
+    assert (clean.backend_requested, clean.backend_used) == ("nccl", "gloo")
+    assert verdict(clean, "cpu-tensor-nccl").status == "passed"
+    assert "epoch 1: accuracy" in clean.output["rank0"]
+    twin = diagnoses["by_script"]["hf_device_gather_cpu_count.py"]
+    source = (CORPUS / "hf_device_gather_cpu_count.py").read_text().splitlines()
+    assert [source[f.line - 1].strip() for f in twin.findings] == ["dist.all_reduce(totals)"]
