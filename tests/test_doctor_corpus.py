@@ -99,6 +99,7 @@ EXPECTED = {
     "gather_scalar_nccl.py": ([], set(), set(), {}),
     "hf_device_gather.py": ([], set(), set(), {}),
     "hf_device_gather_cpu_count.py": ([], {"cpu-tensor-nccl"}, set(), {}),
+    "epoch_counts_batches.py": ([], set(), set(), {}),
 }
 
 
@@ -150,7 +151,10 @@ def finding(diagnosis, check_id: str):
     return next(f for f in diagnosis.findings if f.id == check_id)
 
 
-@pytest.mark.parametrize("name", sorted(set(EXPECTED) - {"plain_crash.py"}))
+FAILING = {"plain_crash.py", "epoch_counts_batches.py"}  # crashes no check explains
+
+
+@pytest.mark.parametrize("name", sorted(set(EXPECTED) - FAILING))
 def test_exactly_its_findings(diagnoses, name):
     _, errors, others, _ = EXPECTED[name]
     diagnosis = diagnoses["by_script"][name]
@@ -323,6 +327,23 @@ def test_a_script_that_fails_on_its_own(diagnoses):
         diagnosis.crash["traceback"]
     assert "plain_crash.py" in diagnosis.crash["traceback"]
     assert "ddplab" not in diagnosis.crash["traceback"]  # the reader's frames only
+    assert diagnosis.crash["changes"] == []  # nothing of the doctor's in effect yet
+    said = " ".join(text.report(diagnosis).split())
+    assert "rank 0 failed on its own (no DDP check explains it)" in said
+
+
+def test_a_crash_after_the_doctors_changes_is_possibly_its_own(diagnoses):
+    """The script checks that each epoch went through its whole loader: epochs 0 and 1 do,
+    the third is the doctor's one batch. The report names that change, not the script."""
+    diagnosis = diagnoses["by_script"]["epoch_counts_batches.py"]
+    crash = diagnosis.crash
+    assert "epoch 2: 1 of 4 batches" in crash["error"] and not crash["explained"]
+    assert crash["changes"] == ["training ended after step 8: each epoch since has one batch"]
+    said = " ".join(text.report(diagnosis).split())
+    assert "failed, possibly the doctor's doing" in said and "failed on its own" not in said
+    sarif = json.loads(output.rendered(diagnosis, "sarif"))
+    note = sarif["runs"][0]["invocations"][0]["toolExecutionNotifications"][0]
+    assert "possibly the doctor's doing" in note["message"]["text"]
 
 
 def test_a_cuda_script_runs_unedited_on_cpu_ranks(diagnoses):

@@ -104,16 +104,18 @@ class Evidence:
         return min((self.by_rank[r]["steps"] for r in self.ranks), default=0)
 
     def crashed(self) -> dict | None:
-        """The first rank (lowest) that failed on its own, with its traceback."""
+        """The first rank (lowest) that failed, with its traceback and what the doctor had
+        changed of its run then (``changes``)."""
         for rank in sorted(self.run.outcomes):
             done = self.run.outcomes[rank]
             if done["outcome"] == records.Outcome.CRASHED:
                 return {"rank": rank, "error": done.get("error"),
-                        "traceback": done.get("traceback")}
+                        "traceback": done.get("traceback"), "changes": done.get("changes", [])}
         launcher = self.run.launcher
         if launcher and launcher["outcome"] == records.Outcome.CRASHED:
             return {"rank": None, "error": launcher.get("error"),
-                    "traceback": launcher.get("traceback")}
+                    "traceback": launcher.get("traceback"),
+                    "changes": launcher.get("changes", [])}
         return None
 
     def hung(self) -> bool:

@@ -40,8 +40,10 @@ class _Recorded:
         except Exception as exc:
             import traceback
 
+            from ddplab.doctor.ranks import changes
+
             self.crash = {"error": traceback.format_exception_only(type(exc), exc)[-1].strip(),
-                          "traceback": readers_traceback(exc)}
+                          "traceback": readers_traceback(exc), "changes": changes.in_effect()}
             raise
 
 

@@ -9,7 +9,7 @@ import sys
 import traceback
 
 import ddplab.doctor.records as records
-from ddplab.doctor.ranks import cuda_on_cpu, scratch, where
+from ddplab.doctor.ranks import changes, cuda_on_cpu, scratch, where
 from ddplab.doctor.ranks import recorder as _recorder
 from ddplab.doctor.ranks.watch import amp as watch_amp
 from ddplab.doctor.ranks.watch import collectives as watch_collectives
@@ -67,11 +67,12 @@ def _outcome_of(call) -> tuple[records.Outcome, dict]:
             return records.Outcome.FINISHED, {}
         return records.Outcome.CRASHED, {
             "error": f"SystemExit({exc.code!r})",
-            "traceback": f"the script exited with status {exc.code!r}\n"}
+            "traceback": f"the script exited with status {exc.code!r}\n",
+            "changes": changes.in_effect()}
     except BaseException as exc:  # the script's own failure: reported, never re-raised here
         return records.Outcome.CRASHED, {
             "error": traceback.format_exception_only(type(exc), exc)[-1].strip(),
-            "traceback": readers_traceback(exc)}
+            "traceback": readers_traceback(exc), "changes": changes.in_effect()}
     return records.Outcome.FINISHED, {}
 
 
