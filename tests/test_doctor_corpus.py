@@ -143,7 +143,7 @@ def finding(diagnosis, check_id: str):
 def test_exactly_its_findings(diagnoses, name):
     _, errors, others, _ = EXPECTED[name]
     diagnosis = diagnoses["by_script"][name]
-    assert diagnosis.crash is None or diagnosis.crash["explained"], diagnosis.crash
+    assert diagnosis.crash is None or diagnosis.crash_explained, diagnosis.crash
     assert ids(diagnosis, errors=True) == errors
     assert ids(diagnosis, errors=False) == others
     assert diagnosis.exit_code() == (1 if errors else 0)
@@ -286,8 +286,8 @@ def test_unused_parameters_both_ways(diagnoses):
     crashed = diagnoses["by_script"]["plain_unused_param.py"]
     f = finding(crashed, "find-unused-parameters")
     assert f.evidence["unused"] == ["aux_head.bias", "aux_head.weight"]
-    assert "Expected to have finished reduction" in crashed.crash["traceback"]  # DDP's own
-    assert crashed.crash["explained"] and crashed.exit_code() == 1
+    assert "Expected to have finished reduction" in crashed.crash.traceback  # DDP's own
+    assert crashed.crash_explained and crashed.exit_code() == 1
     waste = finding(diagnoses["by_script"]["plain_find_unused_true.py"],
                     "find-unused-parameters")
     assert waste.kind == "waste" and waste.evidence["backwards_checked"] >= 2
@@ -307,11 +307,11 @@ def test_lr_not_scaled_numbers(diagnoses):
 
 def test_a_script_that_fails_on_its_own(diagnoses):
     diagnosis = diagnoses["by_script"]["plain_crash.py"]
-    assert diagnosis.exit_code() == 2 and not diagnosis.crash["explained"]
+    assert diagnosis.exit_code() == 2 and not diagnosis.crash_explained
     assert "Expected input batch_size (16) to match target batch_size (15)" in \
-        diagnosis.crash["traceback"]
-    assert "plain_crash.py" in diagnosis.crash["traceback"]
-    assert "ddplab" not in diagnosis.crash["traceback"]  # the reader's frames only
+        diagnosis.crash.traceback
+    assert "plain_crash.py" in diagnosis.crash.traceback
+    assert "ddplab" not in diagnosis.crash.traceback  # the reader's frames only
 
 
 def test_a_cuda_script_runs_unedited_on_cpu_ranks(diagnoses):
@@ -354,7 +354,7 @@ def test_a_crash_the_book_explains_is_named_with_its_entry(diagnoses, name, entr
     diagnosis = diagnoses["by_script"][name]
     f = finding(diagnosis, "known-crash")
     assert f.section == entry and f.url.endswith(f"errors.html#{entry}")
-    assert diagnosis.crash["explained"] and diagnosis.exit_code() == 1
+    assert diagnosis.crash_explained and diagnosis.exit_code() == 1
     source = (CORPUS / name).read_text().splitlines()
     assert source[f.line - 1].startswith(line)
 
@@ -428,7 +428,7 @@ def test_log_emptied_by_every_rank_is_an_advisory(diagnoses):
 
 def test_replicas_are_not_compared_after_ddp_fails(diagnoses):
     diagnosis = diagnoses["by_script"]["plain_unused_sometimes.py"]
-    assert "Expected to have finished reduction" in diagnosis.crash["traceback"]
+    assert "Expected to have finished reduction" in diagnosis.crash.traceback
     assert verdict(diagnosis, "replicas-diverge").status == "not applicable"
 
 
@@ -484,8 +484,8 @@ def test_a_collective_met_by_ddps_gradient_all_reduce(diagnoses):
     """Gloo aborts rank 0 (its evidence never leaves the process); its ledger in the doctor's
     store still shows its all-reduce meeting rank 1's gradient all-reduce, with both lines."""
     diagnosis = diagnoses["by_script"]["plain_rank0_eval_allreduce.py"]
-    said = diagnosis.crash["traceback"]  # whichever side gloo failed first
-    assert diagnosis.crash["explained"] and any(text in said for text in (
+    said = diagnosis.crash.traceback  # whichever side gloo failed first
+    assert diagnosis.crash_explained and any(text in said for text in (
         "Connection reset by peer", "Connection closed by peer", "collective mismatch"))
     f = finding(diagnosis, "collective-on-some-ranks")
     calls = f.evidence["calls"]
@@ -524,11 +524,11 @@ def test_a_barrier_before_every_step(diagnoses):
 def test_a_folder_every_rank_creates(diagnoses):
     """Whichever rank comes second fails with FileExistsError; the finding explains it."""
     diagnosis = diagnoses["by_script"]["plain_mkdir_every_rank.py"]
-    assert "FileExistsError" in diagnosis.crash["error"] and diagnosis.crash["explained"]
+    assert "FileExistsError" in diagnosis.crash.error and diagnosis.crash_explained
     f = finding(diagnosis, "every-rank-writes")
     assert f.evidence["ranks"] == [0, 1] and f.evidence["how"] == "mkdir"
     assert f.evidence["path"].endswith("checkpoints/epoch-0")
-    assert f.evidence["failed"] == diagnosis.crash["rank"]
+    assert f.evidence["failed"] == diagnosis.crash.rank
 
 
 def test_a_printed_sum_of_the_ranks_means(diagnoses):

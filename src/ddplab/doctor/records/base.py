@@ -51,3 +51,14 @@ class Record:
     PARTS: ClassVar[dict] = {}
     step: int = 0
     t: int = 0
+
+    def __init_subclass__(cls, **kwargs):
+        """A kind registers itself by being defined (``KINDS``): a new kind is one class."""
+        super().__init_subclass__(**kwargs)
+        if cls.KIND:
+            if KINDS.get(cls.KIND, cls) is not cls:
+                raise ValueError(f"two record kinds are named {cls.KIND!r}")
+            KINDS[cls.KIND] = cls
+
+
+KINDS: dict[str, type] = {}  # kind -> its record type, filled as the family modules load

@@ -34,12 +34,12 @@ def result(finding, index: dict) -> dict:
 @paths_from_root
 def report(diagnosis) -> dict:
     index = {check.id: i for i, check in enumerate(CHECKS)}
-    crash = diagnosis.crash
+    crash = diagnosis.unexplained_crash()
     notes = []
-    if crash is not None and not crash.get("explained"):
+    if crash is not None:
         notes.append({"level": "error", "descriptor": {"id": "script-failed"},
                       "message": {"text": "the script failed on its own (no DDP check explains "
-                                          f"it): {crash.get('error')}"}})
+                                          f"it): {crash.error}"}})
     return {"$schema": SCHEMA, "version": "2.1.0", "runs": [{
         "tool": {"driver": {"name": "ddplab doctor", "informationUri": BOOK,
                             "rules": [rule(check) for check in CHECKS]}},

@@ -95,12 +95,12 @@ def report(diagnosis) -> str:
         lines += finding_lines(f)
     if diagnosis.findings:
         lines.append(f"each book section above is a page of {BOOK}")
-    crash = diagnosis.crash
-    if crash is not None and not crash.get("explained"):
-        who = f"rank {crash['rank']}" if crash.get("rank") is not None else "the script"
+    crash = diagnosis.unexplained_crash()
+    if crash is not None:
+        who = f"rank {crash.rank}" if crash.rank is not None else "the script"
         lines += wrapped(f"{shown_path(diagnosis.script)}: {who} failed on its own (no DDP "
                          "check explains it):")
-        lines += ["    " + line for line in (crash.get("traceback") or "").rstrip().splitlines()]
+        lines += ["    " + line for line in crash.traceback.rstrip().splitlines()]
     if not diagnosis.findings and diagnosis.exit_code() != 2:
         lines.append("no findings. What was checked:")
         lines += table(diagnosis)

@@ -82,7 +82,7 @@ def make_wrapper(name: str):
                 rec.counters["eval_samples"] = 0
             if seq is not None:
                 rec.to_ledger(record)
-            with rec.blocking(name, seq=seq, line=spot and spot[1], file=spot and spot[0]):
+            with rec.blocking(name, spot, seq=seq):
                 result = real(*args, **kwargs)
             if first is not None and not bound.get("async_op"):
                 rec.update(record, after=values(first))

@@ -69,7 +69,7 @@ def say_mode(mode: records.Mode) -> None:
         os.environ[MODE_UNSAID] = "0"
         from ddplab.doctor.store import Store
 
-        Store.connect().put("mode", mode)
+        Store.connect().say_mode(mode)
 
 
 def evidence_store():
@@ -121,7 +121,7 @@ def install() -> None:
                 store = dist.PrefixStore(group, doctor.tcp)
                 init_method = None
             wait = datetime.timedelta(seconds=rec.timeout + 30)
-            with rec.blocking("init_process_group", line=spot[1] if spot else None):
+            with rec.blocking("init_process_group", spot):
                 real(used_backend(backend), init_method=init_method, timeout=wait,
                      world_size=world_size, rank=rank, store=store, group_name=group_name,
                      pg_options=pg_options,

@@ -87,8 +87,7 @@ def install() -> None:
             rec = _recorder.RECORDER
             spot = where.line()
             devices = sorted({device_type(p) for p in module.parameters()})
-            with rec.blocking("DistributedDataParallel(...)", line=spot and spot[1],
-                              file=spot and spot[0]):
+            with rec.blocking("DistributedDataParallel(...)", spot):
                 real(self, module, *args, **kwargs)
             index = rec.count("ddp")
             self.__dict__["_ddplab_doctor"] = index
@@ -156,7 +155,7 @@ def install() -> None:
                                          ddp.process_group, [p for p in ddp.module.parameters()
                                                              if p.requires_grad], spot)
             rec.synced.clear()
-            with rec.blocking("backward", line=spot and spot[1], file=spot and spot[0]):
+            with rec.blocking("backward", spot):
                 result = real(tensors, *args, **kwargs)
             rec.backwards += 1
             rec.pending.append(records.Backward(
