@@ -107,7 +107,7 @@ def test_the_doctor_is_self_contained():
 
     allowed = {"ddplab.common.checks", "ddplab.common.html_page", "ddplab.engine.torchrun",
                "ddplab.engine", "ddplab.engine.lifeline", "ddplab.engine.loopback",
-               "ddplab.engine.rank_logs"}
+               "ddplab.engine.rank_logs", "ddplab.engine.warm"}
     doctor = pathlib.Path(__file__).parent.parent / "src" / "ddplab" / "doctor"
     found = set()
     for path in doctor.rglob("*.py"):
@@ -119,4 +119,4 @@ def test_the_doctor_is_self_contained():
     outside = {m for m in found if m.startswith("ddplab.") and not m.startswith("ddplab.doctor")}
     assert outside and outside <= allowed | {f"{m}.{n}" for m in allowed for n in (
         "int_in_range", "positive_int", "positive_number", "head", "table", "under_torchrun",
-        "exit_with_parent", "loopback_store", "rank_logs")}
+        "exit_with_parent", "loopback_store", "rank_logs", "frozen_imports")}
