@@ -39,7 +39,6 @@ class Recorder:
         self.backwards = 0  # backward calls so far
         self.waiting: Waiting | None = None  # the blocking call the main thread is in
         self.store = None
-        self.timeout = Settings.current().timeout
         self.main_ident = threading.main_thread().ident
         self.published = False
         self.draining: str | None = None  # why the training loaders end at once from now on
@@ -48,6 +47,12 @@ class Recorder:
         self.counters: dict[str, int] = {}
         self.on_alarm = None  # rank 0 under torchrun: who judges a hang
         self.abort_on_signal = False  # under torchrun: end when rank 0 says so
+
+    @property
+    def timeout(self) -> float:
+        """Seconds a call may wait before it is a hang: the run's settings, read when asked
+        (under torchrun the doctor sets them after this recorder exists)."""
+        return Settings.current().timeout
 
     # -- recording
 
@@ -140,7 +145,7 @@ class Recorder:
     def _watch(self) -> None:
         from ddplab.doctor.store import Store
 
-        store = Store(_own_connection(self.store))
+        store = Store.connect(self.store.address)  # the thread's own connection
         alarmed = answered = False
         while True:
             time.sleep(0.2)
@@ -175,16 +180,6 @@ def _flush_and_exit(code: int) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
-
-
-def _own_connection(store):
-    import datetime
-
-    import torch.distributed as dist
-
-    host, port = store.address.rsplit(":", 1)
-    return dist.TCPStore(host, int(port), is_master=False, use_libuv=True,
-                         timeout=datetime.timedelta(seconds=30))
 
 
 RECORDER = Recorder()

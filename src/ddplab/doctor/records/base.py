@@ -62,3 +62,12 @@ class Record:
 
 
 KINDS: dict[str, type] = {}  # kind -> its record type, filled as the family modules load
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Located(Record):
+    """A record of a call made at a line: ``file`` and ``line`` are the reader's line that made
+    it (``ranks/where.py``), or None where no line of the reader's is on the stack."""
+
+    file: str | None = None
+    line: int | None = None

@@ -153,7 +153,7 @@ def install() -> None:
             inner = getattr(self.batch_sampler, "sampler", None)
             self._ddplab_doctor = rec.count("loader")
             rec.add(records.Loader(
-                index=self._ddplab_doctor, file=spot and spot[0], line=spot and spot[1],
+                index=self._ddplab_doctor, **where.fields(spot),
                 dataset=type(dataset).__name__, dataset_len=_len(dataset),
                 fingerprint=fingerprint(dataset),
                 iterable=isinstance(dataset, data.IterableDataset),
@@ -182,7 +182,7 @@ def install() -> None:
                 return EndedPass(real(self)) if trained else iter(())
             spot = where.line()
             record = rec.add(records.Pass(loader=index, number=len(passes), len=_len(self),
-                                          file=spot and spot[0], line=spot and spot[1],
+                                          **where.fields(spot),
                                           backwards_seen=rec.backwards,
                                           steps_at_start=rec.steps))
             rec.active_pass = record  # workers draw their first indices while it starts
@@ -216,7 +216,7 @@ def install() -> None:
                 self._ddplab_doctor = rec.count("sampler")
             spot = where.line()
             rec.add(records.SetEpoch(sampler=self._ddplab_doctor, epoch=epoch,
-                                     file=spot and spot[0], line=spot and spot[1]))
+                                     **where.fields(spot)))
             return real(self, epoch)
         return set_epoch
 
