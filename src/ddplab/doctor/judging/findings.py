@@ -13,7 +13,27 @@ from ddplab.doctor.messages import Crash, Hang, to_json
 from ddplab.doctor.records import Word
 
 SCHEMA_VERSION = 1
-KINDS = ("error", "waste", "advisory")  # a wrong result or a hang; slower or more memory; a note
+
+
+class Kind(Word):
+    """What a finding is."""
+
+    ERROR = "error"  # a wrong result, a crash or a hang
+    WASTE = "waste"  # slower, or more memory, than it needs
+    ADVISORY = "advisory"  # a note: what the doctor suspects but cannot prove
+
+
+class RunOutcome(Word):
+    """How the whole run ended, as the report's last line says it."""
+
+    FINISHED = "finished"
+    STOPPED = "stopped"  # the doctor stopped every rank at the same step
+    HANG = "hang"
+    CRASHED = "crashed"
+    NO_GROUP = "no group"  # the script never joined a group nor started ranks
+
+
+KINDS = tuple(Kind)
 # The rendered book (GitHub Pages of the repository _config.yml names): a section opens at
 # BOOK + "<page>.html#<label>", the label standing before its heading (tests/test_doctor_checks)
 BOOK = "https://ddplab.github.io/ddplab/book/"
@@ -100,7 +120,7 @@ class Diagnosis:
     backend_requested: str | None
     backend_used: str | None
     steps_run: int
-    outcome: str  # "finished", "stopped", "hang", "crashed", "no group"
+    outcome: RunOutcome
     checks: list
     crash: Crash | None = None
     crash_explained: bool = False  # a finding says why it crashed

@@ -16,7 +16,7 @@ import tempfile
 import ddplab.doctor.records as records
 from ddplab.doctor.judging import checks
 from ddplab.doctor.judging.evidence import Evidence
-from ddplab.doctor.judging.findings import Diagnosis, shown_from
+from ddplab.doctor.judging.findings import Diagnosis, RunOutcome, shown_from
 from ddplab.doctor.launch import launcher
 from ddplab.doctor.launch.inputs import check_numbers, check_script
 from ddplab.doctor.launch.processes import Zygote
@@ -49,12 +49,13 @@ def diagnose(script: str, args=(), world_size: int = DEFAULTS.world_size,
         finally:
             if own:
                 zygote.close()
-    return diagnosis_of(script, run, evidence, cwd or os.getcwd())
+    return diagnosis_of(script, evidence, cwd or os.getcwd())
 
 
-def diagnosis_of(script: str, run, evidence, root: str | None = None) -> Diagnosis:
-    """The checks' verdicts on a finished run (local, or under torchrun); paths in messages
-    are shown from ``root``, the folder the script ran in."""
+def diagnosis_of(script: str, evidence, root: str | None = None) -> Diagnosis:
+    """The checks' verdicts on the evidence of a finished run (local, or under torchrun);
+    paths in messages are shown from ``root``, the folder the script ran in."""
+    run = evidence.run
     with shown_from(root):
         verdicts = checks.judge(evidence)
     crash = evidence.crashed()
@@ -84,12 +85,12 @@ def _needs_probe(evidence) -> bool:
                 and not evidence.hung() and evidence.crashed() is None)
 
 
-def _outcome(run, evidence, crash) -> str:
+def _outcome(run, evidence, crash) -> RunOutcome:
     if evidence.hung():
-        return "hang"
+        return RunOutcome.HANG
     if crash is not None:
-        return "crashed"
+        return RunOutcome.CRASHED
     if run.mode == records.Mode.NONE or (run.mode == records.Mode.SPAWN and not run.outcomes):
-        return "no group"
-    outcomes = {o.outcome for o in run.outcomes.values()}
-    return "stopped" if "stopped" in outcomes else "finished"
+        return RunOutcome.NO_GROUP
+    stopped = any(o.outcome == records.Outcome.STOPPED for o in run.outcomes.values())
+    return RunOutcome.STOPPED if stopped else RunOutcome.FINISHED

@@ -27,7 +27,7 @@ from ddplab.doctor.judging.evidence import Evidence
 from ddplab.doctor.launch import launcher
 from ddplab.doctor.launch.inputs import check_numbers, check_script
 from ddplab.doctor.launch.zygote import preload
-from ddplab.doctor.messages import Alarm, Hang, Hello, LauncherDone, Run, Signal
+from ddplab.doctor.messages import Hello, LauncherDone, Run, Signal
 from ddplab.doctor.ranks import recorder as _recorder
 from ddplab.doctor.ranks import scratch
 from ddplab.doctor.ranks.instrument import run_script
@@ -51,7 +51,6 @@ def main(args) -> int:
     os.environ.setdefault(SCRATCH, scratch_folder())
     preload()  # DDP's constructor imports dynamo: not a wait the timeout should count
     rec = _recorder.RECORDER
-    rec.timeout = args.timeout
     rec.abort_on_signal = True
     if rank == 0:
         rec.on_alarm = lambda store: _judge_and_exit(store, settings, args, show)
@@ -132,23 +131,20 @@ def scratch_folder() -> str:
 def _report(result, args, show) -> int:
     from ddplab.doctor.launch.diagnose import diagnosis_of
 
-    diagnosis = diagnosis_of(args.script, result, Evidence(result))
+    diagnosis = diagnosis_of(args.script, Evidence(result))
     show(diagnosis, args)
     return diagnosis.exit_code()
 
 
 def _judge_and_exit(store, settings, args, show) -> None:
-    """Rank 0's watchdog thread, after an alarm: roll call, judgement, the end of every rank."""
+    """Rank 0's watchdog thread, after an alarm: its own position, then the same watch as the
+    main thread's (which sees the alarm, calls the roll and collects), the judgement, the end
+    of every rank."""
     scratch.stop()
     rec = _recorder.RECORDER
     store.add(JUDGE)
-    store.send(rec.position(), rec.rank)  # its own
-    result = Run(mode=records.Mode.RANKS, world_size=settings.world_size)
-    expected = range(settings.world_size)
-    launcher.read_outcomes(store, result, expected)
-    result.hang = Hang(store.read(Alarm), launcher.roll_call(store, result, expected))
-    launcher.collect(store, result, expected)
-    code = _report(result, args, show)
+    store.send(rec.position(), rec.rank)  # its own answer: its main thread is the one stuck
+    code = _report(launcher.watch(store, settings), args, show)
     store.signal(Signal.ABORT)
     sys.stdout.flush()
     os._exit(code)

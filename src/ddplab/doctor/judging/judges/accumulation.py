@@ -132,21 +132,18 @@ ACCUMULATION_NO_SYNC = Check(
     "accumulation-no-sync", "waste",
     "micro-steps before the last run under no_sync (one all-reduce per optimizer step)",
     "time-cost-accumulation",
-    FIX_NO_SYNC,
-    accumulation_no_sync)
+    FIX_NO_SYNC, accumulation_no_sync)
 
 
 ACCUMULATION_UNSYNCED_STEP = Check(
     "accumulation-unsynced-step", "error",
     "the last micro-step before an optimizer step synchronises the gradients",
     "time-cost-accumulation",
-    FIX_NO_SYNC,
-    accumulation_unsynced_step)
+    FIX_NO_SYNC, accumulation_unsynced_step)
 
 
 ACCUMULATION_LOSS_NOT_DIVIDED = Check(
     "accumulation-loss-not-divided", "error",
     "with k micro-steps per step, the loss given to backward is divided by k",
     "time-cost-accumulation",
-    FIX_DIVIDE,
-    accumulation_loss_not_divided)
+    FIX_DIVIDE, accumulation_loss_not_divided)

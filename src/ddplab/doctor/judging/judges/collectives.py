@@ -303,37 +303,31 @@ COLLECTIVE_ON_SOME_RANKS = Check(
     "collective-on-some-ranks", "error",
     "every rank calls the same collectives, in the same order",
     "hangs-rank0-collective",
-    FIX_EVERY_RANK,
-    collective_on_some_ranks,
-    defers_to=('uneven-inputs',),
-    explains_hang=True,
-    explains=ANY_CRASH)
+    FIX_EVERY_RANK, collective_on_some_ranks,
+    defers_to=('uneven-inputs',), explains_hang=True, explains=ANY_CRASH)
 
 
 CPU_TENSOR_NCCL = Check(
     "cpu-tensor-nccl", "error",
     "under NCCL, every collective's tensor and DDP's model are on the GPU",
     "errors-no-backend-cpu",
-    FIX_DEVICE,
-    cpu_tensor_nccl,
+    FIX_DEVICE, cpu_tensor_nccl,
     explains=Crashes(texts=("No backend type associated with device type cpu",
-    "Tensors must be CUDA")))
+                            "Tensors must be CUDA")))
 
 
 GRADIENTS_REDUCED_TWICE = Check(
     "gradients-reduced-twice", "waste",
     "the script does not all-reduce gradients DDP has already all-reduced",
     "averaging-naive",
-    FIX_REDUCED_ONCE,
-    gradients_reduced_twice)
+    FIX_REDUCED_ONCE, gradients_reduced_twice)
 
 
 BARRIER_EVERY_STEP = Check(
     "barrier-every-step", "waste",
     "the training loop does not wait in a barrier before every optimizer step",
     "time-cost-slower",
-    FIX_NO_BARRIER,
-    barrier_every_step)
+    FIX_NO_BARRIER, barrier_every_step)
 
 
 HANG = Check(
@@ -341,6 +335,4 @@ HANG = Check(
     "no rank waits longer than the timeout in a collective, a backward or DDP's "
     "construction",
     "hangs",
-    FIX_HANG,
-    hang,
-    reads_explanations=True)
+    FIX_HANG, hang, reads_explanations=True)

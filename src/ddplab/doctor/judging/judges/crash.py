@@ -33,7 +33,4 @@ KNOWN_CRASH = Check(
     "known-crash", "error",
     "a crash no check above explains, looked up in the book's error index",
     "errors",
-    FIX_KNOWN,
-    known_crash,
-    reads_explanations=True,
-    explains=ANY_CRASH)
+    FIX_KNOWN, known_crash, reads_explanations=True, explains=ANY_CRASH)

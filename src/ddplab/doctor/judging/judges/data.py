@@ -185,23 +185,18 @@ SAMPLER_SET_EPOCH = Check(
     "sampler-set-epoch", "error",
     "a shuffling DistributedSampler gives a new order in each training epoch",
     "sharding-shuffling",
-    FIX_SET_EPOCH,
-    sampler_set_epoch)
+    FIX_SET_EPOCH, sampler_set_epoch)
 
 
 NO_DISTRIBUTED_SAMPLER = Check(
     "no-distributed-sampler", "error",
     "each rank trains on its own shard, not on the whole dataset",
     "sharding-no-sampler",
-    FIX_SAMPLER,
-    no_distributed_sampler)
+    FIX_SAMPLER, no_distributed_sampler)
 
 
 UNEVEN_INPUTS = Check(
     "uneven-inputs", "error",
     "every rank's training loader has the same number of batches",
     "hangs-uneven",
-    FIX_UNEVEN,
-    uneven_inputs,
-    explains_hang=True,
-    explains=ANY_CRASH)
+    FIX_UNEVEN, uneven_inputs, explains_hang=True, explains=ANY_CRASH)

@@ -124,7 +124,4 @@ EVERY_RANK_WRITES = Check(
     "every-rank-writes", "error",
     "each file is written by one rank only",
     "hangs-checkpoints",
-    FIX_WRITES,
-    every_rank_writes,
-    explains=Crashes(types=("FileExistsError",)),
-    also=("advisory",))
+    FIX_WRITES, every_rank_writes, explains=Crashes(types=("FileExistsError",)), also=("advisory",))

@@ -67,14 +67,10 @@ DUPLICATE_RANK = Check(
     "duplicate-rank", "error",
     "each process passes init_process_group a rank of its own",
     "running-torchrun",
-    FIX_RANK,
-    duplicate_rank,
-    explains=ANY_CRASH)
+    FIX_RANK, duplicate_rank, explains=ANY_CRASH)
 
 
 NO_PROCESS_GROUP = Check(
     "no-process-group", "error",
     "a script run as torchrun runs it joins a process group",
-    error_index.NO_GROUP,
-    error_index.FIX_LOCAL_RANK,
-    no_process_group)
+    error_index.NO_GROUP, error_index.FIX_LOCAL_RANK, no_process_group)

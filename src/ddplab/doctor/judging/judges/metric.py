@@ -177,6 +177,4 @@ METRIC_MEAN_OF_MEANS = Check(
     "metric-mean-of-means", "error",
     "an evaluation metric is reduced from sums and counts, over unpadded shards",
     "training-loop-evaluation",
-    FIX_METRIC,
-    metric_mean_of_means,
-    also=("advisory",))
+    FIX_METRIC, metric_mean_of_means, also=("advisory",))

@@ -213,10 +213,8 @@ FIND_UNUSED_PARAMETERS = Check(
     "find_unused_parameters matches the model: True exactly when a parameter gets no "
     "gradient",
     "hangs-unused-parameters",
-    FIX_UNUSED,
-    find_unused_parameters,
-    explains=Crashes(texts=("Expected to have finished reduction",)),
-    also=("waste",))
+    FIX_UNUSED, find_unused_parameters,
+    explains=Crashes(texts=("Expected to have finished reduction",)), also=("waste",))
 
 
 REPLICAS_DIVERGE = Check(
@@ -224,7 +222,5 @@ REPLICAS_DIVERGE = Check(
     "every parameter (and every buffer DDP does not re-broadcast) is equal on all ranks "
     "after each step",
     "hangs-batchnorm",
-    FIX_REPLICAS,
-    replicas_diverge,
-    defers_to=('accumulation-unsynced-step',),
-    reads_explanations=True)
+    FIX_REPLICAS, replicas_diverge,
+    defers_to=('accumulation-unsynced-step',), reads_explanations=True)

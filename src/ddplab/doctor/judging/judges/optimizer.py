@@ -124,14 +124,11 @@ CLIP_BEFORE_UNSCALE = Check(
     "clip-before-unscale", "error",
     "gradients are clipped after GradScaler.unscale_, not while still scaled",
     "training-loop-mixed-precision",
-    FIX_UNSCALE,
-    clip_before_unscale)
+    FIX_UNSCALE, clip_before_unscale)
 
 
 LR_NOT_SCALED = Check(
     "lr-not-scaled", "advisory",
     "the LR follows the global batch when the global batch grows with the world size",
     "lr-scaling-rules",
-    FIX_LR,
-    lr_not_scaled,
-    defers_to=('same-batches',))
+    FIX_LR, lr_not_scaled, defers_to=('same-batches',))

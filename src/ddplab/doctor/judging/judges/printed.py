@@ -152,8 +152,7 @@ LOGGED_SUM_NOT_DIVIDED = Check(
     "logged-sum-not-divided", "error",
     "a printed mean over the ranks is the all-reduced sum divided by the world size",
     "averaging-naive",
-    FIX_LOG_MEAN,
-    logged_sum_not_divided)
+    FIX_LOG_MEAN, logged_sum_not_divided)
 
 
 MEAN_OVER_GLOBAL_COUNT = Check(
@@ -161,5 +160,4 @@ MEAN_OVER_GLOBAL_COUNT = Check(
     "a loss a rank summed over its shard is printed divided by the rank's count, not "
     "the whole dataset's",
     "training-loop-printing",
-    FIX_GLOBAL_COUNT,
-    mean_over_global_count)
+    FIX_GLOBAL_COUNT, mean_over_global_count)

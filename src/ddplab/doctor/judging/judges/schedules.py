@@ -165,5 +165,4 @@ SCHEDULE_LENGTH = Check(
     "a learning-rate schedule's length is the steps each rank's loader gives, not the "
     "whole dataset's",
     "lr-scaling-schedule-length",
-    FIX_LENGTH,
-    schedule_length)
+    FIX_LENGTH, schedule_length)

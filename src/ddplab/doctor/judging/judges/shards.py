@@ -184,8 +184,7 @@ DIFFERENT_DATASETS = Check(
     "different-datasets", "error",
     "a sharded training loader holds the same dataset on every rank",
     "sharding-no-sampler",
-    FIX_ONE_SPLIT,
-    different_datasets)
+    FIX_ONE_SPLIT, different_datasets)
 
 
 OVERLAPPING_SHARDS = Check(
@@ -193,14 +192,11 @@ OVERLAPPING_SHARDS = Check(
     "within an epoch, the ranks' DistributedSampler shards share no sample beyond the "
     "padding",
     "sharding-shuffling",
-    FIX_SAME_SEED,
-    overlapping_shards)
+    FIX_SAME_SEED, overlapping_shards)
 
 
 SAME_BATCHES = Check(
     "same-batches", "error",
     "the ranks' DDP forwards get different batches",
     "sharding-no-sampler",
-    FIX_SEED,
-    same_batches,
-    defers_to=('no-distributed-sampler',))
+    FIX_SEED, same_batches, defers_to=('no-distributed-sampler',))

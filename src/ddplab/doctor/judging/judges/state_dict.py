@@ -43,7 +43,4 @@ def state_dict_prefix(evidence, earlier):
 STATE_DICT_PREFIX = Check(
     "state-dict-prefix", "advisory",
     "a saved state dict has the model's own names, not DDP's 'module.' ones",
-    error_index.PREFIX_LABEL,
-    error_index.FIX_PREFIX,
-    state_dict_prefix,
-    defers_to=('known-crash',))
+    error_index.PREFIX_LABEL, error_index.FIX_PREFIX, state_dict_prefix, defers_to=('known-crash',))
