@@ -206,7 +206,8 @@ def test_rank0_barrier_hangs_and_is_named(diagnoses):
     assert diagnosis.outcome == "hang"
     f = finding(diagnosis, "collective-on-some-ranks")
     alarm = f.evidence["hang"]["alarm"]
-    assert alarm["rank"] == 0 and alarm["what"] == "barrier" and alarm["line"] == f.line
+    waiting = alarm["waiting"]
+    assert alarm["rank"] == 0 and waiting["what"] == "barrier" and waiting["line"] == f.line
     assert alarm["waited"] >= 3.0  # the timeout passed: a real wait, not a guess
     counts = f.evidence["counts"]  # DDP's own collectives and rank 0's barrier
     assert counts[0] == counts[1] + 1 and f.evidence["calls"][1] is None
