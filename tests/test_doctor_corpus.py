@@ -158,7 +158,7 @@ FAILING = {"plain_crash.py", "epoch_counts_batches.py"}  # crashes no check expl
 def test_exactly_its_findings(diagnoses, name):
     _, errors, others, _ = EXPECTED[name]
     diagnosis = diagnoses["by_script"][name]
-    assert diagnosis.crash is None or diagnosis.crash["explained"], diagnosis.crash
+    assert diagnosis.crash is None or diagnosis.crash_explained, diagnosis.crash
     assert ids(diagnosis, errors=True) == errors
     assert ids(diagnosis, errors=False) == others
     assert diagnosis.exit_code() == (1 if errors else 0)
@@ -221,7 +221,8 @@ def test_rank0_barrier_hangs_and_is_named(diagnoses):
     assert diagnosis.outcome == "hang"
     f = finding(diagnosis, "collective-on-some-ranks")
     alarm = f.evidence["hang"]["alarm"]
-    assert alarm["rank"] == 0 and alarm["what"] == "barrier" and alarm["line"] == f.line
+    waiting = alarm["waiting"]
+    assert alarm["rank"] == 0 and waiting["what"] == "barrier" and waiting["line"] == f.line
     assert alarm["waited"] >= 3.0  # the timeout passed: a real wait, not a guess
     counts = f.evidence["counts"]  # DDP's own collectives and rank 0's barrier
     assert counts[0] == counts[1] + 1 and f.evidence["calls"][1] is None
@@ -301,8 +302,8 @@ def test_unused_parameters_both_ways(diagnoses):
     crashed = diagnoses["by_script"]["plain_unused_param.py"]
     f = finding(crashed, "find-unused-parameters")
     assert f.evidence["unused"] == ["aux_head.bias", "aux_head.weight"]
-    assert "Expected to have finished reduction" in crashed.crash["traceback"]  # DDP's own
-    assert crashed.crash["explained"] and crashed.exit_code() == 1
+    assert "Expected to have finished reduction" in crashed.crash.traceback  # DDP's own
+    assert crashed.crash_explained and crashed.exit_code() == 1
     waste = finding(diagnoses["by_script"]["plain_find_unused_true.py"],
                     "find-unused-parameters")
     assert waste.kind == "waste" and waste.evidence["backwards_checked"] >= 2
@@ -322,12 +323,12 @@ def test_lr_not_scaled_numbers(diagnoses):
 
 def test_a_script_that_fails_on_its_own(diagnoses):
     diagnosis = diagnoses["by_script"]["plain_crash.py"]
-    assert diagnosis.exit_code() == 2 and not diagnosis.crash["explained"]
+    assert diagnosis.exit_code() == 2 and not diagnosis.crash_explained
     assert "Expected input batch_size (16) to match target batch_size (15)" in \
-        diagnosis.crash["traceback"]
-    assert "plain_crash.py" in diagnosis.crash["traceback"]
-    assert "ddplab" not in diagnosis.crash["traceback"]  # the reader's frames only
-    assert diagnosis.crash["changes"] == []  # nothing of the doctor's in effect yet
+        diagnosis.crash.traceback
+    assert "plain_crash.py" in diagnosis.crash.traceback
+    assert "ddplab" not in diagnosis.crash.traceback  # the reader's frames only
+    assert diagnosis.crash.changes == ()  # nothing of the doctor's in effect yet
     said = " ".join(text.report(diagnosis).split())
     assert "rank 0 failed on its own (no DDP check explains it)" in said
 
@@ -337,8 +338,8 @@ def test_a_crash_after_the_doctors_changes_is_possibly_its_own(diagnoses):
     the third is the doctor's one batch. The report names that change, not the script."""
     diagnosis = diagnoses["by_script"]["epoch_counts_batches.py"]
     crash = diagnosis.crash
-    assert "epoch 2: 1 of 4 batches" in crash["error"] and not crash["explained"]
-    assert crash["changes"] == ["training ended after step 8: each epoch since has one batch"]
+    assert "epoch 2: 1 of 4 batches" in crash.error and not diagnosis.crash_explained
+    assert crash.changes == ("training ended after step 8: each epoch since has one batch",)
     said = " ".join(text.report(diagnosis).split())
     assert "failed, possibly the doctor's doing" in said and "failed on its own" not in said
     sarif = json.loads(output.rendered(diagnosis, "sarif"))
@@ -386,7 +387,7 @@ def test_a_crash_the_book_explains_is_named_with_its_entry(diagnoses, name, entr
     diagnosis = diagnoses["by_script"][name]
     f = finding(diagnosis, "known-crash")
     assert f.section == entry and f.url.endswith(f"errors.html#{entry}")
-    assert diagnosis.crash["explained"] and diagnosis.exit_code() == 1
+    assert diagnosis.crash_explained and diagnosis.exit_code() == 1
     source = (CORPUS / name).read_text().splitlines()
     assert source[f.line - 1].startswith(line)
 
@@ -460,7 +461,7 @@ def test_log_emptied_by_every_rank_is_an_advisory(diagnoses):
 
 def test_replicas_are_not_compared_after_ddp_fails(diagnoses):
     diagnosis = diagnoses["by_script"]["plain_unused_sometimes.py"]
-    assert "Expected to have finished reduction" in diagnosis.crash["traceback"]
+    assert "Expected to have finished reduction" in diagnosis.crash.traceback
     assert verdict(diagnosis, "replicas-diverge").status == "not applicable"
 
 
@@ -516,8 +517,8 @@ def test_a_collective_met_by_ddps_gradient_all_reduce(diagnoses):
     """Gloo aborts rank 0 (its evidence never leaves the process); its ledger in the doctor's
     store still shows its all-reduce meeting rank 1's gradient all-reduce, with both lines."""
     diagnosis = diagnoses["by_script"]["plain_rank0_eval_allreduce.py"]
-    said = diagnosis.crash["traceback"]  # whichever side gloo failed first
-    assert diagnosis.crash["explained"] and any(text in said for text in (
+    said = diagnosis.crash.traceback  # whichever side gloo failed first
+    assert diagnosis.crash_explained and any(text in said for text in (
         "Connection reset by peer", "Connection closed by peer", "collective mismatch"))
     f = finding(diagnosis, "collective-on-some-ranks")
     calls = f.evidence["calls"]
@@ -556,11 +557,11 @@ def test_a_barrier_before_every_step(diagnoses):
 def test_a_folder_every_rank_creates(diagnoses):
     """Whichever rank comes second fails with FileExistsError; the finding explains it."""
     diagnosis = diagnoses["by_script"]["plain_mkdir_every_rank.py"]
-    assert "FileExistsError" in diagnosis.crash["error"] and diagnosis.crash["explained"]
+    assert "FileExistsError" in diagnosis.crash.error and diagnosis.crash_explained
     f = finding(diagnosis, "every-rank-writes")
     assert f.evidence["ranks"] == [0, 1] and f.evidence["how"] == "mkdir"
     assert f.evidence["path"].endswith("checkpoints/epoch-0")
-    assert f.evidence["failed"] == diagnosis.crash["rank"]
+    assert f.evidence["failed"] == diagnosis.crash.rank
 
 
 def test_a_printed_sum_of_the_ranks_means(diagnoses):

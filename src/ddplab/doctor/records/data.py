@@ -5,11 +5,11 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
-from ddplab.doctor.records.base import Record
+from ddplab.doctor.records.base import Located, Record
 
 
 @dataclasses.dataclass(frozen=True)
-class Loader(Record):
+class Loader(Located):
     """A DataLoader made: its dataset (type, length, a fingerprint equal on two ranks for the
     same data), its sampler (type, length, whether it is a DistributedSampler), batch size,
     and how many times it was iterated (the script's epochs, where only training iterates
@@ -17,8 +17,6 @@ class Loader(Record):
 
     KIND: ClassVar[str] = "loader"
     index: int
-    file: str | None
-    line: int | None
     dataset: str
     dataset_len: int | None
     fingerprint: str
@@ -32,7 +30,7 @@ class Loader(Record):
 
 
 @dataclasses.dataclass(frozen=True)
-class Pass(Record):
+class Pass(Located):
     """One ``iter(loader)`` (``number``: the loader's 0th, 1st, ... pass), as far as it went:
     batches and samples drawn, whether a backward ran during it (``training``), whether the
     doctor cut it (``capped``) or it ran out (``exhausted``), and the first batch's digest.
@@ -44,8 +42,6 @@ class Pass(Record):
     loader: int
     number: int
     len: int | None
-    file: str | None
-    line: int | None
     batches: int = 0
     samples: int = 0
     training: bool = False
@@ -81,14 +77,12 @@ class SamplerOrder(Record):
 
 
 @dataclasses.dataclass(frozen=True)
-class SetEpoch(Record):
+class SetEpoch(Located):
     """``sampler.set_epoch(epoch)``."""
 
     KIND: ClassVar[str] = "set_epoch"
     sampler: int
     epoch: int
-    file: str | None
-    line: int | None
 
 
 @dataclasses.dataclass(frozen=True)

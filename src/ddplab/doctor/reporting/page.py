@@ -30,10 +30,10 @@ def render(diagnosis) -> str:
     parts = [head(f"ddplab doctor: {script}", CSS),
              f"<h1>ddplab doctor: {html.escape(script)}</h1>",
              f"<p>{html.escape(summary(diagnosis))}</p>"]
-    crash = diagnosis.crash
-    if crash is not None and not crash.get("explained"):
+    crash = diagnosis.unexplained_crash()
+    if crash is not None:
         parts.append(f"<div class='failure'><p>The script {html.escape(failed(crash))}:</p><pre>"
-                     f"{html.escape(crash.get('traceback') or '')}</pre></div>")
+                     f"{html.escape(crash.traceback)}</pre></div>")
     parts.append("<h2>Findings</h2>")
     parts += [finding_html(f) for f in diagnosis.findings] or ["<p>No findings.</p>"]
     parts.append("<h2>What was checked</h2>")

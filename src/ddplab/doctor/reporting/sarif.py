@@ -35,11 +35,11 @@ def result(finding, index: dict) -> dict:
 @paths_from_root
 def report(diagnosis) -> dict:
     index = {check.id: i for i, check in enumerate(CHECKS)}
-    crash = diagnosis.crash
+    crash = diagnosis.unexplained_crash()
     notes = []
-    if crash is not None and not crash.get("explained"):
+    if crash is not None:
         notes.append({"level": "error", "descriptor": {"id": "script-failed"},
-                      "message": {"text": f"the script {failed(crash)}: {crash.get('error')}"}})
+                      "message": {"text": f"the script {failed(crash)}: {crash.error}"}})
     return {"$schema": SCHEMA, "version": "2.1.0", "runs": [{
         "tool": {"driver": {"name": "ddplab doctor", "informationUri": BOOK,
                             "rules": [rule(check) for check in CHECKS]}},

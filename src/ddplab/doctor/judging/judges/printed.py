@@ -15,6 +15,7 @@ import math
 import re
 
 import ddplab.doctor.records as records
+from ddplab.doctor.judging.check import Check
 from ddplab.doctor.judging.findings import place
 from ddplab.doctor.judging.judgement import (
     Problem,
@@ -140,3 +141,24 @@ FIX_GLOBAL_COUNT = """\
 sums = torch.tensor([total_loss, samples_seen], dtype=torch.float64, device=device)
 dist.all_reduce(sums)
 mean_loss = (sums[0] / sums[1]).item()  # not total_loss / len(train_loader.dataset)"""
+
+
+FIX_LOG_MEAN = """\
+dist.all_reduce(loss_value, op=dist.ReduceOp.SUM)
+loss_value /= dist.get_world_size()  # the mean over the ranks, as one process prints it
+# or: dist.all_reduce(loss_value, op=dist.ReduceOp.AVG)"""
+
+
+LOGGED_SUM_NOT_DIVIDED = Check(
+    "logged-sum-not-divided", "error",
+    "a printed mean over the ranks is the all-reduced sum divided by the world size",
+    "averaging-naive",
+    FIX_LOG_MEAN, logged_sum_not_divided)
+
+
+MEAN_OVER_GLOBAL_COUNT = Check(
+    "mean-over-global-count", "error",
+    "a loss a rank summed over its shard is printed divided by the rank's count, not "
+    "the whole dataset's",
+    "training-loop-printing",
+    FIX_GLOBAL_COUNT, mean_over_global_count)

@@ -100,7 +100,7 @@ def make_wrapper(name: str):
             spot = where.line()
             seq = rec.count(f"seq/{key}") if name not in POINT_TO_POINT else None
             record = rec.add(records.Collective(
-                op=name, seq=seq, group=key, file=spot and spot[0], line=spot and spot[1],
+                op=name, seq=seq, group=key, **where.fields(spot),
                 devices=sorted({device_type(t) for t in tensors}),
                 nccl=nccl_rules(info["requested"]),
                 requested=None if info["requested"] is None else str(info["requested"]),
@@ -115,7 +115,7 @@ def make_wrapper(name: str):
             if seq is not None:
                 rec.to_ledger(record)
             args, kwargs = as_nccl(name, signature, args, kwargs, info["requested"])
-            with rec.blocking(name, seq=seq, line=spot and spot[1], file=spot and spot[0]):
+            with rec.blocking(name, spot, seq=seq):
                 result = real(*args, **kwargs)
             if first is not None and not bound.get("async_op"):
                 rec.update(record, after=values(first))

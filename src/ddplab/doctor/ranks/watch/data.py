@@ -166,7 +166,7 @@ def install() -> None:
             inner = getattr(self.batch_sampler, "sampler", None)
             self._ddplab_doctor = rec.count("loader")
             rec.add(records.Loader(
-                index=self._ddplab_doctor, file=spot and spot[0], line=spot and spot[1],
+                index=self._ddplab_doctor, **where.fields(spot),
                 dataset=type(dataset).__name__, dataset_len=_len(dataset),
                 fingerprint=fingerprint(dataset),
                 iterable=isinstance(dataset, data.IterableDataset),
@@ -194,7 +194,7 @@ def install() -> None:
             ended = rec.draining is not None and _ended(rec, index, trained)
             spot = where.line()
             record = rec.add(records.Pass(loader=index, number=len(passes), len=_len(self),
-                                          file=spot and spot[0], line=spot and spot[1],
+                                          **where.fields(spot),
                                           backwards_seen=rec.backwards,
                                           steps_at_start=rec.steps, ended=ended))
             if ended:
@@ -230,7 +230,7 @@ def install() -> None:
                 self._ddplab_doctor = rec.count("sampler")
             spot = where.line()
             rec.add(records.SetEpoch(sampler=self._ddplab_doctor, epoch=epoch,
-                                     file=spot and spot[0], line=spot and spot[1]))
+                                     **where.fields(spot)))
             return real(self, epoch)
         return set_epoch
 

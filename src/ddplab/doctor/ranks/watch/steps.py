@@ -99,7 +99,7 @@ def install() -> None:
         backwards, rec.pending = rec.pending, []
         first = rec.steps == 0  # the first step also says the LR and the optimizer's type
         rec.add(records.Step(
-            number=rec.steps + 1, file=spot and spot[0], line=spot and spot[1],
+            number=rec.steps + 1, **where.fields(spot),
             micro=micro[:KEPT_MICRO], micro_count=len(micro),
             backwards=backwards[:KEPT_MICRO],
             backward_count=len(backwards), optimizer=getattr(optimizer, "_ddplab_doctor", None),
@@ -132,7 +132,7 @@ def install() -> None:
                 spot = where.line()
                 self.__dict__["_ddplab_doctor"] = rec.count("optimizer")
                 rec.add(records.Optimizer(index=self._ddplab_doctor, type=type(self).__name__,
-                                          file=spot and spot[0], line=spot and spot[1],
+                                          **where.fields(spot),
                                           lr=[group.get("lr") for group in self.param_groups]))
         return __init__
 
