@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from ddplab.doctor.judging.checks import CHECKS
 from ddplab.doctor.judging.findings import BOOK, paths_from_root, shown_path
+from ddplab.doctor.reporting.text import failed
 
 SCHEMA = ("https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/"
           "sarif-schema-2.1.0.json")
@@ -38,8 +39,7 @@ def report(diagnosis) -> dict:
     notes = []
     if crash is not None:
         notes.append({"level": "error", "descriptor": {"id": "script-failed"},
-                      "message": {"text": "the script failed on its own (no DDP check explains "
-                                          f"it): {crash.error}"}})
+                      "message": {"text": f"the script {failed(crash)}: {crash.error}"}})
     return {"$schema": SCHEMA, "version": "2.1.0", "runs": [{
         "tool": {"driver": {"name": "ddplab doctor", "informationUri": BOOK,
                             "rules": [rule(check) for check in CHECKS]}},

@@ -88,6 +88,16 @@ def side_effect_lines(diagnosis) -> list[str]:
     return lines
 
 
+def failed(crash) -> str:
+    """How a crash no check explains is told: the script's own failure, or possibly the
+    doctor's where it came after anything the doctor changed of the run (``changes``)."""
+    changes = crash.changes
+    if not changes:
+        return "failed on its own (no DDP check explains it)"
+    return ("failed, possibly the doctor's doing: no DDP check explains it, and it came after "
+            "the doctor changed the run (" + "; ".join(changes) + ")")
+
+
 @paths_from_root
 def report(diagnosis) -> str:
     lines = mapped_lines(diagnosis)
@@ -98,8 +108,7 @@ def report(diagnosis) -> str:
     crash = diagnosis.unexplained_crash()
     if crash is not None:
         who = f"rank {crash.rank}" if crash.rank is not None else "the script"
-        lines += wrapped(f"{shown_path(diagnosis.script)}: {who} failed on its own (no DDP "
-                         "check explains it):")
+        lines += wrapped(f"{shown_path(diagnosis.script)}: {who} {failed(crash)}:")
         lines += ["    " + line for line in crash.traceback.rstrip().splitlines()]
     if not diagnosis.findings and diagnosis.exit_code() != 2:
         lines.append("no findings. What was checked:")
