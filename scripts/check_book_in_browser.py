@@ -420,8 +420,12 @@ def check_way_out(page, checks: Checks, base: str) -> None:
                      f"pasted warning {text[:50]!r}...: the error index is not found: "
                      f"{found[:5]}")
         page.goto(base + "book/errors.html", wait_until="load")
-        checks.check(page.evaluate("t => document.body.innerText.replace(/\\d+/g, 'N')"
-                                   ".includes(t.replace(/\\d+/g, 'N'))", text),
+        # the page's text as shown (spaces collapsed, quotes typeset, backticks set as
+        # code), process ids aside
+        checks.check(page.evaluate("t => { const n = s => s.replace(/\\d+/g, 'N')"
+                                   ".replace(/\\s+/g, ' ').replace(/[\u2018\u2019]/g, \"'\")"
+                                   ".replace(/`/g, ''); "
+                                   "return n(document.body.innerText).includes(n(t)); }", text),
                      f"book/errors.html does not quote the warning {text[:50]!r}...")
         checks.check(page.locator(f"[id='{label}']").count() == 1,
                      f"book/errors.html has no section {label}")
