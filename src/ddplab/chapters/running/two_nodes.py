@@ -115,7 +115,8 @@ class TwoNodes(Result):
                                                break_on_hyphens=False).replace("\n", " \\\n")
                  for i, c in enumerate(self.commands)]
         env = " ".join(f"{k}={v}" for k, v in LOOPBACK_ENV.items())
-        return "\n".join([*lines, f"each node's environment: {env}",
+        return "\n".join([*lines, *textwrap.wrap(f"each node's environment: {env}", 96,
+                                                  subsequent_indent="    "),
                           f"exit codes {self.exit_codes}, {self.seconds:.0f} s; rank 0 printed:",
                           self.printed.rstrip()])
 

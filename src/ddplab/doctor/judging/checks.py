@@ -9,8 +9,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
+from ddplab.common.home import book
 from ddplab.doctor.judging import error_index
-from ddplab.doctor.judging.findings import BOOK, Finding, Verdict
+from ddplab.doctor.judging.findings import Finding, Verdict
 from ddplab.doctor.judging.judges import (
     accumulation,
     collectives,
@@ -27,7 +28,7 @@ from ddplab.doctor.judging.judges import (
     state_dict,
 )
 
-SECTIONS = {  # label -> the page it stands on; its section opens at BOOK + page.html#label
+SECTIONS = {  # label -> the page it stands on; its section opens at book() + page.html#label
     "averaging-naive": "averaging",
     "time-cost-slower": "time_cost",
     "sharding-shuffling": "sharding",
@@ -55,7 +56,7 @@ SECTIONS = {  # label -> the page it stands on; its section opens at BOOK + page
 def url_of(section: str) -> str:
     # Sphinx gives a label's target its own id, so the label is the anchor: a heading
     # reworded keeps it (a heading's own slug would change, and differs from GitHub's)
-    return f"{BOOK}{SECTIONS[section]}.html#{section}"
+    return f"{book()}{SECTIONS[section]}.html#{section}"
 
 
 @dataclasses.dataclass(frozen=True)

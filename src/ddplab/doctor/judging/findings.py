@@ -13,9 +13,6 @@ from ddplab.doctor.records import Word
 
 SCHEMA_VERSION = 1
 KINDS = ("error", "waste", "advisory")  # a wrong result or a hang; slower or more memory; a note
-# The rendered book (GitHub Pages of the repository _config.yml names): a section opens at
-# BOOK + "<page>.html#<label>", the label standing before its heading (tests/test_doctor_checks)
-BOOK = "https://ddplab.github.io/ddplab/book/"
 ROOT = contextvars.ContextVar("root", default=None)  # the folder paths are shown from
 
 
