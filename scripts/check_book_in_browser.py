@@ -47,6 +47,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import browser  # noqa: E402
 
 from ddplab.chapters.training_loop import printed_warnings  # noqa: E402
+from ddplab.common import home  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 MAX_PAGE_BYTES = 6_000_000
@@ -57,7 +58,12 @@ COLAB = re.compile(r"^https://colab\.research\.google\.com/github/[^/]+/[^/]+/bl
 # The pages a reader starts from carry the install box (book/_install.md), with the line the
 # cluster page gives.
 INSTALL_PAGES = ("book/intro.html", "book/running.html", "book/doctor.html")
-INSTALL_LINE = 'pip install "ddplab @ git+https://github.com/ddplab/ddplab"'
+INSTALL_LINE = home.install_line()
+# An address of this project (its repository or Pages site, under any owner): each link to one
+# must be made from the home pyproject.toml names (ddplab.common.home), the Colab buttons too.
+PROJECT = re.compile(r"github\.com/[^/]+/ddplab|\.github\.io/ddplab", re.IGNORECASE)
+HOME_MADE = (home.repository(), home.pages_site(),
+             "https://colab.research.google.com/github/" + "/".join(home.owner_and_name()) + "/")
 # The running page shows a lab as a reader meets it in Colab: a section (page, label) with a
 # picture of a lab and the times the Colab simulation recorded, printed by the page.
 COLAB_SECTION = ("book/running.html", "running-colab", "in the Colab simulation")
@@ -157,8 +163,10 @@ def check_page(page, checks: Checks, html: Path, base: str, rel: str, shots: Pat
     check_images(page, checks, rel)
     # Internal links: the file exists, and so does the anchor.
     here = (html / shown).parent
-    broken, colab = [], []
+    broken, colab, elsewhere = [], [], []
     for href in page.eval_on_selector_all("a[href]", "as => as.map(a => a.getAttribute('href'))"):
+        if PROJECT.search(href) and not href.startswith(HOME_MADE):
+            elsewhere.append(href)
         if match := COLAB.match(href):
             colab.append(match.group(1))
             continue
@@ -173,6 +181,8 @@ def check_page(page, checks: Checks, html: Path, base: str, rel: str, shots: Pat
                 and parsed.fragment not in anchors(target):
             broken.append(href)
     checks.check(not broken, f"{rel}: broken internal links: {sorted(set(broken))}")
+    checks.check(not elsewhere, f"{rel}: links not made from the home {home.repository()}: "
+                                f"{sorted(set(elsewhere))}")
     for lab in colab:
         checks.check(lab.startswith("labs/") and (ROOT / lab).is_file(),
                      f"{rel}: Colab button opens {lab}, not a lab in labs/")
