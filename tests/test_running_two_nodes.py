@@ -1,7 +1,8 @@
 """Two torchrun nodes on this machine (``running.two_nodes``): the group they form is the one
 the local pool forms at world size 2 (the same all-reduced sum of ranks, 0 + 1), nothing of it
 listens beyond loopback, and each way the second node fails to join gives the message the
-running page quotes."""
+running page quotes: node ranks by address, not arrival; the store's read timeout for a node
+that does not host it."""
 
 from ddplab.chapters.running import listening, two_nodes
 
@@ -31,3 +32,21 @@ def test_one_node_of_two_alone_ends_at_its_join_timeout_listening_on_loopback_on
     last, seen = listening.while_running(lambda: two_nodes.alone(join_timeout=2))
     assert last.endswith("RendezvousTimeoutError")
     assert seen and not any(s.beyond_loopback for s in seen), seen
+
+
+def test_node_ranks_follow_the_address_not_the_arrival_and_gloo_ignores_local_addr():
+    """The node started first, at the address that sorts last, is node 1; both workers get
+    node 0's --local-addr as the store's address, and gloo binds the host name's address,
+    with no warning, whatever --local-addr says."""
+    ranks, seen = listening.while_running(
+        lambda: two_nodes.node_ranks(addresses=("127.0.0.3", "127.0.0.2"), delay=3.0))
+    assert seen and not any(s.beyond_loopback for s in seen), seen
+    assert ranks.node_ranks == [1, 0]
+    assert ranks.store_address == ["127.0.0.2", "127.0.0.2"]
+    assert ranks.gloo_address == [ranks.host_name_address] * 2 and not ranks.gloo_warned
+
+
+def test_a_node_that_does_not_host_the_store_waits_only_its_read_timeout():
+    line, seconds = two_nodes.timed(two_nodes.alone, join_timeout=600, hosts_store=False,
+                                    read_timeout=2)
+    assert line.split(":")[0].endswith("RendezvousConnectionError") and seconds < 120
