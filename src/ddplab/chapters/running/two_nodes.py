@@ -211,7 +211,7 @@ def timed(call, *args, **kwargs) -> tuple[object, float]:
 
 
 # each worker: its node rank, its store's address, and the local address of its gloo
-# connections (its sockets connected to anything but the store)
+# connections (its connected sockets, but the store's: rank 0 serves it here)
 _WORKER = """
 import datetime, os, socket
 import torch, torch.distributed as dist
@@ -237,8 +237,8 @@ for fd in map(int, os.listdir("/proc/self/fd")):
         continue
     try:
         if s.family in (socket.AF_INET, socket.AF_INET6) and s.type == socket.SOCK_STREAM:
-            peer = s.getpeername()
-            if peer[1] != store_port:
+            peer, own = s.getpeername(), s.getsockname()
+            if store_port not in (peer[1], own[1]):  # the store's, client or server side
                 gloo.add(s.getsockname()[0].removeprefix("::ffff:"))
     except OSError:
         pass
