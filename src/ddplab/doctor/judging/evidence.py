@@ -20,6 +20,7 @@ class Evidence:
     def __init__(self, run, probe=None):
         self.run = run
         self.probe = probe  # a one-rank run stopped at its first step (``lr-not-scaled``)
+        self.reference = None  # the one-process run on the same samples (``launch.reference``)
         self.ranks = sorted(int(r) for r in run.evidence)
         self.by_rank = {int(r): e for r, e in run.evidence.items()}
         self.kept = {int(r): records.load(e["records"]) for r, e in run.evidence.items()}
