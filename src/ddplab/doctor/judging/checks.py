@@ -22,6 +22,7 @@ from ddplab.doctor.judging.judges import (
     model,
     optimizer,
     printed,
+    reference,
     schedules,
     shards,
     state_dict,
@@ -256,6 +257,10 @@ CHECKS = (
     Check("state-dict-prefix", "advisory",
           "a saved state dict has the model's own names, not DDP's 'module.' ones",
           "errors-state-dict-prefix", error_index.FIX_PREFIX, state_dict.state_dict_prefix),
+    Check("reference-differs", "error",
+          "the ranks train as one process does on the same samples: parameters, learning "
+          "rates and printed numbers, step by step", "averaging-naive", reference.FIX,
+          reference.reference_differs),
     Check("hang", "error",
           "no rank waits longer than the timeout in a collective, a backward or DDP's "
           "construction", "hangs", FIX_HANG, collectives.hang),

@@ -2,7 +2,7 @@
 holds what, written and read past the doctor's own file watchers.
 
     plan.json                     what the doctor tells the reference run (``plan``)
-    run/init.pt                   rank 0's model state at its first training forward
+    run/init.pt                   rank 0's model state as DDP wrapped it
     run/batches{k}.rank{r}.pt     the batches rank r trained on before optimizer step k
     run/state{k}.rank{r}.pt       rank r's parameters and learning rates after step k
     run/lr{k}.rank{r}.json        rank r's learning rates at step k (each group's)

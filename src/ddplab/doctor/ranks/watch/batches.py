@@ -1,5 +1,5 @@
 """What the reference run needs of the N-rank run, and what it changes in both: the training
-batches of each optimizer step, the model's state at its first training forward, the
+batches of each optimizer step, the model's state as DDP wraps it, the
 parameters and learning rates after each step (``doctor/reference/layout.py`` says where).
 
 Only the doctor's steps are kept (``Settings.steps``, 8 by default), and no more than
@@ -8,12 +8,12 @@ run, and says so. Parameters are kept after every step up to ``STATE_BYTES`` of 
 steps 1, 2, 4, 8, ... beyond.
 
 In both runs, every dropout layer of a DDP-wrapped model is switched off (``p = 0``, and
-``MultiheadAttention``'s ``dropout``) at its first training forward: a mask drawn in a rank
+``MultiheadAttention``'s ``dropout``) as DDP wraps it: a mask drawn in a rank
 cannot be drawn again in one process, so the two runs compare without it. A functional
 ``F.dropout`` with its own ``p`` in the model's code is not reached and shows as a difference.
 
 In the reference run (``Settings.role == "reference"``) the replayed passes yield the N ranks'
-samples (``ranks/replay.py``), the first training forward starts from the N-rank run's state,
+samples (``ranks/replay.py``), the model starts from the N-rank run's state as DDP wraps it,
 each forward of a replayed batch runs in the ranks' chunks (``ranks/chunked.py``), and each
 optimizer step runs at rank 0's learning rates of that step: a learning rate the script scales
 with the world size is a choice the doctor names (its factor, from the LR the one process set
@@ -149,10 +149,13 @@ def _switch_off_dropout(module) -> int:
     return count
 
 
-def _first_forward(ddp) -> None:
-    """Dropout off; the state saved (rank 0 of the N-rank run) or loaded (the reference)."""
+def _wrapped(ddp) -> None:
+    """At a DDP's construction (its module now holds rank 0's parameters, broadcast): dropout
+    off; the state saved (rank 0 of the N-rank run) or loaded (the reference)."""
     import torch
 
+    if _STATE["started"]:  # the first DDP is the model trained
+        return
     _STATE["started"] = True
     _note("dropout_off", _switch_off_dropout(ddp.module))
     state = ddp.module.state_dict(keep_vars=True)
@@ -166,7 +169,7 @@ def _first_forward(ddp) -> None:
         for name, value in state.items():
             if name in start and start[name].shape == value.shape:
                 value.copy_(start[name])
-    _note("started_from", "the N-rank run's rank 0 state at its first training forward")
+    _note("started_from", "the N-rank run's rank 0 state as DDP wrapped it")
 
 
 def install() -> None:
@@ -197,8 +200,6 @@ def install() -> None:
         def forward(self, *args, **kwargs):
             if not (torch.is_grad_enabled() and self.training):
                 return real(self, *args, **kwargs)
-            if not _STATE["started"]:
-                _first_forward(self)
             plays = _STATE["replay"]
             chunks = plays.chunks if plays is not None else None
             first = first_tensor([list(args), kwargs])
@@ -211,6 +212,13 @@ def install() -> None:
             return real(self, *args, **kwargs)
         return forward
 
+    def make_init(real):
+        def __init__(self, module, *args, **kwargs):
+            real(self, module, *args, **kwargs)
+            _wrapped(self)
+        return __init__
+
+    patching.wrap(DistributedDataParallel, "__init__", make_init, "batches")
     patching.wrap(data.DataLoader, "__iter__", make_iter, "batches")
     patching.wrap(DistributedDataParallel, "forward", make_forward, "batches")
     if not patching.ORIGINALS.get(("hooks", "batches")):
