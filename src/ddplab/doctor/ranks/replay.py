@@ -90,6 +90,9 @@ class Replay:
             self.queue.extend(items)
             self.planned[step] = sum(sum(i.chunks) for i in items)
             self.passes.update((i.loader, i.pass_number) for i in items)
+        ratio = (plan.get("micro") or 1) / (plan.get("ranks_micro") or 1)
+        self.lens = {int(k): round(v * ratio) for k, v in plan.get("lens", {}).items()
+                     if v is not None}
         self.chunks: list | None = None  # of the batch yielded last
         self.served: dict[int, int] = {}  # step -> samples yielded
 

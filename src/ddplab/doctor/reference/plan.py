@@ -1,7 +1,9 @@
 """Whether a reference run can be made after an N-rank run, and what it is told (``plan.json``):
-the world size and steps to replay, and how many micro-steps per optimizer step the one-process
-script takes: the probe's count where the script reads the world size before its first step
-(nanoGPT's accumulation divided by it), else the N ranks' own."""
+the world size and steps to replay, how many micro-steps per optimizer step the one-process
+script takes (the probe's count where the script reads the world size before its first step:
+nanoGPT's accumulation divided by it; else the N ranks' own), and each replayed loader's
+length on rank 0 (the one process's ``len(loader)`` is that times its micro-steps per step
+over the ranks': its epoch has as many steps as theirs, whatever batch size it asked for)."""
 
 from __future__ import annotations
 
@@ -39,8 +41,12 @@ def why_not(evidence, folder: str) -> str | None:
 def write(evidence, folder: str) -> dict:
     probe = evidence.probe
     micro = _micro(probe.records(records.Step)) if probe is not None else None
+    ranks_micro = _micro(evidence.records(records.Step))
+    lens = {}
+    for p in evidence.training_passes(0):
+        lens.setdefault(str(p.loader), p.len)
     plan = {"world_size": evidence.world_size, "steps": evidence.steps_run(),
-            "micro": micro or _micro(evidence.records(records.Step)),
-            "micro_from": "probe" if micro else "ranks"}
+            "micro": micro or ranks_micro, "micro_from": "probe" if micro else "ranks",
+            "ranks_micro": ranks_micro, "lens": lens}
     layout.write_json(plan, os.path.join(folder, layout.PLAN))
     return plan

@@ -14,7 +14,8 @@ cannot be drawn again in one process, so the two runs compare without it. A func
 
 In the reference run (``Settings.role == "reference"``) the replayed passes yield the N ranks'
 samples (``ranks/replay.py``), the model starts from the N-rank run's state as DDP wraps it,
-each forward of a replayed batch runs in the ranks' chunks (``ranks/chunked.py``), and each
+each forward of a replayed batch runs in the ranks' chunks (``ranks/chunked.py``), a replayed
+loader's ``len()`` is the number of batches an epoch of the replay has, and each
 optimizer step runs at rank 0's learning rates of that step: a learning rate the script scales
 with the world size is a choice the doctor names (its factor, from the LR the one process set
 itself), not a difference that hides every other one.
@@ -218,7 +219,17 @@ def install() -> None:
             _wrapped(self)
         return __init__
 
+    def make_len(real):
+        def __len__(self):
+            index = getattr(self, "_ddplab_doctor", None)
+            plays = _STATE["replay"]
+            if plays is not None and index in plays.lens:
+                return plays.lens[index]
+            return real(self)
+        return __len__
+
     patching.wrap(DistributedDataParallel, "__init__", make_init, "batches")
+    patching.wrap(data.DataLoader, "__len__", make_len, "batches")
     patching.wrap(data.DataLoader, "__iter__", make_iter, "batches")
     patching.wrap(DistributedDataParallel, "forward", make_forward, "batches")
     if not patching.ORIGINALS.get(("hooks", "batches")):
