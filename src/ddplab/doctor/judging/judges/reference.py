@@ -2,7 +2,8 @@
 run, ``doctor/reference``), step by step: every rank's parameters, the learning rates, the
 numbers rank 0 printed.
 
-A difference nothing explains is an error naming the first step, the tensor (name, shape, how
+A difference nothing explains is an error (one the checks before it explain, an advisory
+that names them) naming the first step, the tensor (name, shape, how
 far, against the float allowance) or the printed line (both texts, both numbers, the ratio),
 with what the other checks found as the likely cause. A difference the script chose is an
 advisory naming its factor: a learning rate scaled with the world size (the one process then
@@ -14,6 +15,7 @@ verdict is the one line that says so, with the numbers.
 from __future__ import annotations
 
 import math
+import re
 
 import ddplab.doctor.records as records
 from ddplab.doctor.judging.findings import place
@@ -130,19 +132,23 @@ def reference_differs(evidence, earlier):
                 f"path, {_g(d.over)} times the float32 allowance {_g(d.allowed)}")
         about = {"step": d.step, "rank": d.rank, "parameter": d.name, "shape": list(d.shape),
                  "max_abs": d.max_abs, "norm": d.norm, "allowed": d.allowed,
-                 "update": c.update}
+                 "over": d.over, "update": c.update}
         step = next((s for s in evidence.records(records.Step, d.rank)
                      if s.number == d.step), None)
         if chosen:
             advisories.append(Problem(f"{text}; {chosen}", about, *file_line(step),
                                       kind="advisory"))
-        elif not errors:
+        elif errors:  # the learning rates: the parameters are their proof
+            errors[0].message += f"; {text}"
+            errors[0].evidence.update(parameter=d.name, over=d.over, max_abs=d.max_abs,
+                                      parameter_step=d.step)
+        else:
             cause = _cause(evidence, earlier, d, c.update, n)
             errors.append(Problem(text + (f". {cause}" if cause else ""), about,
                                   *file_line(step)))
     lines = printed_lines.compare(printed_lines.lines_of(evidence),
                                   printed_lines.lines_of(outcome.evidence))
-    own_losses = []
+    own_losses, lr_lines = [], 0
     for p in lines.diffs:
         if p.integer:
             continue
@@ -152,6 +158,9 @@ def reference_differs(evidence, earlier):
                                          outcome.evidence.records(records.Step), p.step)
         if ranks_own and one_own:
             own_losses.append(p)
+            continue
+        if chosen_lr and _is_lr(p, c):  # the learning rate itself, scaled as chosen
+            lr_lines += 1
             continue
         if not errors:
             errors.append(Problem(
@@ -169,16 +178,42 @@ def reference_differs(evidence, earlier):
             f"process prints the whole batch's ({p.ranks_text!r} against {p.one_text!r} after "
             f"step {p.step}; {len(own_losses)} such numbers)",
             {"lines": len(own_losses)}, p.file, p.line, kind="advisory"))
+    explained = sorted({f.id for f in earlier if f.kind == "error"})
+    if explained:  # a difference the checks above already name is theirs to explain
+        for problem in errors:
+            problem.kind = "advisory"
+            if "the checks above found" not in problem.message:
+                problem.message += f". The checks above found {', '.join(explained)}"
     if errors or advisories:
         return found(*errors, *advisories)
     steps, largest = len(c.steps), c.largest_abs
-    said = (f"every printed number equal ({lines.numbers} in {lines.lines} lines)"
+    said = (f"every printed number equal ({lines.numbers} in {lines.lines} lines"
+            + (f"; {lr_lines} learning rates in the ratio chosen" if lr_lines else "") + ")"
             if lines.lines else "no printed number to compare")
     samples = sorted(set(c.samples.values()))
     per_step = samples[0] if len(samples) == 1 else f"{samples[0]} to {samples[-1]}"
     return passed(f"{n} ranks and one process on the same {per_step} samples per step agree "
                   f"at every one of {steps} steps (largest parameter difference "
                   f"{largest:.1g}; {said})" + "".join(f"; {c}" for c in chosen_lr))
+
+
+def _is_lr(p, comparison) -> bool:
+    """Whether a printed pair is the learning rate: rank 0's at some step and the one
+    process's own at some step, or a line that says it prints the learning rate and whose
+    numbers are in the ratio of the learning rates chosen."""
+    def near(value, text, rates):
+        unit = printed_lines._unit(_shown(text, value))
+        return any(isinstance(r, (int, float)) and abs(r - value) <= unit for r in rates)
+
+    ranks = [r for (_, rank), lrs in comparison.lr_ranks.items() if rank == 0 for r in lrs]
+    own = [r for lrs in comparison.lr_own.values() for r in lrs]
+    if near(p.ranks_value, p.ranks_text, ranks) and near(p.one_value, p.one_text, own):
+        return True
+    first, mine = comparison.lr_ranks.get((1, 0)), comparison.lr_own.get(1)
+    factor = first[0] / mine[0] if first and mine and mine[0] else None
+    unit = printed_lines._unit(_shown(p.one_text, p.one_value))
+    return bool(factor and re.search(r"\blr\b|learning.rate", p.ranks_text, re.IGNORECASE)
+                and abs(p.ranks_value - factor * p.one_value) <= factor * unit)
 
 
 def _shown(text: str, value: float) -> str:
