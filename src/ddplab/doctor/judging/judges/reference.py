@@ -81,7 +81,7 @@ def _explained_update(evidence, one, update, n) -> str | None:
 
 
 def _cause(evidence, earlier, diff, update, n) -> str:
-    ids = [f.id for f in earlier if f.kind == "error"]
+    ids = [f.id for f in earlier if f.kind in ("error", "waste")]
     said = []
     if update is not None:
         said.append(f"rank {diff.rank}'s update at this step is {update['ratio']:.4g} times "
@@ -190,11 +190,13 @@ def reference_differs(evidence, earlier):
     said = (f"every printed number equal ({lines.numbers} in {lines.lines} lines"
             + (f"; {lr_lines} learning rates in the ratio chosen" if lr_lines else "") + ")"
             if lines.lines else "no printed number to compare")
+    dropped = c.notes.get("run", {}).get("dropout_off")
     samples = sorted(set(c.samples.values()))
     per_step = samples[0] if len(samples) == 1 else f"{samples[0]} to {samples[-1]}"
     return passed(f"{n} ranks and one process on the same {per_step} samples per step agree "
                   f"at every one of {steps} steps (largest parameter difference "
-                  f"{largest:.1g}; {said})" + "".join(f"; {c}" for c in chosen_lr))
+                  f"{largest:.1g}; {said})" + "".join(f"; {c}" for c in chosen_lr)
+                  + (f"; {dropped} dropout layers off in both runs" if dropped else ""))
 
 
 def _is_lr(p, comparison) -> bool:

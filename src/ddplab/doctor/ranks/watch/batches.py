@@ -138,6 +138,18 @@ def _before_step(optimizer, args, kwargs) -> None:
                 group["lr"] = lr
 
 
+def _note_autocast() -> None:
+    """The dtype the forwards compute in, where autocast is on (the comparison's allowance
+    follows it)."""
+    import torch
+
+    for device in ("cuda", "cpu"):
+        if torch.is_autocast_enabled(device):
+            _note("autocast", str(torch.get_autocast_dtype(device)).removeprefix("torch."))
+            return
+    _note("autocast", None)
+
+
 def _switch_off_dropout(module) -> int:
     import torch.nn as nn
 
@@ -201,6 +213,8 @@ def install() -> None:
         def forward(self, *args, **kwargs):
             if not (torch.is_grad_enabled() and self.training):
                 return real(self, *args, **kwargs)
+            if "autocast" not in _STATE["notes"]:
+                _note_autocast()
             plays = _STATE["replay"]
             chunks = plays.chunks if plays is not None else None
             first = first_tensor([list(args), kwargs])
