@@ -23,11 +23,11 @@ from ddplab.doctor.judging.judgement import Problem, file_line, found, not_appli
 from ddplab.doctor.reference import printed as printed_lines
 
 FIX = """\
-# one DDP step must equal one process stepping on the union of the ranks' batches:
+# one DDP step equals one process stepping on the union of the ranks' batches:
 loss = loss_fn(model(x), y)  # a mean over the rank's batch; DDP averages the gradients
-loss.backward()  # no extra all-reduce, no factor of the world size
-optimizer.step()  # the same learning rate on every rank, changed on every rank alike
-# and a printed mean over the ranks: all_reduce(SUM) of sums and counts, then divide once"""
+loss.backward()  # no all-reduce of the gradients by hand, no factor of the world size
+optimizer.step()  # one learning rate, changed on every rank alike
+# a printed mean over the ranks: all_reduce(SUM) of sums and counts, divided once"""
 
 
 def _g(value: float) -> str:
