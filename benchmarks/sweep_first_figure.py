@@ -5,7 +5,7 @@
 
 A sweep panel (``widgets.explore_sweep``: a progress bar above a panel) fills its figure in run
 by run, so a move has two times: from the move to its first figure (the first run drawn, goal
-150 ms) and to its end (the whole sweep drawn, goal 2 s, issue 30). ``all_sliders.py`` times
+150 ms) and to its end (the whole sweep drawn, goal 2 s). ``all_sliders.py`` times
 the end only. Like it, this runs the lab top to bottom in a real kernel, finds the sweep panels
 among the kernel's live widgets, and moves each of their ``IntSlider``s one step and back from
 the kernel; an observer on the panel's image notes when each new figure arrives. It prints the

@@ -111,7 +111,7 @@ def plan(cpu: bool = False, groups=None, match: str | None = None, workers: int 
                                "--json"], "command", 300))
             steps.append(Step(f"commands at default world size, {where_many}", label,
                               [PY, "-m", "ddplab", name, *extra, *many, "--json"], "command", 300))
-    # the report of this machine (issue 29): what one rank measures, and several on one GPU
+    # the report of this machine: what one rank measures, and several on one GPU
     steps.append(Step(f"commands at world size 1, {where_one}", "report",
                       [PY, "-m", "ddplab", "report", "--world-size", "1", *one, "--quick",
                        "--out", os.path.join(os.environ.get("TMPDIR", "/tmp"), "gpu-report-1"),

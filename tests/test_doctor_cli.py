@@ -189,7 +189,7 @@ def test_rank_0_gone_without_a_word_waits_for_the_others_report(tmp_path):
         "time.sleep(0.3)\nraise RuntimeError('rank 1 saw its peer go')\n")
     diagnosis = diagnose_module.diagnose(str(script), world_size=2, timeout=20, cwd=str(tmp_path))
     assert diagnosis.crash is not None
-    assert diagnosis.crash["rank"] == 1 and "rank 1 saw its peer go" in diagnosis.crash["error"]
+    assert diagnosis.crash.rank == 1 and "rank 1 saw its peer go" in diagnosis.crash.error
 
 
 def test_the_example_run_where_it_lies_names_its_lines(tmp_path):

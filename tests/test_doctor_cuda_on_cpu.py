@@ -92,5 +92,5 @@ def test_what_cannot_run_on_a_cpu_is_named(tmp_path, call, named):
     script.write_text("import torch.distributed as dist\ndist.init_process_group('nccl')\n"
                       + call + "\n")
     diagnosis = diagnose(str(script), cwd=str(tmp_path), world_size=1)
-    assert named in diagnosis.crash["error"], diagnosis.crash
-    assert f"{script}\", line {3 + call.count(chr(10))}" in diagnosis.crash["traceback"]
+    assert named in diagnosis.crash.error, diagnosis.crash
+    assert f"{script}\", line {3 + call.count(chr(10))}" in diagnosis.crash.traceback

@@ -15,6 +15,7 @@ from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler
 
 from ddplab.doctor.judging import error_index
+from ddplab.doctor.messages import Crash
 
 ERRORS = pathlib.Path(__file__).parent.parent / "book" / "errors.md"
 
@@ -81,5 +82,5 @@ def test_torchs_own_message_is_named_with_its_entry(label):
     assert {e.label for e in error_index.ENTRIES} == set(MADE)
     for make in MADE[label]:
         said = message(make)
-        entry = error_index.match({"error": said, "traceback": ""})
+        entry = error_index.match(Crash("", said, ""))
         assert entry is not None and entry.label == label, said

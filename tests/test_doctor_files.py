@@ -23,7 +23,7 @@ def test_the_readers_files_are_unchanged(tmp_path):
     before = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in tmp_path.iterdir()}
     diagnosis = diagnose(str(CORPUS / "resume_checkpoint.py"), cwd=str(tmp_path))
     after = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in tmp_path.iterdir()}
-    assert diagnosis.crash is None, diagnosis.crash["traceback"]  # its reads saw its writes
+    assert diagnosis.crash is None, diagnosis.crash.traceback  # its reads saw its writes
     assert diagnosis.steps_run == 4 and diagnosis.errors() == []
     assert after == before  # the same bytes, and no new file or folder
     written = [p.removeprefix(str(tmp_path) + "/") for p in diagnosis.writes[0]]

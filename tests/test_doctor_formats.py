@@ -13,6 +13,7 @@ import pytest
 
 from ddplab.doctor.judging.checks import CHECKS
 from ddplab.doctor.judging.findings import Diagnosis, Finding, Verdict
+from ddplab.doctor.messages import Crash
 from ddplab.doctor.reporting import github, output
 
 SCHEMA = json.loads((pathlib.Path(__file__).parent / "sarif-schema-2.1.0.json").read_text())
@@ -32,8 +33,8 @@ def validate(report: dict) -> None:
     jsonschema.Draft4Validator(SCHEMA).validate(report)
 
 
-@pytest.mark.parametrize("crash", [None, {"rank": 0, "error": "RuntimeError: x",
-                                          "traceback": "Traceback ...", "explained": False}])
+@pytest.mark.parametrize("crash", [None, Crash("RuntimeError", "RuntimeError: x",
+                                                "Traceback ...", rank=0)])
 def test_sarif_is_valid_and_holds_every_finding(tmp_path, crash):
     made = diagnosis(tmp_path, crash)
     report = json.loads(output.rendered(made, "sarif"))

@@ -1,4 +1,4 @@
-"""The exercise checker itself (issue 28). A solution file is loaded as Python imports a
+"""The exercise checker itself. A solution file is loaded as Python imports a
 module: a correct file that uses ``@dataclass``, ``typing``, its own ``from __future__``
 imports, module-level helpers and a ``__main__`` block passes the command's check; before,
 ``@dataclass`` could not even load ("'NoneType' object has no attribute '__dict__'": the module

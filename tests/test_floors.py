@@ -38,20 +38,24 @@ FLOORS = {
         "ddplab.screen": "the plots"}),
     "ddplab.doctor.records": ("the record kinds a watcher writes and a judge reads, one "
                               "frozen type each", {}),
+    "ddplab.doctor.messages": ("what crosses a process boundary in a doctor's run, one frozen "
+                               "type per message (a crash among them), and the run they make",
+                               {"ddplab.doctor.records": ""}),
     "ddplab.doctor.store": ("the doctor's own TCPStore: evidence leaves a rank only through it",
-                            {"ddplab.engine": "a store on loopback only"}),
+                            {"ddplab.doctor.messages": "", "ddplab.doctor.records": "",
+                             "ddplab.engine": "a store on loopback only"}),
     "ddplab.doctor.settings": ("what a doctor's run is asked to do, stated once and carried to "
                                "every rank as one variable",
                                {"ddplab.engine": "whether torchrun started us"}),
     "ddplab.doctor.ranks": ("the doctor on every rank: the entry point, the watchers, the "
                             "recorder, the reader's line, processes the script spawns, the "
                             "script's CUDA on CPU ranks, its writes kept in a scratch folder", {
-                                "ddplab.doctor.records": "", "ddplab.doctor.settings": "",
-                                "ddplab.doctor.store": "",
+                                "ddplab.doctor.messages": "", "ddplab.doctor.records": "",
+                                "ddplab.doctor.settings": "", "ddplab.doctor.store": "",
                                 "ddplab.engine": "dying with the parent"}),
     "ddplab.doctor.judging": ("the doctor's judging: the evidence read back, the checks' "
                               "registry, the judges, findings and verdicts",
-                              {"ddplab.doctor.records": ""}),
+                              {"ddplab.doctor.messages": "", "ddplab.doctor.records": ""}),
     "ddplab.doctor.reporting": ("the diagnosis shown: text, JSON, GitHub annotations, SARIF, "
                                 "a page",
                                 {"ddplab.common": "", "ddplab.doctor.judging": ""}),
@@ -60,8 +64,9 @@ FLOORS = {
                                  "ddplab": "where the package lies, for the ranks' path",
                                  "ddplab.common": "", "ddplab.engine": "torchrun's environment; "
                                                                        "dying with the parent",
-                                 "ddplab.doctor.judging": "", "ddplab.doctor.ranks": "",
-                                 "ddplab.doctor.records": "", "ddplab.doctor.reporting": "",
+                                 "ddplab.doctor.judging": "", "ddplab.doctor.messages": "",
+                                 "ddplab.doctor.ranks": "", "ddplab.doctor.records": "",
+                                 "ddplab.doctor.reporting": "",
                                  "ddplab.doctor.settings": "", "ddplab.doctor.store": ""}),
     "ddplab.doctor.examples": ("the doctor's example scripts (a reader's script: torch only)",
                                {}),

@@ -1,6 +1,6 @@
 """The GPU record the book reads: its arithmetic checked against the numbers it holds.
 
-The first record holds issue 27's H100 measurements. Its MFU column is 6 x params x tokens/s /
+The first record holds the first H100 run's measurements. Its MFU column is 6 x params x tokens/s /
 989 TFLOP/s, tokens/s = batch x 1024 / step time; both the step times and the MFUs are printed
 rounded to 0.1, so the MFU worked out again from a step time may differ from the printed one by
 half a unit of the last place (0.05 points) plus what the step's rounding moves it by

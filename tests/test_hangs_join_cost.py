@@ -1,4 +1,4 @@
-"""Join's cost per forward (issue 28): the all-reduces DDP's forward starts, counted with a
+"""Join's cost per forward: the all-reduces DDP's forward starts, counted with a
 spy on ProcessGroup.allreduce on real gloo ranks. Worked out from torch 2.13's source:
 none without Join; under Join, Join.notify_join_context and
 _check_global_requires_backward_grad_sync (DistributedDataParallel._pre_forward); a third,

@@ -120,7 +120,7 @@ def test_the_allocator_agrees_with_the_tensor_count_for_8_million_parameters():
 def test_a_gpu_rank_is_measured_by_the_cuda_allocator(bucket_view):
     """DDP at world size 1 on NCCL, Adam, 8 M parameters on cuda:0. The allocator holds the
     tensors the ledger counts except Adam's step counters (on the host unless capturable or
-    fused, torch/optim/adam.py), plus the batch and the loss (a few KB here); issue 27 saw
+    fused, torch/optim/adam.py), plus the batch and the loss (a few KB here); the first H100 run saw
     1024.25 MiB against the calculator's 1024.25 with the bucket view on one H100. During
     each step after the first, foreach Adam's ``_foreach_sqrt(exp_avg_sq)`` (adam.py line 790)
     holds a temporary of 4 bytes per parameter."""

@@ -1,4 +1,4 @@
-"""The memory calculator's precision schemes (issue 28): the bytes per parameter worked out by
+"""The memory calculator's precision schemes: the bytes per parameter worked out by
 hand for each scheme, the room ``largest_model`` leaves for the optimizer step (and the
 foreach Adam temporary it leaves room for, seen in a run), autocast and FSDP2's
 MixedPrecisionPolicy counted in real runs against the calculator, and the calculator's

@@ -74,7 +74,7 @@ def test_allreduce_sizes_are_capped_by_the_memory_free():
 def test_accumulation_is_modelled_with_the_time_per_sample_at_the_micro_batch(two_ranks):
     """The model's step of k micro-batches differs from one micro-batch's by k - 1
     micro-batches of computation, at the time per sample measured at the micro-batch's size
-    (issue 40: calibrated at the step's 32 samples, the rows ran 1.7-2.5x the model's); the
+    (once, calibrated at the step's 32 samples, the rows ran 1.7-2.5x the model's); the
     step's own calibration is kept beside it."""
     data, _, _ = two_ranks
     section = data["buckets"]["accumulation"]

@@ -24,7 +24,7 @@ def test_a_row_is_the_cluster_models_step():
 
 
 def test_every_row_computes_at_the_record_of_its_own_card():
-    """H100 rows take the H100 record by name, not the newest (the H200's): issue 47 worked the
+    """H100 rows take the H100 record by name, not the newest (the H200's): a reviewer worked the
     table on the H100 record by hand, PCIe 95/91/78% and two InfiniBand nodes 90/73/62%."""
     e = expected.run()
     assert set(e.records.values()) == {"h100-2026-11-25"}

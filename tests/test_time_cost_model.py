@@ -65,7 +65,7 @@ def test_the_fit_recovers_exact_constants_and_matches_numpy():
 
 
 def test_noisy_times_give_no_negative_latency_and_say_the_fit_is_unsupported():
-    """Issue 29's times on a loaded machine: 4 KiB in 280 us, 256 KiB in 264 us. Unconstrained,
+    """Times seen on a loaded machine: 4 KiB in 280 us, 256 KiB in 264 us. Unconstrained,
     the line through them falls (1/B < 0). Held at 1/B = 0, the relative least squares of a
     constant is sum(1/t) / sum(1/t^2) = (1/280 + 1/264) / (1/280^2 + 1/264^2) us = 271.5 us;
     the other boundary, alpha = 0, cannot fit two times that fall with size."""
@@ -253,11 +253,11 @@ def test_the_calibrated_prediction_is_the_model_with_the_measured_inputs():
 
 
 GPT2_SMALL, GPT2_MEDIUM = 124_439_808, 354_823_168  # the records' 124 M and 355 M
-H100 = "h100-2026-11-25"  # worked by hand from issue 27's figures
+H100 = "h100-2026-11-25"  # worked by hand from the H100 run's figures
 
 
 def test_utilisation_is_the_records_at_its_sizes_clamped_above_extrapolated_below():
-    """The H100 record (issue 27): compiled 22.1% at 124 M, 28.9% at 355 M, 37.9% at 1.3 B;
+    """The H100 record: compiled 22.1% at 124 M, 28.9% at 355 M, 37.9% at 1.3 B;
     eager 9.8%, 13.0%, 21.0%. Below 124 M the rise from 124 M to 355 M goes on down as a power
     of the size: k = ln(28.9 / 22.1) / ln(354,823,168 / 124,439,808) = 0.26826 / 1.04780 =
     0.25603, and 10 M gets 22.1% x (10e6 / 124,439,808) ^ 0.25603 = 22.1% x e^(-2.52124 x

@@ -6,9 +6,9 @@ keeps its notes in a store for the same reason (``TraceUtils.h``). Locally the d
 ``TCPStore`` on a socket it bound to 127.0.0.1 itself (``TCPStore("127.0.0.1", ...)`` alone
 listens on every interface); under torchrun the ranks use torchrun's store under a prefix.
 
-Values are JSON. Keys (under ``PREFIX``): ``mode`` (a ``records.Mode``: what rank 0's process
-turned out to be), ``hello/R``, ``evidence/R``, ``done/R``, ``alarm``,
-``rollcall``, ``where/R``, ``release``, ``launcher``.
+What is stored is one of the typed messages of ``doctor/messages.py``, as JSON, under its
+key (``send`` / ``read``), the ``mode`` (a ``records.Mode``: what rank 0's process turned out
+to be), a ``messages.Signal``, or a rank's ledger of collectives (``records.Collective``).
 """
 
 from __future__ import annotations
@@ -17,8 +17,13 @@ import datetime
 import json
 import os
 
+import ddplab.doctor.messages as messages
+import ddplab.doctor.records as records
+from ddplab.doctor.records import Mode
+
 PREFIX = "ddplab-doctor/"
 ADDRESS = "DDPLAB_DOCTOR_STORE"  # host:port, in every process the doctor starts
+MODE = "mode"
 
 
 class Store:
@@ -52,22 +57,46 @@ class Store:
         store.address = f"{host}:{port}"
         return store
 
-    def put(self, key: str, value) -> None:
-        self.raw.set(key, json.dumps(value))
+    def send(self, message, rank: int | None = None) -> None:
+        """A typed message (``doctor/messages.py``) under its key."""
+        self.raw.set(message.key(rank), json.dumps(messages.to_json(message), default=str))
+
+    def read(self, kind, rank: int | None = None):
+        """The message of type ``kind`` under its key, or None (without waiting)."""
+        key = kind.key(rank)
+        return messages.from_json(kind, json.loads(self.raw.get(key))) if self.has(key) else None
+
+    def signal(self, signal: messages.Signal) -> None:
+        self.raw.set(str(signal), "1")
+
+    def signalled(self, signal: messages.Signal) -> bool:
+        return self.has(str(signal))
+
+    def say_mode(self, mode: Mode) -> None:
+        self.raw.set(MODE, str(mode))
+
+    def mode(self) -> Mode | None:
+        return Mode(self.raw.get(MODE).decode()) if self.has(MODE) else None
+
+    def add_to_ledger(self, rank: int, collective: records.Collective) -> None:
+        """A collective into ``rank``'s ledger, before it runs."""
+        n = self.add(f"ledger/{rank}/count") - 1
+        self.raw.set(f"ledger/{rank}/{n}", json.dumps(records.to_json(collective), default=str))
+
+    def ledger(self, rank: int) -> list[records.Collective]:
+        """The collectives ``rank`` wrote to its ledger, in order."""
+        count = self.add(f"ledger/{rank}/count", 0)
+        keys = [f"ledger/{rank}/{i}" for i in range(count)]
+        return [records.from_json(records.Collective.KIND, json.loads(self.raw.get(key)))
+                for key in keys if self.has(key)]
 
     def has(self, key: str) -> bool:
         return self.raw.check([key])
 
-    def get(self, key: str, default=None):
-        """The value, or ``default`` when the key is not there (without waiting)."""
-        if not self.raw.check([key]):
-            return default
-        return json.loads(self.raw.get(key))
-
-    def wait(self, key: str, seconds: float) -> bool:
-        """Whether ``key`` appeared within ``seconds``."""
+    def wait(self, key, seconds: float) -> bool:
+        """Whether ``key`` (a key or a ``Signal``) appeared within ``seconds``."""
         try:
-            self.raw.wait([key], datetime.timedelta(seconds=seconds))
+            self.raw.wait([str(key)], datetime.timedelta(seconds=seconds))
         except RuntimeError:  # a timeout (DistStoreError) or a store that went away
             return False
         return True

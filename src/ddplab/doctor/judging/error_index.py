@@ -20,6 +20,7 @@ class Entry:
     fix: str  # what to change, as code
 
 
+PREFIX_LABEL = "errors-state-dict-prefix"  # state-dict-prefix defers to this entry's finding
 FIX_PREFIX = """\
 torch.save(ddp.module.state_dict(), path)  # save the plain module's state
 from torch.nn.modules.utils import consume_prefix_in_state_dict_if_present
@@ -34,7 +35,7 @@ sampler = DistributedSampler(dataset, shuffle=True)  # the sampler shuffles
 loader = DataLoader(dataset, batch_size=batch_size, sampler=sampler)  # no shuffle=True
 for epoch in range(num_epochs):
     sampler.set_epoch(epoch)"""),
-    Entry("errors-state-dict-prefix",
+    Entry(PREFIX_LABEL,
           ('Unexpected key(s) in state_dict: "module.', 'Missing key(s) in state_dict'),
           "a state dict saved from the DDP wrapper has keys that start with 'module.', and "
           "was loaded into the plain model (or the other way round)",
@@ -73,7 +74,6 @@ ENTRIES += (Entry(NO_GROUP, ("Device index must not be negative",),
                   "torchrun passes no --local_rank, it sets LOCAL_RANK", FIX_LOCAL_RANK),)
 
 
-def match(crash: dict) -> Entry | None:
-    """The entry whose message this crash gave, if any."""
-    said = (crash.get("error") or "") + "\n" + (crash.get("traceback") or "")
-    return next((e for e in ENTRIES if any(text in said for text in e.texts)), None)
+def match(crash) -> Entry | None:
+    """The entry whose message this crash (a ``messages.Crash``) gave, if any."""
+    return next((e for e in ENTRIES if any(crash.says(text) for text in e.texts)), None)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 import ddplab.doctor.records as records
+from ddplab.doctor.messages import Crash, Run
 
 
 @dataclasses.dataclass(frozen=True)
@@ -17,19 +18,17 @@ class Ranked:
 
 
 class Evidence:
-    def __init__(self, run, probe=None):
+    def __init__(self, run: Run, probe=None):
         self.run = run
         self.probe = probe  # a one-rank run stopped at its first step (``lr-not-scaled``)
         self.reference = None  # the one-process run on the same samples (``launch.reference``)
-        self.ranks = sorted(int(r) for r in run.evidence)
-        self.by_rank = {int(r): e for r, e in run.evidence.items()}
-        self.kept = {int(r): records.load(e["records"]) for r, e in run.evidence.items()}
+        self.ranks = sorted(run.evidence)
+        self.by_rank = dict(run.evidence)  # rank -> messages.RankEvidence
+        self.kept = {r: e.records for r, e in run.evidence.items()}
         # a process that failed before it joined a group sends its records with its outcome
-        self.before_group = {int(r): records.load(o["records"])
-                             for r, o in run.outcomes.items() if o.get("records")}
+        self.before_group = {r: o.records for r, o in run.outcomes.items() if o.records}
         self.world_size = run.world_size
-        launcher = run.launcher or {}
-        self.launcher_kept = records.load(launcher.get("records") or {})
+        self.launcher_kept = (run.launcher.records if run.launcher else None) or {}
 
     def records(self, kind: type[records.Record], rank: int | None = None) -> list:
         """Rank ``rank``'s records of ``kind`` (the lowest reporting rank's by default)."""
@@ -102,21 +101,22 @@ class Evidence:
         return found and {"modules": found.modules, "settings": found.settings}
 
     def steps_run(self) -> int:
-        return min((self.by_rank[r]["steps"] for r in self.ranks), default=0)
+        return min((self.by_rank[r].steps for r in self.ranks), default=0)
 
-    def crashed(self) -> dict | None:
-        """The first rank (lowest) that failed on its own, with its traceback."""
-        for rank in sorted(self.run.outcomes):
-            done = self.run.outcomes[rank]
-            if done["outcome"] == records.Outcome.CRASHED:
-                return {"rank": rank, "error": done.get("error"),
-                        "traceback": done.get("traceback")}
+    def outcome(self, rank: int) -> records.Outcome | None:
+        """How the script ended on ``rank``, if it said."""
+        done = self.run.outcomes.get(rank)
+        return done.outcome if done else None
+
+    def crashed(self) -> Crash | None:
+        """The crash of the first rank (lowest) that failed on its own, else the launcher's."""
+        ended = [dataclasses.replace(done.crash, rank=rank)
+                 for rank, done in sorted(self.run.outcomes.items()) if done.crash]
         launcher = self.run.launcher
-        if launcher and launcher["outcome"] == records.Outcome.CRASHED:
-            return {"rank": None, "error": launcher.get("error"),
-                    "traceback": launcher.get("traceback")}
-        return None
+        if launcher and launcher.crash:
+            ended.append(launcher.crash)
+        return ended[0] if ended else None
 
     def hung(self) -> bool:
         """A rank's watchdog raised the alarm (not a roll call after a crash)."""
-        return bool(self.run.hang and self.run.hang.get("alarm"))
+        return bool(self.run.hang and self.run.hang.alarm)

@@ -9,10 +9,31 @@ import dataclasses
 import functools
 import os
 
+from ddplab.doctor.messages import Crash, Hang, to_json
 from ddplab.doctor.records import Word
 
 SCHEMA_VERSION = 1
-KINDS = ("error", "waste", "advisory")  # a wrong result or a hang; slower or more memory; a note
+
+
+class Kind(Word):
+    """What a finding is."""
+
+    ERROR = "error"  # a wrong result, a crash or a hang
+    WASTE = "waste"  # slower, or more memory, than it needs
+    ADVISORY = "advisory"  # a note: what the doctor suspects but cannot prove
+
+
+class RunOutcome(Word):
+    """How the whole run ended, as the report's last line says it."""
+
+    FINISHED = "finished"
+    STOPPED = "stopped"  # the doctor stopped every rank at the same step
+    HANG = "hang"
+    CRASHED = "crashed"
+    NO_GROUP = "no group"  # the script never joined a group nor started ranks
+
+
+KINDS = tuple(Kind)
 # The rendered book (GitHub Pages of the repository _config.yml names): a section opens at
 # BOOK + "<page>.html#<label>", the label standing before its heading (tests/test_doctor_checks)
 BOOK = "https://ddplab.github.io/ddplab/book/"
@@ -99,10 +120,11 @@ class Diagnosis:
     backend_requested: str | None
     backend_used: str | None
     steps_run: int
-    outcome: str  # "finished", "stopped", "hang", "crashed", "no group"
+    outcome: RunOutcome
     checks: list
-    crash: dict | None = None  # {"rank", "error", "traceback", "explained"}
-    hang: dict | None = None
+    crash: Crash | None = None
+    crash_explained: bool = False  # a finding says why it crashed
+    hang: Hang | None = None
     seconds: float = 0.0
     output: dict = dataclasses.field(default_factory=dict)
     root: str | None = None  # the folder the script ran in: paths are shown from there
@@ -117,10 +139,14 @@ class Diagnosis:
     def errors(self) -> list:
         return [f for f in self.findings if f.kind == "error"]
 
+    def unexplained_crash(self) -> Crash | None:
+        """The crash, where no finding explains it (the script failed on its own)."""
+        return None if self.crash_explained else self.crash
+
     def exit_code(self) -> int:
         """0: no error; 1: an error found (a script that ran without joining a process group
         too); 2: the script failed on its own (no check explains it)."""
-        if self.crash is not None and not self.crash.get("explained"):
+        if self.unexplained_crash() is not None:
             return 2
         return 1 if self.errors() else 0
 
@@ -132,7 +158,8 @@ class Diagnosis:
                 "outcome": self.outcome, "exit_code": self.exit_code(),
                 "checks": [v.to_json() for v in self.checks],
                 "findings": [f.to_json() for f in self.findings],
-                "crash": self.crash, "hang": self.hang, "seconds": round(self.seconds, 2),
+                "crash": self.crash and dict(to_json(self.crash), explained=self.crash_explained),
+                "hang": self.hang and to_json(self.hang), "seconds": round(self.seconds, 2),
                 "writes": {rank: [shown_path(p) for p in paths]
                            for rank, paths in self.writes.items()},
                 "trackers": self.trackers,

@@ -60,3 +60,34 @@ def file_line(record) -> tuple:
 
 def number(value: float) -> str:
     return f"{value:.4g}"
+
+
+class Earlier:
+    """What a judge may read of the checks before it: the findings of the checks its record
+    names in ``defers_to``, and, where it ``reads_explanations``, every finding that explains
+    the run's failure. Asking for anything else is an error that names the declaration."""
+
+    def __init__(self, findings: list, check):
+        self._findings, self._check = findings, check
+
+    def found(self, check_id: str) -> list:
+        """The findings of ``check_id``, a check this one defers to."""
+        if check_id not in self._check.defers_to and self._check.defers_to != ("*",):
+            raise ValueError(f"check {self._check.id!r} reads {check_id!r}'s findings: name it "
+                             "in its record's defers_to")
+        return [f for f in self._findings if f.id == check_id]
+
+    def every(self) -> list:
+        """Every finding before this check, for a check that defers to every one
+        (``check.EVERY_CHECK_BEFORE``)."""
+        if self._check.defers_to != ("*",):
+            raise ValueError(f"check {self._check.id!r} reads every earlier finding: give it "
+                             "defers_to=EVERY_CHECK_BEFORE in its record")
+        return list(self._findings)
+
+    def explaining(self) -> list:
+        """Every earlier finding that explains the run's crash or hang."""
+        if not self._check.reads_explanations:
+            raise ValueError(f"check {self._check.id!r} reads which findings explain a failure: "
+                             "set reads_explanations in its record")
+        return [f for f in self._findings if f.explains]

@@ -43,8 +43,9 @@ def add_arguments(sub) -> None:
                      help="ranks to start (default 2; under torchrun: torchrun's)")
     sub.add_argument("--steps", type=int, default=DEFAULTS.steps,
                      help=f"training ends on every rank after this many optimizer steps "
-                          f"(default {DEFAULTS.steps}; two epochs end it sooner): the script's "
-                          "loaders end at once, so its evaluation and its end still run")
+                          f"(default {DEFAULTS.steps}), or after the epochs they need at "
+                          "--batches a pass (two at least): each epoch left gets one batch, "
+                          "so its evaluation and the script's end still run")
     sub.add_argument("--batches", type=int, default=DEFAULTS.batches,
                      help=f"training batches per epoch the run goes through (default "
                           f"{DEFAULTS.batches})")

@@ -16,10 +16,11 @@ import tempfile
 import ddplab.doctor.records as records
 from ddplab.doctor.judging import checks
 from ddplab.doctor.judging.evidence import Evidence
-from ddplab.doctor.judging.findings import Diagnosis, shown_from
+from ddplab.doctor.judging.findings import Diagnosis, RunOutcome, shown_from
 from ddplab.doctor.launch import launcher, reference
 from ddplab.doctor.launch.inputs import check_numbers, check_script
 from ddplab.doctor.launch.processes import Zygote
+from ddplab.doctor.messages import Crash
 from ddplab.doctor.settings import DEFAULTS, Settings
 
 OUTPUT_LINES = 12  # of the script's own output, shown when it exits with an error status
@@ -50,29 +51,29 @@ def diagnose(script: str, args=(), world_size: int = DEFAULTS.world_size,
         finally:
             if own:
                 zygote.close()
-    return diagnosis_of(script, run, evidence, cwd or os.getcwd())
+    return diagnosis_of(script, evidence, cwd or os.getcwd())
 
 
-def diagnosis_of(script: str, run, evidence, root: str | None = None) -> Diagnosis:
-    """The checks' verdicts on a finished run (local, or under torchrun); paths in messages
-    are shown from ``root``, the folder the script ran in."""
+def diagnosis_of(script: str, evidence, root: str | None = None) -> Diagnosis:
+    """The checks' verdicts on the evidence of a finished run (local, or under torchrun);
+    paths in messages are shown from ``root``, the folder the script ran in."""
+    run = evidence.run
     with shown_from(root):
         verdicts = checks.judge(evidence)
     crash = evidence.crashed()
     if (crash is None and not run.outcomes and run.launcher is None
             and run.mode != records.Mode.NONE):
-        crash = {"rank": 0, "error": "the process ended without a report",
-                 "traceback": run.output.get("rank0", "")}
-    if crash is not None:
-        crash["explained"] = any(f.explains for v in verdicts for f in v.findings)
-        if str(crash.get("error", "")).startswith("SystemExit"):  # no traceback: what it said
-            said = run.output.get(f"rank{crash['rank'] or 0}", "").rstrip().splitlines()
-            crash["traceback"] = "".join(line + "\n" for line in said[-OUTPUT_LINES:]) + \
-                crash["traceback"]
+        crash = Crash("", "the process ended without a report", run.output.get("rank0", ""),
+                      rank=0)
+    if crash is not None and crash.exited:  # no traceback: what the script said before
+        said = run.output.get(f"rank{crash.rank or 0}", "").rstrip().splitlines()
+        crash = dataclasses.replace(crash, traceback="".join(
+            line + "\n" for line in said[-OUTPUT_LINES:]) + crash.traceback)
     return Diagnosis(script=os.path.abspath(script), world_size=run.world_size,
                      backend_requested=evidence.requested_backend(),
                      backend_used=evidence.used_backend(), steps_run=evidence.steps_run(),
                      outcome=_outcome(run, evidence, crash), checks=verdicts, crash=crash,
+                     crash_explained=any(f.explains for v in verdicts for f in v.findings),
                      hang=run.hang if evidence.hung() else None, seconds=run.seconds,
                      output=run.output, root=root, mapped=evidence.mapped(),
                      writes=evidence.writes(), trackers=evidence.trackers())
@@ -86,12 +87,12 @@ def _needs_probe(evidence) -> bool:
                 and not evidence.hung() and evidence.crashed() is None)
 
 
-def _outcome(run, evidence, crash) -> str:
+def _outcome(run, evidence, crash) -> RunOutcome:
     if evidence.hung():
-        return "hang"
+        return RunOutcome.HANG
     if crash is not None:
-        return "crashed"
+        return RunOutcome.CRASHED
     if run.mode == records.Mode.NONE or (run.mode == records.Mode.SPAWN and not run.outcomes):
-        return "no group"
-    outcomes = {o["outcome"] for o in run.outcomes.values()}
-    return "stopped" if "stopped" in outcomes else "finished"
+        return RunOutcome.NO_GROUP
+    stopped = any(o.outcome == records.Outcome.STOPPED for o in run.outcomes.values())
+    return RunOutcome.STOPPED if stopped else RunOutcome.FINISHED

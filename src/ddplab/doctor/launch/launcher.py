@@ -21,6 +21,17 @@ import time
 
 import ddplab.doctor.records as records
 from ddplab.doctor.launch.processes import Zygote
+from ddplab.doctor.messages import (
+    Alarm,
+    Done,
+    Hang,
+    Hello,
+    LauncherDone,
+    RankEvidence,
+    Run,
+    Signal,
+    Where,
+)
 from ddplab.doctor.ranks.children import SITE
 from ddplab.doctor.ranks.rank import ARGS, SCRIPT
 from ddplab.doctor.ranks.scratch import VARIABLE as SCRATCH
@@ -32,20 +43,6 @@ POLL = 0.05  # seconds between looks at the store
 GRACE = 1.0  # after a crash, how long the other ranks may take to report theirs
 ROLL_CALL = 2.0  # how long ranks may take to answer a roll call
 LOG_TAIL = 4000  # characters of each process's output kept
-
-
-@dataclasses.dataclass
-class Run:
-    """What the ranks reported: the raw material of every check."""
-
-    mode: str | None = None  # "ranks", "spawn" or "none"
-    world_size: int | None = None
-    evidence: dict = dataclasses.field(default_factory=dict)  # rank -> evidence
-    outcomes: dict = dataclasses.field(default_factory=dict)  # rank -> done record
-    launcher: dict | None = None  # the outcome of a process that was no rank
-    hang: dict | None = None  # {"alarm": {...}, "positions": {rank: {...}}}
-    output: dict = dataclasses.field(default_factory=dict)  # process name -> output tail
-    seconds: float = 0.0
 
 
 def base_environment() -> dict:
@@ -98,7 +95,7 @@ def run(script: str, args: list[str], settings: Settings, zygote: Zygote,
                                           os.path.join(logs, f"rank{rank}.log"),
                                           cwd or os.getcwd())
             result = watch(store, settings, lambda: zygote.status(pids[0]) is not None)
-            store.put("release", 1)  # a hung or failed run ends at once: its ranks are stuck
+            store.signal(Signal.RELEASE)  # a hung or failed run ends at once: its ranks are stuck
             deadline = time.monotonic() + (0.0 if result.hang else 3.0)
             while (any(zygote.status(p) is None for p in pids.values())
                    and time.monotonic() < deadline):
@@ -122,30 +119,29 @@ def watch(store: Store, settings: Settings, first_gone=lambda: False) -> Run:
     crash_seen = None
     while True:
         time.sleep(POLL)
-        result.mode = store.get("mode")
-        result.launcher = store.get("launcher")
-        hello = store.get("hello/0")
-        if result.mode == "ranks" or settings.one_process:
+        result.mode = store.mode()
+        result.launcher = store.read(LauncherDone)
+        hello = store.read(Hello, 0)
+        if result.mode == records.Mode.RANKS or settings.one_process:
             result.world_size = 1 if settings.one_process else settings.world_size
         elif hello is not None:
-            result.world_size = hello["world_size"]
+            result.world_size = hello.world_size
         expected = range(result.world_size or 0)
-        for rank in expected:
-            if rank not in result.outcomes and store.has(f"done/{rank}"):
-                result.outcomes[rank] = store.get(f"done/{rank}")
-        alarm = store.get("alarm")
+        read_outcomes(store, result, expected)
+        alarm = store.read(Alarm)
         if alarm is not None:
-            result.hang = {"alarm": alarm, "positions": roll_call(store, result, expected)}
+            result.hang = Hang(alarm, roll_call(store, result, expected))
             break
-        if any(o["outcome"] == "crashed" for o in result.outcomes.values()):
+        if any(o.outcome == records.Outcome.CRASHED for o in result.outcomes.values()):
             crash_seen = crash_seen or time.monotonic()
             if time.monotonic() - crash_seen > GRACE or len(result.outcomes) == len(expected):
-                result.hang = {"alarm": None, "positions": roll_call(store, result, expected)}
+                result.hang = Hang(None, roll_call(store, result, expected))
                 break
         if expected and len(result.outcomes) == len(expected):
             break
-        if result.launcher is not None and (result.mode != "spawn" or not expected
-                                             or result.launcher["outcome"] == "crashed"):
+        if result.launcher is not None and (
+                result.mode != records.Mode.SPAWN or not expected
+                or result.launcher.outcome == records.Outcome.CRASHED):
             break  # no ranks at all, or a launcher whose ranks failed before reporting
         if result.launcher is None and 0 not in result.outcomes and first_gone():
             # rank 0's process died without a word (its output says why; gloo can end a
@@ -158,43 +154,54 @@ def watch(store: Store, settings: Settings, first_gone=lambda: False) -> Run:
     return result
 
 
-def roll_call(store: Store, result: Run, expected) -> dict:
+def read_outcomes(store: Store, result: Run, expected) -> None:
+    """The ``Done`` of every rank that has said it since the last look."""
+    for rank in expected:
+        if rank not in result.outcomes:
+            done = store.read(Done, rank)
+            if done is not None:
+                result.outcomes[rank] = done
+
+
+def roll_call(store: Store, result: Run, expected) -> dict[int, Where]:
     """Ask every rank not yet done where it is; their watchdog threads answer."""
-    store.put("rollcall", 1)
+    store.signal(Signal.ROLLCALL)
     missing = [r for r in expected if r not in result.outcomes]
     deadline = time.monotonic() + ROLL_CALL
     positions = {}
     while missing and time.monotonic() < deadline:
         for rank in list(missing):
-            if store.has(f"where/{rank}"):
-                positions[rank] = store.get(f"where/{rank}")
+            answer = store.read(Where, rank)
+            if answer is not None:
+                positions[rank] = answer
                 missing.remove(rank)
         time.sleep(POLL)
     for rank in missing:
-        positions[rank] = {"rank": rank, "silent": True}
+        positions[rank] = Where(rank, silent=True)
     return positions
 
 
-def ledger(store: Store, rank: int, result: Run) -> dict | None:
+def ledger(store: Store, rank: int, result: Run) -> RankEvidence | None:
     """The evidence of a rank that published none (gloo aborted it): the collectives it
     wrote to its ledger in the store before each one ran."""
-    count = store.add(f"ledger/{rank}/count", 0)
-    if not count:
+    entries = store.ledger(rank)
+    if not entries:
         return None
-    entries = [e for e in (store.get(f"ledger/{rank}/{i}") for i in range(count)) if e]
-    group = next((e["records"].get(records.GroupInit.KIND) for e in result.evidence.values()
-                  if e["records"].get(records.GroupInit.KIND)), [])  # the group's, not the rank's
-    return {"rank": rank, "world_size": result.world_size,
-            "steps": max((e["step"] for e in entries), default=0), "host": None,
-            "records": {records.Collective.KIND: entries, records.GroupInit.KIND: group}}
+    group = next((e.records.get(records.GroupInit.KIND) for e in result.evidence.values()
+                  if e.records.get(records.GroupInit.KIND)), [])  # the group's, not the rank's
+    return RankEvidence(rank, result.world_size, max((e.step for e in entries), default=0),
+                        None, {records.Collective.KIND: entries, records.GroupInit.KIND: group})
 
 
 def collect(store: Store, result: Run, expected) -> None:
-    positions = (result.hang or {}).get("positions", {})
-    for rank in sorted(expected, key=lambda r: not store.has(f"evidence/{r}")):
-        found = store.get(f"evidence/{rank}")
-        if found is None and rank in positions and "evidence" in positions[rank]:
-            found = positions[rank].pop("evidence")
+    """Every rank's evidence: published, else carried by its answer to the roll call (moved
+    out of it), else its ledger."""
+    positions = result.hang.positions if result.hang else {}
+    for rank in sorted(expected, key=lambda r: not store.has(RankEvidence.key(r))):
+        found = store.read(RankEvidence, rank)
+        if rank in positions and positions[rank].evidence is not None:
+            found = found or positions[rank].evidence
+            positions[rank] = dataclasses.replace(positions[rank], evidence=None)
         if found is None:
             found = ledger(store, rank, result)
         if found is not None:

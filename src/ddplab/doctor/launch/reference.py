@@ -28,9 +28,9 @@ def run(script: str, args: list, settings, zygote, cwd, evidence) -> Outcome:
     done = launcher.run(script, list(args), one, zygote, cwd)
     seen = Evidence(done)
     if seen.crashed() is not None or seen.hung():
-        crash = seen.crashed() or {}
+        crash = seen.crashed()
         return Outcome(skipped="the one-process run did not end normally"
-                       + (f": {crash.get('error')}" if crash.get("error") else ""),
+                       + (f": {crash.error}" if crash is not None else ""),
                        evidence=seen, seconds=done.seconds)
     return Outcome(comparison=compare.compare(folder, told["world_size"], told["steps"]),
                    evidence=seen, plan=told, seconds=done.seconds)

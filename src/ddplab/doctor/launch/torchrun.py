@@ -14,6 +14,7 @@ rank 0's collective ledger from the store as the doctor's own runs do.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import signal
@@ -26,6 +27,7 @@ from ddplab.doctor.judging.evidence import Evidence
 from ddplab.doctor.launch import launcher
 from ddplab.doctor.launch.inputs import check_numbers, check_script
 from ddplab.doctor.launch.zygote import preload
+from ddplab.doctor.messages import Hello, LauncherDone, Run, Signal
 from ddplab.doctor.ranks import recorder as _recorder
 from ddplab.doctor.ranks import scratch
 from ddplab.doctor.ranks.instrument import run_script
@@ -49,31 +51,30 @@ def main(args) -> int:
     os.environ.setdefault(SCRATCH, scratch_folder())
     preload()  # DDP's constructor imports dynamo: not a wait the timeout should count
     rec = _recorder.RECORDER
-    rec.timeout = args.timeout
     rec.abort_on_signal = True
     if rank == 0:
         rec.on_alarm = lambda store: _judge_and_exit(store, settings, args, show)
-    outcome, about = run_script(args.script, args.script_args)
+    done = run_script(args.script, args.script_args)
     scratch.stop()
     if rec.store is None:  # it never joined a group: rank 0 says so (no-process-group)
-        result = launcher.Run(mode=records.Mode.NONE, world_size=settings.world_size,
-                              launcher=dict(about, outcome=outcome,
-                                            records=records.dump(rec.records)))
+        result = Run(mode=records.Mode.NONE, world_size=settings.world_size,
+                     launcher=LauncherDone(**vars(dataclasses.replace(done,
+                                                                      records=rec.records))))
         return _report(result, args, show) if rank == 0 else 1
-    rec.publish(outcome, **about)
+    rec.publish(done)
     if rank != 0:
         return _wait_or_judge(rec.store, settings, args)
     rec.on_alarm = None  # from here the main thread watches
     rec.store.add(JUDGE)
     result = launcher.watch(rec.store, settings)
-    rec.store.put("release", 1)
+    rec.store.signal(Signal.RELEASE)
     shutil.rmtree(os.environ[SCRATCH], ignore_errors=True)  # every rank is done with it
     if result.hang:
-        rec.store.put("abort", 1)
+        rec.store.signal(Signal.ABORT)
     return _report(result, args, show)
 
 
-JUDGE = "judge"  # the first to add 1 here judges: rank 0, or a rank in its place
+JUDGE = str(Signal.JUDGE)  # the first to add 1 here judges: rank 0, or a rank in its place
 
 
 def _wait_or_judge(store, settings, args) -> int:
@@ -82,16 +83,17 @@ def _wait_or_judge(store, settings, args) -> int:
     stopped, judged = [], False
     previous = signal.signal(signal.SIGTERM, lambda *_: stopped.append(True))
     try:
-        while not store.has("release"):  # polled: a store wait that times out warns
+        while not store.signalled(Signal.RELEASE):  # polled: a timed-out store wait warns
             time.sleep(0.5)
-            if judged or not (stopped or _first_gone(store)) or store.has("release"):
+            if (judged or not (stopped or _first_gone(store))
+                    or store.signalled(Signal.RELEASE)):
                 if stopped:
                     return 1  # torchrun ends the run, and another rank judges it
                 continue
             judged = True  # the first to see rank 0 gone judges; the others go on waiting
             if store.add(JUDGE) == 1:
                 result = launcher.watch(store, settings, lambda: True)
-                store.put("release", 1)
+                store.signal(Signal.RELEASE)
                 shutil.rmtree(os.environ[SCRATCH], ignore_errors=True)
                 return _report(result, args, show)
     finally:
@@ -102,12 +104,12 @@ def _wait_or_judge(store, settings, args) -> int:
 def _first_gone(store) -> bool:
     """Rank 0's process ran on this host and has ended (a zombie counts: torchrun reaps it
     later)."""
-    hello = store.get("hello/0")
-    if not hello or hello.get("host") != socket.gethostname():
+    hello = store.read(Hello, 0)
+    if not hello or hello.host != socket.gethostname():
         return False
     try:
-        os.kill(hello["pid"], 0)
-        with open(f"/proc/{hello['pid']}/stat") as f:
+        os.kill(hello.pid, 0)
+        with open(f"/proc/{hello.pid}/stat") as f:
             return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
     except ProcessLookupError:
         return True
@@ -129,28 +131,20 @@ def scratch_folder() -> str:
 def _report(result, args, show) -> int:
     from ddplab.doctor.launch.diagnose import diagnosis_of
 
-    diagnosis = diagnosis_of(args.script, result, Evidence(result))
+    diagnosis = diagnosis_of(args.script, Evidence(result))
     show(diagnosis, args)
     return diagnosis.exit_code()
 
 
 def _judge_and_exit(store, settings, args, show) -> None:
-    """Rank 0's watchdog thread, after an alarm: roll call, judgement, the end of every rank."""
-    import json
-
+    """Rank 0's watchdog thread, after an alarm: its own position, then the same watch as the
+    main thread's (which sees the alarm, calls the roll and collects), the judgement, the end
+    of every rank."""
     scratch.stop()
     rec = _recorder.RECORDER
     store.add(JUDGE)
-    store.raw.set(f"where/{rec.rank}", json.dumps(rec.position(), default=str))  # its own
-    result = launcher.Run(mode=records.Mode.RANKS, world_size=settings.world_size)
-    expected = range(settings.world_size)
-    for rank in expected:
-        if store.has(f"done/{rank}"):
-            result.outcomes[rank] = store.get(f"done/{rank}")
-    result.hang = {"alarm": store.get("alarm"),
-                   "positions": launcher.roll_call(store, result, expected)}
-    launcher.collect(store, result, expected)
-    code = _report(result, args, show)
-    store.put("abort", 1)
+    store.send(rec.position(), rec.rank)  # its own answer: its main thread is the one stuck
+    code = _report(launcher.watch(store, settings), args, show)
+    store.signal(Signal.ABORT)
     sys.stdout.flush()
     os._exit(code)

@@ -10,6 +10,13 @@ with the ranks' common environment; it imports, then reads one request per line 
 each child's end as ``{"exit": pid, "status": code}``. Its children are ranks in sessions of
 their own, so that the doctor can end each with everything it started. Nothing here has
 threads when it forks.
+
+Why not the engine's forkserver: multiprocessing's forkserver runs a function in a child that
+keeps the server's environment, folder and session, and talks to it over a pipe; a doctor's
+rank must run a reader's script as ``python train.py`` would, with torchrun's environment set
+before the script's first import, in the reader's folder, in a session of its own. What the two
+share is how they warm up (``engine.warm.frozen_imports``) and the store on loopback
+(``engine.loopback``).
 """
 
 from __future__ import annotations
@@ -21,15 +28,17 @@ import signal
 import sys
 
 from ddplab.engine import rank_logs
+from ddplab.engine.warm import frozen_imports
 
 
 def preload() -> None:
-    import torch  # noqa: F401
-    import torch._dynamo  # noqa: F401
-    import torch.distributed  # noqa: F401
-    from torch.nn.parallel import DistributedDataParallel  # noqa: F401
+    with frozen_imports():
+        import torch  # noqa: F401
+        import torch._dynamo  # noqa: F401
+        import torch.distributed  # noqa: F401
+        from torch.nn.parallel import DistributedDataParallel  # noqa: F401
 
-    import ddplab.doctor.ranks.rank  # noqa: F401
+        import ddplab.doctor.ranks.rank  # noqa: F401
 
 
 def _child(request: dict) -> None:

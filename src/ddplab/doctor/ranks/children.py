@@ -9,6 +9,7 @@ interpreter. DataLoader workers and multiprocessing's own helpers are left alone
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import ddplab.doctor.records as records
@@ -33,18 +34,12 @@ class _Recorded:
         self.crash = None
 
     def __call__(self, *args):
-        from ddplab.doctor.ranks.instrument import readers_traceback, stop_for
+        from ddplab.doctor.ranks.crashes import crash_of
 
         try:
             return self.fn(*args)
         except Exception as exc:
-            stop = stop_for(exc)
-            if stop is not None:
-                raise stop from exc  # a BaseException: spawn's wrapper lets it through
-            import traceback
-
-            self.crash = {"error": traceback.format_exception_only(type(exc), exc)[-1].strip(),
-                          "traceback": readers_traceback(exc)}
+            self.crash = crash_of(exc)
             raise
 
 
@@ -100,13 +95,13 @@ def _run_child(process, real):
     if target_module == "torch.multiprocessing.spawn" and process._args:
         recorded = _Recorded(process._args[0])
         process._args = (recorded, *process._args[1:])
-    outcome, about = outcome_of(lambda: real(process))
-    if outcome == records.Outcome.CRASHED and recorded is not None and recorded.crash:
-        about = recorded.crash
-    rec.publish(outcome, **about)
+    done = outcome_of(lambda: real(process))
+    if done.outcome == records.Outcome.CRASHED and recorded is not None and recorded.crash:
+        done = dataclasses.replace(done, crash=recorded.crash)
+    rec.publish(done)
     if rec.store is not None:
         sys.stdout.flush()
         sys.stderr.flush()
         rec.wait_for_release()
-    if outcome == records.Outcome.CRASHED:
+    if done.outcome == records.Outcome.CRASHED:
         raise SystemExit(1)

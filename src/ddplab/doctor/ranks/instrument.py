@@ -6,10 +6,10 @@ from __future__ import annotations
 import os
 import runpy
 import sys
-import traceback
 
 import ddplab.doctor.records as records
-from ddplab.doctor.ranks import cuda_on_cpu, scratch, where
+from ddplab.doctor.messages import Done
+from ddplab.doctor.ranks import crashes, cuda_on_cpu, scratch, where
 from ddplab.doctor.ranks import recorder as _recorder
 from ddplab.doctor.ranks.watch import amp as watch_amp
 from ddplab.doctor.ranks.watch import batches as watch_batches
@@ -29,8 +29,6 @@ READER_DIR = "DDPLAB_DOCTOR_READER_DIR"
 WATCHERS = (cuda_on_cpu, scratch, watch_group, watch_collectives, watch_ddp_collectives,
             watch_data, watch_model, watch_steps, watch_schedules, watch_amp, watch_files,
             watch_seeds, watch_prints, watch_batches)
-ENDED_EPOCH = (StopIteration, ZeroDivisionError)  # what an empty epoch makes a script raise
-_HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the doctor's package
 
 
 def install(reader_dir: str) -> None:
@@ -40,58 +38,30 @@ def install(reader_dir: str) -> None:
         watcher.install(*([where.reader_dir()] if watcher is scratch else []))
 
 
-def readers_traceback(exc: BaseException) -> str:
-    """The traceback without the doctor's own frames (its wrappers sit between the script and
-    torch) and runpy's: what ``python train.py`` would have printed."""
-    frames = [f for f in traceback.extract_tb(exc.__traceback__)
-              if not f.filename.startswith(_HERE + os.sep) and "runpy" not in f.filename]
-    lines = ["Traceback (most recent call last):\n", *traceback.format_list(frames),
-             *traceback.format_exception_only(type(exc), exc)]
-    return "".join(lines)
-
-
-def stop_for(exc: BaseException) -> _recorder.DoctorStop | None:
-    """The doctor's stop in place of what an epoch it ended made the script raise
-    (``next(iter(loader))`` of an empty loader, an average over zero batches): the script is
-    stopped there, as every rank is, not crashed."""
-    if isinstance(exc, ENDED_EPOCH) and _recorder.RECORDER.draining is not None:
-        said = traceback.format_exception_only(type(exc), exc)[-1].strip()
-        return _recorder.DoctorStop(f"the script could not run an epoch the doctor ended: "
-                                    f"{said}")
-    return None
-
-
-def outcome_of(call) -> tuple[records.Outcome, dict]:
-    """Run ``call()``; how it ended: ``finished``, ``stopped`` (the doctor's stop) or
-    ``crashed`` (an exception, or a non-zero exit status, with the reader's traceback). Then
-    the epochs of the IterableDatasets it trained on are counted (``watch.iterables``)."""
+def outcome_of(call) -> Done:
+    """Run ``call()``; how it ended: ``finished``, ``stopped`` (the doctor's stop, with why) or
+    ``crashed`` (an exception, or a non-zero exit status, recorded as a ``Crash``). Then the
+    epochs of the IterableDatasets it trained on are counted (``watch.iterables``)."""
     ended = _outcome_of(call)
     watch_iterables.count()
     return ended
 
 
-def _outcome_of(call) -> tuple[records.Outcome, dict]:
+def _outcome_of(call) -> Done:
     try:
         call()
     except _recorder.DoctorStop as stop:
-        return records.Outcome.STOPPED, {"why": str(stop)}
+        return Done(records.Outcome.STOPPED, why=str(stop))
     except SystemExit as exc:
         if exc.code in (0, None):
-            return records.Outcome.FINISHED, {}
-        return records.Outcome.CRASHED, {
-            "error": f"SystemExit({exc.code!r})",
-            "traceback": f"the script exited with status {exc.code!r}\n"}
+            return Done(records.Outcome.FINISHED)
+        return Done(records.Outcome.CRASHED, crash=crashes.exit_crash(exc.code))
     except BaseException as exc:  # the script's own failure: reported, never re-raised here
-        stop = stop_for(exc)
-        if stop is not None:
-            return records.Outcome.STOPPED, {"why": str(stop)}
-        return records.Outcome.CRASHED, {
-            "error": traceback.format_exception_only(type(exc), exc)[-1].strip(),
-            "traceback": readers_traceback(exc)}
-    return records.Outcome.FINISHED, {}
+        return Done(records.Outcome.CRASHED, crash=crashes.crash_of(exc))
+    return Done(records.Outcome.FINISHED)
 
 
-def run_script(script: str, args: list[str]) -> tuple[records.Outcome, dict]:
+def run_script(script: str, args: list[str]) -> Done:
     """The script as ``python script.py args`` runs it: ``__main__``, its folder first on
     ``sys.path``, ``sys.argv`` its own."""
     folder = os.path.dirname(os.path.abspath(script))

@@ -11,17 +11,19 @@ stays alive until every rank is done (``release``).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
 
 import ddplab.doctor.records as records
+from ddplab.doctor.messages import LauncherDone
 from ddplab.doctor.ranks import children
 from ddplab.doctor.ranks import recorder as _recorder
 from ddplab.doctor.ranks.instrument import run_script
 from ddplab.doctor.ranks.watch.group import MODE_UNSAID, say_mode
 from ddplab.doctor.settings import Settings
-from ddplab.doctor.store import Store
+from ddplab.doctor.store import MODE, Store
 from ddplab.engine.lifeline import exit_with_parent
 
 SCRIPT = "DDPLAB_DOCTOR_SCRIPT"
@@ -46,27 +48,26 @@ def main() -> None:
     rank = int(os.environ["RANK"])
     role = Settings.current().role
     if rank != 0:
-        while not store.wait("mode", 5.0):
+        while not store.wait(MODE, 5.0):
             pass
-        if store.get("mode") != records.Mode.RANKS:
+        if store.mode() != records.Mode.RANKS:
             os._exit(0)
     else:
         os.environ[MODE_UNSAID] = "1" if role == "rank" else "0"
     os.environ[children.CHILD] = "1"
     children.patch_process()
     rec = _recorder.RECORDER
-    outcome, about = run_script(os.environ[SCRIPT], json.loads(os.environ[ARGS]))
+    done = run_script(os.environ[SCRIPT], json.loads(os.environ[ARGS]))
     say_mode(records.Mode.NONE)  # neither joined a group nor spawned ranks (no-op once said)
     sys.stdout.flush()
     sys.stderr.flush()
     if rec.store is not None:  # a rank
-        rec.publish(outcome, **about)
+        rec.publish(done)
         rec.wait_for_release()
-    elif store.get("mode") == records.Mode.RANKS:  # a rank that failed before it joined the group
-        store.put(f"done/{rank}", dict(about, outcome=outcome, steps=0, pid=os.getpid(),
-                                       records=records.dump(rec.records)))
+    elif store.mode() == records.Mode.RANKS:  # a rank that failed before it joined the group
+        store.send(dataclasses.replace(done, pid=os.getpid(), records=rec.records), rank)
     else:  # the launcher of spawned ranks, or a script that never joined a group
-        store.put("launcher", dict(about, outcome=outcome, records=records.dump(rec.records)))
+        store.send(LauncherDone(**vars(dataclasses.replace(done, records=rec.records))))
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import os
 import socket
 import sys
@@ -19,14 +18,15 @@ import threading
 import time
 
 import ddplab.doctor.records as records
+from ddplab.doctor.messages import Alarm, Done, Hello, RankEvidence, Signal, Waiting, Where
 from ddplab.doctor.ranks import where
 from ddplab.doctor.settings import Settings
 
 
 class DoctorStop(BaseException):
     """Raised on every rank at the same point to end a script that goes on training once its
-    loaders are ended (an optimizer step after the K-th, or after two epochs, that no loader of
-    ours fed), or that runs many empty epochs; a BaseException, so that ``except Exception`` in
+    loaders are ended (an optimizer step after the K-th that no loader of ours fed), or that
+    runs many epochs of one batch; a BaseException, so that ``except Exception`` in
     the script lets it through."""
 
 
@@ -37,17 +37,21 @@ class Recorder:
         self.world_size: int | None = None
         self.steps = 0  # optimizer steps taken
         self.backwards = 0  # backward calls so far
-        self.waiting: dict | None = None  # the blocking call the main thread is in
+        self.waiting: Waiting | None = None  # the blocking call the main thread is in
         self.store = None
-        self.timeout = Settings.current().timeout
         self.main_ident = threading.main_thread().ident
         self.published = False
-        self.draining: str | None = None  # why the training loaders end at once from now on
-        self.steps_at_drain = 0  # optimizer steps when they began to
+        self.draining: str | None = None  # why training has ended (one batch an epoch from now)
         self._watchdog = None
         self.counters: dict[str, int] = {}
         self.on_alarm = None  # rank 0 under torchrun: who judges a hang
         self.abort_on_signal = False  # under torchrun: end when rank 0 says so
+
+    @property
+    def timeout(self) -> float:
+        """Seconds a call may wait before it is a hang: the run's settings, read when asked
+        (under torchrun the doctor sets them after this recorder exists)."""
+        return Settings.current().timeout
 
     # -- recording
 
@@ -70,10 +74,10 @@ class Recorder:
         raise ValueError(f"{record!r} is not a record this process kept")
 
     def drain(self, why: str) -> None:
-        """From now on every training loader ends at once (``K`` steps taken, or two epochs
-        run): the script's remaining epochs, its evaluation and its end run without training."""
+        """From now on each pass of a loader gives one batch (``K`` steps taken, or the epochs
+        they need run): the script's remaining epochs, its evaluation and its end run on."""
         if self.draining is None:
-            self.draining, self.steps_at_drain = why, self.steps
+            self.draining = why
 
     def count(self, name: str) -> int:
         """0, 1, 2, ... for successive calls with the same name (per process)."""
@@ -82,12 +86,14 @@ class Recorder:
         return value
 
     @contextlib.contextmanager
-    def blocking(self, what: str, **about):
-        """Mark the main thread as waiting in ``what`` (a collective, a backward) while inside:
-        the watchdog raises the alarm when it lasts longer than the timeout."""
+    def blocking(self, what: str, spot: tuple | None = None, seq: int | None = None):
+        """Mark the main thread as waiting in ``what`` (a collective, a backward) at the
+        reader's ``spot`` (file, line) while inside: the watchdog raises the alarm when it lasts
+        longer than the timeout."""
         outer = self.waiting
         if outer is None and threading.get_ident() == self.main_ident:
-            self.waiting = dict(about, what=what, since=time.time())
+            file, line = spot or (None, None)
+            self.waiting = Waiting(what, time.time(), file=file, line=line, seq=seq)
         try:
             yield
         finally:
@@ -99,41 +105,38 @@ class Recorder:
     def attach(self, store, rank: int, world_size: int) -> None:
         """Known at last: this process is ``rank``; start the watchdog."""
         self.store, self.rank, self.world_size = store, rank, world_size
-        store.put(f"hello/{rank}", {"pid": os.getpid(), "world_size": world_size,
-                                    "host": socket.gethostname()})
+        store.send(Hello(os.getpid(), world_size, socket.gethostname()), rank)
         if self._watchdog is None:
             self._watchdog = threading.Thread(target=self._watch, name="ddplab-doctor-watchdog",
                                               daemon=True)
             self._watchdog.start()
 
-    def evidence(self) -> dict:
-        return {"rank": self.rank, "world_size": self.world_size, "steps": self.steps,
-                "host": socket.gethostname(), "records": records.dump(self.records)}
+    def evidence(self) -> RankEvidence:
+        return RankEvidence(self.rank, self.world_size, self.steps, socket.gethostname(),
+                            {kind: list(kept) for kind, kept in self.records.items()})
 
     def to_ledger(self, collective: records.Collective) -> None:
         """A collective into this rank's ledger in the doctor's store, before it runs: a rank
         that gloo aborts (a collective met by a different one on another rank) publishes no
         evidence, and its ledger is what the doctor compares with the other ranks'."""
-        if self.store is None:
-            return
-        n = self.store.add(f"ledger/{self.rank}/count") - 1
-        self.store.raw.set(f"ledger/{self.rank}/{n}", _dumps(records.to_json(collective)))
+        if self.store is not None:
+            self.store.add_to_ledger(self.rank, collective)
 
-    def publish(self, outcome: records.Outcome, **about) -> None:
-        """Evidence and outcome to the store, once."""
+    def publish(self, done: Done) -> None:
+        """Evidence and how the script ended to the store, once."""
         if self.store is None or self.published:
             return
         self.published = True
-        self.store.raw.set(f"evidence/{self.rank}", _dumps(self.evidence()))
-        self.store.put(f"done/{self.rank}", dict(about, outcome=outcome, steps=self.steps,
-                                                 pid=os.getpid()))
+        self.store.send(self.evidence(), self.rank)
+        self.store.send(dataclasses.replace(done, steps=self.steps, pid=os.getpid()),
+                        self.rank)
 
     def wait_for_release(self) -> None:
         """Stay alive until every rank is done: a rank that exits closes its connections, and
         a rank still waiting for it would fail with "Connection closed by peer" instead of
         showing the hang."""
         if self.store is not None:
-            while not self.store.wait("release", 5.0):
+            while not self.store.wait(Signal.RELEASE, 5.0):
                 pass
 
     # -- the watchdog thread
@@ -141,61 +144,41 @@ class Recorder:
     def _watch(self) -> None:
         from ddplab.doctor.store import Store
 
-        store = Store(_own_connection(self.store))
+        store = Store.connect(self.store.address)  # the thread's own connection
         alarmed = answered = False
         while True:
             time.sleep(0.2)
             try:
                 waiting = self.waiting
                 if (not alarmed and waiting is not None
-                        and time.time() - waiting["since"] > self.timeout):
+                        and time.time() - waiting.since > self.timeout):
                     alarmed = True
-                    store.put("alarm", {"rank": self.rank, **_plain(waiting),
-                                        "waited": round(time.time() - waiting["since"], 1)})
-                if not answered and store.has("rollcall"):
+                    store.send(Alarm(self.rank, waiting, round(time.time() - waiting.since, 1)))
+                if not answered and store.signalled(Signal.ROLLCALL):
                     answered = True
-                    store.raw.set(f"where/{self.rank}", _dumps(self.position()))
-                if self.on_alarm is not None and store.has("alarm"):
+                    store.send(self.position(), self.rank)
+                if self.on_alarm is not None and store.has(Alarm.key()):
                     self.on_alarm(store)  # under torchrun, rank 0 judges the hang itself
                     return
-                if self.on_alarm is None and self.abort_on_signal and store.has("abort"):
+                if (self.on_alarm is None and self.abort_on_signal
+                        and store.signalled(Signal.ABORT)):
                     _flush_and_exit(1)
             except Exception:  # the store is gone: the coordinator has ended the run
                 return
 
-    def position(self) -> dict:
+    def position(self) -> Where:
         """Where the main thread is now, and everything seen so far (for a roll call)."""
         frame = sys._current_frames().get(self.main_ident)
-        spot = where.frame_line(frame) if frame is not None else None
-        return {"rank": self.rank, "file": spot[0] if spot else None,
-                "line": spot[1] if spot else None,
-                "in": where.inner_call(frame) if frame is not None else "",
-                "waiting": _plain(self.waiting) if self.waiting else None,
-                "evidence": self.evidence(), "now": time.time()}
+        file, line = (where.frame_line(frame) if frame is not None else None) or (None, None)
+        return Where(self.rank, file, line,
+                     inner=where.inner_call(frame) if frame is not None else "",
+                     waiting=self.waiting, evidence=self.evidence(), now=time.time())
 
 
 def _flush_and_exit(code: int) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
-
-
-def _own_connection(store):
-    import datetime
-
-    import torch.distributed as dist
-
-    host, port = store.address.rsplit(":", 1)
-    return dist.TCPStore(host, int(port), is_master=False, use_libuv=True,
-                         timeout=datetime.timedelta(seconds=30))
-
-
-def _plain(value: dict) -> dict:
-    return {k: v for k, v in value.items() if isinstance(v, (str, int, float, bool, type(None)))}
-
-
-def _dumps(value) -> str:
-    return json.dumps(value, default=str)
 
 
 RECORDER = Recorder()

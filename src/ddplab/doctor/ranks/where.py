@@ -57,6 +57,12 @@ def frame_line(frame) -> tuple[str, int] | None:
     return None
 
 
+def fields(spot: tuple[str, int] | None) -> dict:
+    """``file`` and ``line`` of a record, from a spot (None: no line of the reader's)."""
+    file, line = spot or (None, None)
+    return {"file": file, "line": line}
+
+
 def line() -> tuple[str, int] | None:
     """(file, line) of the innermost reader frame calling into the doctor's hook."""
     return frame_line(sys._getframe(1))

@@ -14,44 +14,26 @@ call (``ranks/where.py``), or None where no line of the reader's is on the stack
 
 The kinds live one family a module, beside the watcher that writes them (``group``,
 ``collectives``, ``amp``, ``files``, ``data``, ``model``, ``steps``, ``schedules``,
-``gathered``, ``seeds``, ``prints``, ``machine``), and every one is reachable here as
-``records.Kind``. The package imports nothing of ddplab but itself: rank-side code and
-judging both stand on it.
+``gathered``, ``seeds``, ``prints``, ``machine``): a kind is registered by its class being
+defined (``base.Record.__init_subclass__``), every family module is loaded here, and every kind
+is reachable as ``records.Kind``, with nothing listed by hand. The package imports nothing of
+ddplab but itself: rank-side code and judging both stand on it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import pkgutil
 
-from ddplab.doctor.records.amp import Clip
-from ddplab.doctor.records.base import DdpCall, Mode, Outcome, Record, Word
-from ddplab.doctor.records.collectives import Collective
-from ddplab.doctor.records.data import IterableCount, Loader, Pass, SamplerOrder, SetEpoch
-from ddplab.doctor.records.files import Write
-from ddplab.doctor.records.gathered import GatheredUse
-from ddplab.doctor.records.group import DuplicateRank, GroupDestroy, GroupInit, WorldSizeRead
-from ddplab.doctor.records.machine import CudaOnCpu, LocalRankOption, Mapped, Trackers
-from ddplab.doctor.records.model import Ddp, LoadStateDict, Root, Unused
-from ddplab.doctor.records.prints import Printed
-from ddplab.doctor.records.schedules import Schedule
-from ddplab.doctor.records.seeds import Seed
-from ddplab.doctor.records.steps import Backward, MicroStep, Optimizer, Replica, Step
+from ddplab.doctor.records.base import KINDS, DdpCall, Mode, Outcome, Record, Word
 
-__all__ = [
-    "DdpCall", "Mode", "Outcome", "Record", "Word", "GroupInit", "GroupDestroy",
-    "DuplicateRank", "WorldSizeRead", "Collective", "Clip", "Write", "Loader", "Pass",
-    "IterableCount",
-    "SamplerOrder", "SetEpoch", "Ddp", "Root", "Unused", "LoadStateDict", "Optimizer",
-    "MicroStep", "Backward", "Step", "Replica", "GatheredUse", "Seed", "Printed", "CudaOnCpu",
-    "Mapped", "Trackers", "LocalRankOption", "Schedule", "KINDS", "dump", "from_json", "load",
-    "to_json",
-]
-
-KINDS: dict[str, type[Record]] = {kind.KIND: kind for kind in (
-    GroupInit, GroupDestroy, DuplicateRank, WorldSizeRead, Collective, Clip, Write, Loader,
-    Pass, SamplerOrder, SetEpoch, Ddp, Root, Unused, LoadStateDict, Optimizer, Step, Replica,
-    CudaOnCpu, Mapped, Trackers, LocalRankOption, GatheredUse, Seed, Printed, Schedule,
-    IterableCount)}
+for _family in pkgutil.iter_modules(__path__):  # every family module, each kind registering
+    importlib.import_module(f"{__name__}.{_family.name}")
+_TYPES = {t.__name__: t for kind in KINDS.values() for t in (kind, *kind.PARTS.values())}
+globals().update(_TYPES)  # records.Pass, records.MicroStep (a part of a Step), ...
+__all__ = ["DdpCall", "Mode", "Outcome", "Record", "Word", "KINDS", "dump", "from_json", "load",
+           "to_json", *_TYPES]
 
 
 def to_json(record: Record) -> dict:

@@ -5,18 +5,16 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
-from ddplab.doctor.records.base import Record
+from ddplab.doctor.records.base import Located
 
 
 @dataclasses.dataclass(frozen=True)
-class Clip(Record):
+class Clip(Located):
     """A gradient clip (``how``: which function), whether an enabled GradScaler's scale was
     still on the gradients (and that scale), the norm it returned and the limit it got."""
 
     KIND: ClassVar[str] = "clip"
     how: str
-    file: str | None
-    line: int | None
     scaled: bool
     scale: float | None
     norm: float | None

@@ -51,3 +51,23 @@ class Record:
     PARTS: ClassVar[dict] = {}
     step: int = 0
     t: int = 0
+
+    def __init_subclass__(cls, **kwargs):
+        """A kind registers itself by being defined (``KINDS``): a new kind is one class."""
+        super().__init_subclass__(**kwargs)
+        if cls.KIND:
+            if KINDS.get(cls.KIND, cls) is not cls:
+                raise ValueError(f"two record kinds are named {cls.KIND!r}")
+            KINDS[cls.KIND] = cls
+
+
+KINDS: dict[str, type] = {}  # kind -> its record type, filled as the family modules load
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Located(Record):
+    """A record of a call made at a line: ``file`` and ``line`` are the reader's line that made
+    it (``ranks/where.py``), or None where no line of the reader's is on the stack."""
+
+    file: str | None = None
+    line: int | None = None

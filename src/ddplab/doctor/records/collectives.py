@@ -5,11 +5,11 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
-from ddplab.doctor.records.base import Record
+from ddplab.doctor.records.base import Located
 
 
 @dataclasses.dataclass(frozen=True)
-class Collective(Record):
+class Collective(Located):
     """One collective the script called (or DDP did: ``by``): its op, the script's sequence
     number in the group (None for point-to-point and for DDP's own), the group (``"world"``
     or its ranks, ``"0,1"``), the backend asked for and whether NCCL's rules hold (CPU
@@ -21,8 +21,6 @@ class Collective(Record):
     op: str
     seq: int | None
     group: str
-    file: str | None
-    line: int | None
     devices: list
     nccl: bool
     requested: str | None

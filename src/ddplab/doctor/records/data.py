@@ -5,11 +5,11 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
-from ddplab.doctor.records.base import Record
+from ddplab.doctor.records.base import Located, Record
 
 
 @dataclasses.dataclass(frozen=True)
-class Loader(Record):
+class Loader(Located):
     """A DataLoader made: its dataset (type, length, a fingerprint equal on two ranks for the
     same data), its sampler (type, length, whether it is a DistributedSampler), batch size,
     and how many times it was iterated (the script's epochs, where only training iterates
@@ -17,8 +17,6 @@ class Loader(Record):
 
     KIND: ClassVar[str] = "loader"
     index: int
-    file: str | None
-    line: int | None
     dataset: str
     dataset_len: int | None
     fingerprint: str
@@ -32,18 +30,18 @@ class Loader(Record):
 
 
 @dataclasses.dataclass(frozen=True)
-class Pass(Record):
+class Pass(Located):
     """One ``iter(loader)`` (``number``: the loader's 0th, 1st, ... pass), as far as it went:
     batches and samples drawn, whether a backward ran during it (``training``), whether the
     doctor cut it (``capped``) or it ran out (``exhausted``), and the first batch's digest.
-    ``backwards_seen`` and ``steps_at_start`` are the counts the cut is decided by."""
+    ``backwards_seen`` and ``steps_at_start`` are the counts the cut is decided by. A pass
+    after training ended (``ended``) is the doctor's: one batch, or a whole pass in ``eval()``
+    mode, its steps neither counted nor judged."""
 
     KIND: ClassVar[str] = "pass"
     loader: int
     number: int
     len: int | None
-    file: str | None
-    line: int | None
     batches: int = 0
     samples: int = 0
     training: bool = False
@@ -52,6 +50,7 @@ class Pass(Record):
     backwards_seen: int = 0
     steps_at_start: int = 0
     first: str | None = None
+    ended: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,14 +77,12 @@ class SamplerOrder(Record):
 
 
 @dataclasses.dataclass(frozen=True)
-class SetEpoch(Record):
+class SetEpoch(Located):
     """``sampler.set_epoch(epoch)``."""
 
     KIND: ClassVar[str] = "set_epoch"
     sampler: int
     epoch: int
-    file: str | None
-    line: int | None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -5,11 +5,11 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
-from ddplab.doctor.records.base import Record
+from ddplab.doctor.records.base import Located
 
 
 @dataclasses.dataclass(frozen=True)
-class Write(Record):
+class Write(Located):
     """A file the reader's code opened for writing (``how``: ``open`` or ``torch.save``), with
     ``open``'s mode (``"w"``, ``"a"``, ...; None for torch.save and a flags-only open). A
     ``torch.save`` of a state dict whose keys all start with ``module.`` (itself or one value of
@@ -18,8 +18,6 @@ class Write(Record):
     KIND: ClassVar[str] = "write"
     path: str
     how: str
-    file: str | None
-    line: int | None
     mode: str | None = None
     prefixed: int = 0
     first_key: str | None = None

@@ -5,11 +5,11 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
-from ddplab.doctor.records.base import Record
+from ddplab.doctor.records.base import Located
 
 
 @dataclasses.dataclass(frozen=True)
-class GatheredUse(Record):
+class GatheredUse(Located):
     """The first use (``how``: the operation) of rows an ``all_gather`` at ``gather_file``:
     ``gather_line`` brought from an evaluation DistributedSampler's pass: how many samples it
     holds, how many distinct, which ones it holds more than once (``repeats``: index -> times)
@@ -17,8 +17,6 @@ class GatheredUse(Record):
 
     KIND: ClassVar[str] = "gathered_use"
     how: str
-    file: str | None
-    line: int | None
     gather_file: str | None
     gather_line: int | None
     loader: int | None

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
-from ddplab.doctor.records.base import Record
+from ddplab.doctor.records.base import Located, Record
 
 
 @dataclasses.dataclass(frozen=True)
@@ -19,14 +19,12 @@ class CudaOnCpu(Record):
 
 
 @dataclasses.dataclass(frozen=True)
-class Mapped(Record):
+class Mapped(Located):
     """One kind of CUDA call mapped onto the CPU (``what``: ``.cuda()``, ``autocast('cuda')
     -> autocast('cpu', bfloat16)``, ...), at the first line that made it."""
 
     KIND: ClassVar[str] = "mapped"
     what: str
-    file: str | None
-    line: int | None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,12 +38,10 @@ class Trackers(Record):
 
 
 @dataclasses.dataclass(frozen=True)
-class LocalRankOption(Record):
+class LocalRankOption(Located):
     """An argparse option named ``--local_rank`` / ``--local-rank`` that the script defines
     (torch.distributed.launch passed it; torchrun does not)."""
 
     KIND: ClassVar[str] = "local_rank_option"
     name: str
     default: object
-    file: str | None
-    line: int | None

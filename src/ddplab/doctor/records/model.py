@@ -5,19 +5,17 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
-from ddplab.doctor.records.base import Record
+from ddplab.doctor.records.base import Located, Record
 
 
 @dataclasses.dataclass(frozen=True)
-class Ddp(Record):
+class Ddp(Located):
     """A DistributedDataParallel made: its options, its parameters' devices, the backend its
     group asked for (and whether NCCL's rules hold), what it all-reduces (trainable
     parameters, numbers, bytes), its buffers and the wrapped module's type."""
 
     KIND: ClassVar[str] = "ddp"
     index: int
-    file: str | None
-    line: int | None
     find_unused: bool
     broadcast_buffers: bool
     static_graph: bool
@@ -32,7 +30,7 @@ class Ddp(Record):
 
 
 @dataclasses.dataclass(frozen=True)
-class Root(Record):
+class Root(Located):
     """A module run at top level with parameters or buffers: a DDP (``kind`` ``"ddp"``, with
     its index), the module inside a DDP run without it (``"bypass"``, with the DDP's index), a
     ``nn.DataParallel`` (``"data_parallel"``) or another module (``"plain"``), whose state is
@@ -43,8 +41,6 @@ class Root(Record):
     kind: str
     ddp: int | None
     module: str
-    file: str | None
-    line: int | None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,13 +53,11 @@ class Unused(Record):
 
 
 @dataclasses.dataclass(frozen=True)
-class LoadStateDict(Record):
+class LoadStateDict(Located):
     """``Module.load_state_dict``: on which module, whether any DDP existed by then, and
     whether the module is a DDP or the module inside one."""
 
     KIND: ClassVar[str] = "load_state_dict"
-    file: str | None
-    line: int | None
     module: str
     after_wrap: bool
     wrapped: bool

@@ -5,15 +5,13 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
-from ddplab.doctor.records.base import Record
+from ddplab.doctor.records.base import Located
 
 
 @dataclasses.dataclass(frozen=True)
-class Printed(Record):
+class Printed(Located):
     """A line the reader's code printed (to stdout) with a number in it, cut at 200
     characters."""
 
     KIND: ClassVar[str] = "printed"
     text: str
-    file: str | None
-    line: int | None

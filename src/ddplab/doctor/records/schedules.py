@@ -5,11 +5,11 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
-from ddplab.doctor.records.base import Record
+from ddplab.doctor.records.base import Located
 
 
 @dataclasses.dataclass(frozen=True)
-class Schedule(Record):
+class Schedule(Located):
     """A scheduler whose length is given (``OneCycleLR``'s ``total_steps``,
     ``CosineAnnealingLR``'s ``T_max``, ``PolynomialLR``'s ``total_iters``): that length, the
     ``epochs`` and ``steps_per_epoch`` it was given (OneCycleLR), and how far the run walked
@@ -18,8 +18,6 @@ class Schedule(Record):
     KIND: ClassVar[str] = "schedule"
     index: int
     type: str
-    file: str | None
-    line: int | None
     length: int
     length_name: str
     epochs: int | None

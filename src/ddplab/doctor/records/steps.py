@@ -5,18 +5,16 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
-from ddplab.doctor.records.base import Record
+from ddplab.doctor.records.base import Located, Record
 
 
 @dataclasses.dataclass(frozen=True)
-class Optimizer(Record):
+class Optimizer(Located):
     """An optimizer made: its type and its groups' learning rates."""
 
     KIND: ClassVar[str] = "optimizer"
     index: int
     type: str
-    file: str | None
-    line: int | None
     lr: list
 
 
@@ -48,7 +46,7 @@ class Backward:
 
 
 @dataclasses.dataclass(frozen=True)
-class Step(Record):
+class Step(Located):
     """An optimizer step (``number``: 1, 2, ...) and what led to it: the DDP micro-steps (the
     first 16) and the backwards (the first 16) since the step before, with their
     counts. The first step also has the learning rates and the optimizer's type; a step after
@@ -59,8 +57,6 @@ class Step(Record):
     KIND: ClassVar[str] = "step"
     PARTS: ClassVar[dict] = {"micro": MicroStep, "backwards": Backward}
     number: int
-    file: str | None
-    line: int | None
     micro: list[MicroStep]
     micro_count: int
     backwards: list[Backward]

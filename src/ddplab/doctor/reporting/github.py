@@ -6,7 +6,7 @@ advisories ``notice``; a crash no check explains is an error at the script."""
 from __future__ import annotations
 
 from ddplab.doctor.judging.findings import paths_from_root, shown_path
-from ddplab.doctor.reporting.text import summary
+from ddplab.doctor.reporting.text import failed, summary
 
 LEVELS = {"error": "error", "waste": "warning", "advisory": "notice"}
 
@@ -32,10 +32,10 @@ def annotation(level: str, message: str, file: str | None, line: int | None,
 def report(diagnosis) -> str:
     lines = [annotation(LEVELS[f.kind], f"{f.message}\n\nfix:\n{f.fix}\n\nbook: {f.url}",
                         f.file, f.line, f"ddplab doctor {f.id}") for f in diagnosis.findings]
-    crash = diagnosis.crash
-    if crash is not None and not crash.get("explained"):
-        lines.append(annotation("error", f"the script failed on its own (no DDP check explains "
-                                f"it):\n{crash.get('traceback') or crash.get('error')}",
+    crash = diagnosis.unexplained_crash()
+    if crash is not None:
+        lines.append(annotation("error", f"the script {failed(crash)}:\n"
+                                f"{crash.traceback or crash.error}",
                                 diagnosis.script, None, "ddplab doctor: the script failed"))
     lines.append(summary(diagnosis))
     return "\n".join(lines)

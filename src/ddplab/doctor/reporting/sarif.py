@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from ddplab.doctor.judging.checks import CHECKS
 from ddplab.doctor.judging.findings import BOOK, paths_from_root, shown_path
+from ddplab.doctor.reporting.text import failed
 
 SCHEMA = ("https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/"
           "sarif-schema-2.1.0.json")
@@ -34,12 +35,11 @@ def result(finding, index: dict) -> dict:
 @paths_from_root
 def report(diagnosis) -> dict:
     index = {check.id: i for i, check in enumerate(CHECKS)}
-    crash = diagnosis.crash
+    crash = diagnosis.unexplained_crash()
     notes = []
-    if crash is not None and not crash.get("explained"):
+    if crash is not None:
         notes.append({"level": "error", "descriptor": {"id": "script-failed"},
-                      "message": {"text": "the script failed on its own (no DDP check explains "
-                                          f"it): {crash.get('error')}"}})
+                      "message": {"text": f"the script {failed(crash)}: {crash.error}"}})
     return {"$schema": SCHEMA, "version": "2.1.0", "runs": [{
         "tool": {"driver": {"name": "ddplab doctor", "informationUri": BOOK,
                             "rules": [rule(check) for check in CHECKS]}},

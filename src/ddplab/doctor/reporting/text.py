@@ -88,6 +88,16 @@ def side_effect_lines(diagnosis) -> list[str]:
     return lines
 
 
+def failed(crash) -> str:
+    """How a crash no check explains is told: the script's own failure, or possibly the
+    doctor's where it came after anything the doctor changed of the run (``changes``)."""
+    changes = crash.changes
+    if not changes:
+        return "failed on its own (no DDP check explains it)"
+    return ("failed, possibly the doctor's doing: no DDP check explains it, and it came after "
+            "the doctor changed the run (" + "; ".join(changes) + ")")
+
+
 @paths_from_root
 def report(diagnosis) -> str:
     lines = mapped_lines(diagnosis)
@@ -95,12 +105,11 @@ def report(diagnosis) -> str:
         lines += finding_lines(f)
     if diagnosis.findings:
         lines.append(f"each book section above is a page of {BOOK}")
-    crash = diagnosis.crash
-    if crash is not None and not crash.get("explained"):
-        who = f"rank {crash['rank']}" if crash.get("rank") is not None else "the script"
-        lines += wrapped(f"{shown_path(diagnosis.script)}: {who} failed on its own (no DDP "
-                         "check explains it):")
-        lines += ["    " + line for line in (crash.get("traceback") or "").rstrip().splitlines()]
+    crash = diagnosis.unexplained_crash()
+    if crash is not None:
+        who = f"rank {crash.rank}" if crash.rank is not None else "the script"
+        lines += wrapped(f"{shown_path(diagnosis.script)}: {who} {failed(crash)}:")
+        lines += ["    " + line for line in crash.traceback.rstrip().splitlines()]
     if not diagnosis.findings and diagnosis.exit_code() != 2:
         lines.append("no findings. What was checked:")
         lines += table(diagnosis)

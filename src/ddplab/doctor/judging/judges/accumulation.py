@@ -10,6 +10,7 @@ and nanoGPT's direct assignment both set.
 from __future__ import annotations
 
 import ddplab.doctor.records as records
+from ddplab.doctor.judging.check import Check
 from ddplab.doctor.judging.findings import place
 from ddplab.doctor.judging.judgement import (
     Problem,
@@ -109,3 +110,40 @@ def accumulation_loss_not_divided(evidence, earlier):
              "factors": [b.factor for b in s.backwards], "divided_micro_steps": divided},
             *file_line(odd)))
     return passed("the loss of each micro-step is divided by the number of micro-steps")
+
+
+FIX_NO_SYNC = """\
+for i, (x, y) in enumerate(micro_batches):
+    last = i == len(micro_batches) - 1
+    # all-reduce once, at the last
+    with contextlib.nullcontext() if last else model.no_sync():
+        loss = loss_fn(model(x), y) / len(micro_batches)
+        loss.backward()
+optimizer.step()"""
+
+
+FIX_DIVIDE = """\
+# the mean of the micro-batches' gradients
+loss = loss_fn(model(x), y) / accumulation_steps
+loss.backward()"""
+
+
+ACCUMULATION_NO_SYNC = Check(
+    "accumulation-no-sync", "waste",
+    "micro-steps before the last run under no_sync (one all-reduce per optimizer step)",
+    "time-cost-accumulation",
+    FIX_NO_SYNC, accumulation_no_sync)
+
+
+ACCUMULATION_UNSYNCED_STEP = Check(
+    "accumulation-unsynced-step", "error",
+    "the last micro-step before an optimizer step synchronises the gradients",
+    "time-cost-accumulation",
+    FIX_NO_SYNC, accumulation_unsynced_step)
+
+
+ACCUMULATION_LOSS_NOT_DIVIDED = Check(
+    "accumulation-loss-not-divided", "error",
+    "with k micro-steps per step, the loss given to backward is divided by k",
+    "time-cost-accumulation",
+    FIX_DIVIDE, accumulation_loss_not_divided)

@@ -4,6 +4,7 @@ no other check explains, with where every rank is)."""
 from __future__ import annotations
 
 import ddplab.doctor.records as records
+from ddplab.doctor.judging.check import ANY_CRASH, Check, Crashes
 from ddplab.doctor.judging.findings import place
 from ddplab.doctor.judging.judgement import (
     Problem,
@@ -13,6 +14,7 @@ from ddplab.doctor.judging.judgement import (
     passed,
     ranks_text,
 )
+from ddplab.doctor.messages import to_json
 
 
 def _sequences(evidence) -> dict:
@@ -53,7 +55,7 @@ def _signature(c) -> tuple | None:
 
 
 def _crashed(evidence, rank: int) -> bool:
-    return (evidence.run.outcomes.get(rank) or {}).get("outcome") == records.Outcome.CRASHED
+    return evidence.outcome(rank) == records.Outcome.CRASHED
 
 
 def _named(c) -> str:
@@ -84,7 +86,7 @@ def collective_on_some_ranks(evidence, earlier):
                     and len(issued) < len(at):
                 break  # a rank that failed calls nothing more: its failure is the finding
             if any(c is not None and c.by == records.DdpCall.GRADIENTS for c in at.values()) \
-                    and any(f.id == "uneven-inputs" for f in earlier):
+                    and earlier.found("uneven-inputs"):
                 break  # a rank's extra backward: uneven-inputs names it
             counts = ", ".join(f"rank {r}: {len(c)}" for r, c in sorted(calls.items()))
             if None in ops.values():
@@ -224,42 +226,113 @@ def hang(evidence, earlier):
     """A rank waited longer than the timeout, and no other check explains why."""
     if not evidence.hung():
         return passed("no rank waited longer than the timeout")
-    if any(f.explains for f in earlier):
-        explained = next(f for f in earlier if f.explains)
-        return passed(f"the hang is {explained.id}'s")
-    positions = evidence.run.hang["positions"]
-    alarm = evidence.run.hang["alarm"]
-    return found(Problem(describe_hang(evidence, alarm, positions),
-                       {"alarm": alarm, "positions": positions}, alarm.get("file"),
-                       alarm.get("line")))
+    explained = earlier.explaining()
+    if explained:
+        return passed(f"the hang is {explained[0].id}'s")
+    hung = evidence.run.hang
+    waiting = hung.alarm.waiting
+    return found(Problem(describe_hang(evidence, hung.alarm, hung.positions),
+                         to_json(hung), waiting.file, waiting.line))
 
 
-def describe_hang(evidence, alarm: dict, positions: dict) -> str:
-    """Where each rank is: waiting in which call at which line, or done."""
-    waited = alarm.get("waited")
-    parts = [f"rank {alarm['rank']} waits in {alarm['what']}"
-             + (f" #{alarm['seq'] + 1}" if alarm.get("seq") is not None else "")
-             + (f" at {place(alarm.get('file'), alarm.get('line'))}" if alarm.get("line")
-                else "") + (f" (for {waited:.0f} s)" if waited else "")]
+def describe_hang(evidence, alarm, positions: dict) -> str:
+    """Where each rank is (``positions``: rank -> ``messages.Where``): waiting in which call
+    at which line, or done."""
+    waiting = alarm.waiting
+    parts = [f"rank {alarm.rank} waits in {waiting.what}"
+             + (f" #{waiting.seq + 1}" if waiting.seq is not None else "")
+             + (f" at {place(waiting.file, waiting.line)}" if waiting.line else "")
+             + (f" (for {alarm.waited:.0f} s)" if alarm.waited else "")]
     ended = {records.Outcome.FINISHED: "has finished the script",
              records.Outcome.CRASHED: "has crashed",
              records.Outcome.STOPPED: "was stopped by the doctor"}
     for rank in sorted(evidence.run.outcomes):
-        if rank != alarm["rank"]:
+        if rank != alarm.rank:
             done = evidence.run.outcomes[rank]
-            parts.append(f"rank {rank} {ended.get(done['outcome'], done['outcome'])} "
-                         f"(after {done['steps']} optimizer steps)")
-    for rank, p in sorted(positions.items(), key=lambda kv: int(kv[0])):
-        if int(rank) == alarm["rank"]:
+            parts.append(f"rank {rank} {ended[done.outcome]} (after {done.steps} optimizer "
+                         "steps)")
+    for rank, p in sorted(positions.items()):
+        if rank == alarm.rank:
             continue
-        if p.get("silent"):
+        if p.silent:
             parts.append(f"rank {rank} did not answer (busy outside Python)")
-        elif p.get("waiting"):
-            w = p["waiting"]
-            parts.append(f"rank {rank} waits in {w['what']}"
-                         + (f" at {place(w.get('file'), w.get('line'))}" if w.get("line")
+        elif p.waiting:
+            parts.append(f"rank {rank} waits in {p.waiting.what}"
+                         + (f" at {place(p.waiting.file, p.waiting.line)}" if p.waiting.line
                             else ""))
         else:
-            parts.append(f"rank {rank} is at {place(p.get('file'), p.get('line'))}"
-                         + (f" (in {p['in']})" if p.get("in") else ""))
+            parts.append(f"rank {rank} is at {place(p.file, p.line)}"
+                         + (f" (in {p.inner})" if p.inner else ""))
     return "; ".join(parts)
+
+
+FIX_EVERY_RANK = """\
+dist.all_reduce(loss_sum)  # every rank calls the collective
+if dist.get_rank() == 0:  # only the printing is rank 0's
+    print(loss_sum.item() / dist.get_world_size())"""
+
+
+FIX_DEVICE = """\
+device = torch.device("cuda", local_rank)
+torch.cuda.set_device(device)
+model = DDP(model.to(device), device_ids=[local_rank])
+counts = torch.tensor([correct, total], device=device)  # the rank's GPU, not the CPU
+dist.all_reduce(counts)
+# on a machine without GPUs: dist.init_process_group("gloo")"""
+
+
+FIX_REDUCED_ONCE = """\
+loss.backward()  # DDP all-reduces and averages the gradients here
+# no loop of dist.all_reduce(p.grad) after it: that is DDP's job, done once
+optimizer.step()"""
+
+
+FIX_NO_BARRIER = """\
+for step, (x, y) in enumerate(loader):
+    ...  # no dist.barrier() here: DDP's backward already synchronises the ranks
+    if step % log_every == 0:  # reduce the numbers to log now and then, not every step
+        dist.all_reduce(loss_sum)"""
+
+
+FIX_HANG = """\
+# every rank must call the same collectives in the same order: move the collective
+# out of any `if rank == ...` branch, and give every rank the same number of batches"""
+
+
+COLLECTIVE_ON_SOME_RANKS = Check(
+    "collective-on-some-ranks", "error",
+    "every rank calls the same collectives, in the same order",
+    "hangs-rank0-collective",
+    FIX_EVERY_RANK, collective_on_some_ranks,
+    defers_to=('uneven-inputs',), explains_hang=True, explains=ANY_CRASH)
+
+
+CPU_TENSOR_NCCL = Check(
+    "cpu-tensor-nccl", "error",
+    "under NCCL, every collective's tensor and DDP's model are on the GPU",
+    "errors-no-backend-cpu",
+    FIX_DEVICE, cpu_tensor_nccl,
+    explains=Crashes(texts=("No backend type associated with device type cpu",
+                            "Tensors must be CUDA")))
+
+
+GRADIENTS_REDUCED_TWICE = Check(
+    "gradients-reduced-twice", "waste",
+    "the script does not all-reduce gradients DDP has already all-reduced",
+    "averaging-naive",
+    FIX_REDUCED_ONCE, gradients_reduced_twice)
+
+
+BARRIER_EVERY_STEP = Check(
+    "barrier-every-step", "waste",
+    "the training loop does not wait in a barrier before every optimizer step",
+    "time-cost-slower",
+    FIX_NO_BARRIER, barrier_every_step)
+
+
+HANG = Check(
+    "hang", "error",
+    "no rank waits longer than the timeout in a collective, a backward or DDP's "
+    "construction",
+    "hangs",
+    FIX_HANG, hang, reads_explanations=True)

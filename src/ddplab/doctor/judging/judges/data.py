@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ddplab.doctor.records as records
+from ddplab.doctor.judging.check import ANY_CRASH, Check
 from ddplab.doctor.judging.findings import place
 from ddplab.doctor.judging.judgement import (
     Problem,
@@ -153,3 +154,49 @@ def uneven_inputs(evidence, earlier):
     return passed("every rank's training loader has the same number of batches"
                   + (f" (an IterableDataset's epoch, counted to its end: {', '.join(streams)})"
                      if streams else ""))
+
+
+FIX_SET_EPOCH = """\
+for epoch in range(num_epochs):
+    # before iterating: a new order each epoch, the same on all ranks
+    sampler.set_epoch(epoch)
+    for x, y in loader:
+        ..."""
+
+
+FIX_SAMPLER = """\
+sampler = DistributedSampler(dataset)  # each rank: len(dataset) / world_size samples
+# the sampler shuffles: no shuffle=True here
+loader = DataLoader(dataset, batch_size=batch_size, sampler=sampler)"""
+
+
+FIX_UNEVEN = """\
+# a DistributedSampler gives every rank as many samples: by default (drop_last=False) it
+# pads by repeating the first samples of the epoch's order, which then count twice;
+# drop_last=True leaves len(dataset) % world_size samples out of each epoch instead
+sampler = DistributedSampler(dataset)
+# or keep unequal shards and let DDP shadow the missing all-reduces:
+with model.join():
+    for x, y in loader:
+        ..."""
+
+
+SAMPLER_SET_EPOCH = Check(
+    "sampler-set-epoch", "error",
+    "a shuffling DistributedSampler gives a new order in each training epoch",
+    "sharding-shuffling",
+    FIX_SET_EPOCH, sampler_set_epoch)
+
+
+NO_DISTRIBUTED_SAMPLER = Check(
+    "no-distributed-sampler", "error",
+    "each rank trains on its own shard, not on the whole dataset",
+    "sharding-no-sampler",
+    FIX_SAMPLER, no_distributed_sampler)
+
+
+UNEVEN_INPUTS = Check(
+    "uneven-inputs", "error",
+    "every rank's training loader has the same number of batches",
+    "hangs-uneven",
+    FIX_UNEVEN, uneven_inputs, explains_hang=True, explains=ANY_CRASH)

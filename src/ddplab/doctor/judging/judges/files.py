@@ -10,9 +10,9 @@ each open a path once with ``"w"`` are an advisory that says so, not an error.
 from __future__ import annotations
 
 import os
-import re
 
 import ddplab.doctor.records as records
+from ddplab.doctor.judging.check import Check, Crashes
 from ddplab.doctor.judging.findings import place, shown_path
 from ddplab.doctor.judging.judgement import (
     Problem,
@@ -43,13 +43,9 @@ def _mkdir_clash(evidence, made) -> list:
     """A folder several ranks create with os.mkdir, where one of them failed with
     FileExistsError on it: the run's own proof (the ranks' calls and the failure)."""
     crash = evidence.crashed()
-    text = (crash or {}).get("error") or ""
-    if "FileExistsError" not in text:
+    if crash is None or crash.type != "FileExistsError" or not crash.path:
         return []
-    named = re.search(r"File exists: '([^']+)'", text)
-    if named is None:
-        return []
-    failed = os.path.normpath(named.group(1))  # as the script passed it, maybe relative
+    failed = os.path.normpath(crash.path)  # as the script passed it, maybe relative
     by_path = {}
     for w in made:
         by_path.setdefault(w.record.path, []).append(w)
@@ -60,8 +56,8 @@ def _mkdir_clash(evidence, made) -> list:
             return [Problem(
                 f"{ranks_text(ranks)} all create the folder {shown_path(path)} (os.mkdir at "
                 f"{place(*file_line(first))}, step {first.step}): the first one wins and rank "
-                f"{crash['rank']} fails with FileExistsError",
-                {"path": path, "ranks": ranks, "how": "mkdir", "failed": crash["rank"]},
+                f"{crash.rank} fails with FileExistsError",
+                {"path": path, "ranks": ranks, "how": "mkdir", "failed": crash.rank},
                 *file_line(first))]
     return []
 
@@ -81,7 +77,7 @@ def every_rank_writes(evidence, earlier):
         return not_applicable("no rank wrote a file")
     by_path = {}
     for w in writes:  # a path on one host: node-local disks may each hold one copy
-        host = evidence.by_rank[w.rank].get("host")
+        host = evidence.by_rank[w.rank].host
         by_path.setdefault((host, w.record.path), []).append(w)
     problems = []
     for (_, path), ws in sorted(by_path.items()):
@@ -116,3 +112,16 @@ def every_rank_writes(evidence, earlier):
         return found(*problems[:3])
     return passed(f"{len(by_path)} file{'s' if len(by_path) > 1 else ''} written, each by one "
                   "rank")
+
+
+FIX_WRITES = """\
+if dist.get_rank() == 0:  # one writer: the other ranks' copy is the same
+    torch.save(model.module.state_dict(), path)
+dist.barrier()  # the others wait until the file is complete before they read it"""
+
+
+EVERY_RANK_WRITES = Check(
+    "every-rank-writes", "error",
+    "each file is written by one rank only",
+    "hangs-checkpoints",
+    FIX_WRITES, every_rank_writes, explains=Crashes(types=("FileExistsError",)), also=("advisory",))

@@ -9,6 +9,8 @@ per process under torchrun. With ``rank=0`` in every process, run without the do
 from __future__ import annotations
 
 import ddplab.doctor.records as records
+from ddplab.doctor.judging import error_index
+from ddplab.doctor.judging.check import ANY_CRASH, Check
 from ddplab.doctor.judging.judgement import Problem, found, not_applicable, passed
 
 
@@ -37,7 +39,7 @@ def no_process_group(evidence, earlier):
     run = evidence.run
     if run.mode != records.Mode.NONE:
         return not_applicable("the script joined a process group or started its own ranks")
-    if not run.launcher or run.launcher["outcome"] == records.Outcome.CRASHED:
+    if not run.launcher or run.launcher.outcome == records.Outcome.CRASHED:
         return not_applicable("the script failed before it could join a group")
     options = evidence.launcher_records(records.LocalRankOption)
     if options:
@@ -52,3 +54,23 @@ def no_process_group(evidence, earlier):
         "the script ran to its end without joining a process group "
         "(init_process_group was never called): under torchrun every process would train "
         "alone on the whole dataset", {}, None, None))
+
+
+FIX_RANK = """\
+# no rank= or world_size=: torchrun's RANK and WORLD_SIZE, one rank per process
+dist.init_process_group()  # or keep the backend your script names: ("gloo"), ("nccl")
+# with none, torch 2.13 takes NCCL where there is a GPU, gloo where there is none
+local_rank = int(os.environ["LOCAL_RANK"])  # this process's GPU on its node, if any"""
+
+
+DUPLICATE_RANK = Check(
+    "duplicate-rank", "error",
+    "each process passes init_process_group a rank of its own",
+    "running-torchrun",
+    FIX_RANK, duplicate_rank, explains=ANY_CRASH)
+
+
+NO_PROCESS_GROUP = Check(
+    "no-process-group", "error",
+    "a script run as torchrun runs it joins a process group",
+    error_index.NO_GROUP, error_index.FIX_LOCAL_RANK, no_process_group)

@@ -14,6 +14,7 @@ samples, with no count reduced beside it.
 from __future__ import annotations
 
 import ddplab.doctor.records as records
+from ddplab.doctor.judging.check import Check
 from ddplab.doctor.judging.findings import place
 from ddplab.doctor.judging.judgement import (
     Problem,
@@ -163,3 +164,17 @@ def metric_mean_of_means(evidence, earlier):
     return passed("; ".join(passes) if passes else
                   "no padded evaluation shard is reduced, and no per-rank mean over unequal "
                   "shards is averaged")
+
+
+FIX_METRIC = """\
+sums = torch.tensor([correct, count], dtype=torch.float64, device=device)
+dist.all_reduce(sums)  # the sums and the counts, not each rank's mean
+accuracy = (sums[0] / sums[1]).item()
+# and an unpadded shard: Subset(val_set, range(rank, len(val_set), world_size))"""
+
+
+METRIC_MEAN_OF_MEANS = Check(
+    "metric-mean-of-means", "error",
+    "an evaluation metric is reduced from sums and counts, over unpadded shards",
+    "training-loop-evaluation",
+    FIX_METRIC, metric_mean_of_means, also=("advisory",))

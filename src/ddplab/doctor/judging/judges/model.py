@@ -4,6 +4,7 @@ ranks after a step) and ``find-unused-parameters`` (either direction)."""
 from __future__ import annotations
 
 import ddplab.doctor.records as records
+from ddplab.doctor.judging.check import Check, Crashes
 from ddplab.doctor.judging.findings import place
 from ddplab.doctor.judging.judgement import (
     Problem,
@@ -125,10 +126,10 @@ def replicas_diverge(evidence, earlier):
         return not_applicable("one rank")
     if not evidence.records(records.Replica):
         return not_applicable("no optimizer step was taken")
-    if any(f.id == "accumulation-unsynced-step" for f in earlier):
+    if earlier.found("accumulation-unsynced-step"):
         return not_applicable("explained by accumulation-unsynced-step: the replicas step "
                               "with different gradients")
-    failed = next((f for f in earlier if f.explains and evidence.crashed()), None)
+    failed = next(iter(earlier.explaining()), None) if evidence.crashed() else None
     if failed is not None:
         return not_applicable(f"the run failed as {failed.id} says: DDP's own failure leaves "
                               "its gradients unreduced, and the replicas are not compared")
@@ -195,3 +196,31 @@ def find_unused_parameters(evidence, earlier):
                   + ("every parameter got a gradient" if not any(m.find_unused
                                                                  for m in models)
                      else "some parameters got no gradient"))
+
+
+FIX_UNUSED = """\
+model = DDP(model, device_ids=[local_rank], find_unused_parameters=True)
+# or take the parameters that get no gradient out of the model"""
+
+
+FIX_REPLICAS = """\
+model = DDP(model, device_ids=[local_rank])  # all ranks start from rank 0's parameters
+# and afterwards change them only through the optimizer, on every rank alike"""
+
+
+FIND_UNUSED_PARAMETERS = Check(
+    "find-unused-parameters", "error",
+    "find_unused_parameters matches the model: True exactly when a parameter gets no "
+    "gradient",
+    "hangs-unused-parameters",
+    FIX_UNUSED, find_unused_parameters,
+    explains=Crashes(texts=("Expected to have finished reduction",)), also=("waste",))
+
+
+REPLICAS_DIVERGE = Check(
+    "replicas-diverge", "error",
+    "every parameter (and every buffer DDP does not re-broadcast) is equal on all ranks "
+    "after each step",
+    "hangs-batchnorm",
+    FIX_REPLICAS, replicas_diverge,
+    defers_to=('accumulation-unsynced-step',), reads_explanations=True)

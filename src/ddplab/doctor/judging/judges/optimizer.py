@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import ddplab.doctor.records as records
+from ddplab.doctor.judging.check import Check
 from ddplab.doctor.judging.findings import place
 from ddplab.doctor.judging.judgement import (
     Problem,
@@ -59,7 +60,7 @@ def lr_not_scaled(evidence, earlier):
     if evidence.run.mode == records.Mode.SPAWN:
         return not_applicable("the script starts its own ranks (mp.spawn) and chooses its world "
                               "size itself: there is no one-rank run to compare")
-    if any(f.id == "same-batches" for f in earlier):
+    if earlier.found("same-batches"):
         return not_applicable("explained by same-batches: the ranks draw the same samples, so "
                               "the global batch is one rank's whatever the world size")
     firsts = {r: next((m.digest for s in evidence.records(records.Step, r) for m in s.micro),
@@ -102,3 +103,32 @@ def lr_not_scaled(evidence, earlier):
         {"global_batch_one_rank": alone, "global_batch": grown, "lr": step.lr,
          "world_size": size, "optimizer": step.optimizer_type},
         *file_line(optimizer)))
+
+
+FIX_UNSCALE = """\
+scaler.scale(loss).backward()
+scaler.unscale_(optimizer)  # the true gradients, before clipping them
+torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+scaler.step(optimizer)
+scaler.update()"""
+
+
+FIX_LR = """\
+# linear scaling with the global batch (with a warmup)
+lr = base_lr * dist.get_world_size()
+# or keep the global batch fixed:
+# batch_size = global_batch_size // dist.get_world_size()"""
+
+
+CLIP_BEFORE_UNSCALE = Check(
+    "clip-before-unscale", "error",
+    "gradients are clipped after GradScaler.unscale_, not while still scaled",
+    "training-loop-mixed-precision",
+    FIX_UNSCALE, clip_before_unscale)
+
+
+LR_NOT_SCALED = Check(
+    "lr-not-scaled", "advisory",
+    "the LR follows the global batch when the global batch grows with the world size",
+    "lr-scaling-rules",
+    FIX_LR, lr_not_scaled, defers_to=('same-batches',))

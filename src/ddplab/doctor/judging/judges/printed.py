@@ -15,6 +15,7 @@ import math
 import re
 
 import ddplab.doctor.records as records
+from ddplab.doctor.judging.check import Check
 from ddplab.doctor.judging.findings import place
 from ddplab.doctor.judging.judgement import (
     Problem,
@@ -72,9 +73,10 @@ def logged_sum_not_divided(evidence, earlier):
     return passed("no printed number is an undivided SUM of the ranks' means")
 
 
-def _pass_losses(evidence, rank, training: records.Pass) -> tuple[list, list, int] | None:
+def _pass_losses(evidence, rank, training: records.Pass) -> tuple[list, list, int, float] | None:
     """The losses and batch sizes of a whole training pass (one backward and one DDP forward
-    per step), and the ``t`` of its last step; None where they cannot be told."""
+    per step), the ``t`` of its last step and of the loader's next pass (what is printed
+    between is this epoch's); None where they cannot be told."""
     later = [p.t for p in evidence.records(records.Pass, rank)
              if p.loader == training.loader and p.t > training.t]
     end = min(later, default=float("inf"))
@@ -86,7 +88,7 @@ def _pass_losses(evidence, rank, training: records.Pass) -> tuple[list, list, in
     sizes = [s.micro[0].batch for s in steps]
     if None in losses or None in sizes:
         return None
-    return losses, sizes, steps[-1].t
+    return losses, sizes, steps[-1].t, end
 
 
 def mean_over_global_count(evidence, earlier):
@@ -104,7 +106,7 @@ def mean_over_global_count(evidence, earlier):
             told = _pass_losses(evidence, rank, p) if whole and printed else None
             if told is None or not loader or not loader.dataset_len or not loader.batch_size:
                 continue
-            losses, sizes, last = told
+            losses, sizes, last, end = told
             n, samples = loader.dataset_len, sum(sizes)
             if samples > 0.75 * n:
                 continue
@@ -115,7 +117,7 @@ def mean_over_global_count(evidence, earlier):
                         "whole dataset": sum(losses) / k
                         for k in {n // loader.batch_size, math.ceil(n / loader.batch_size)}}}
             right = (total / samples, sum(losses) / len(losses))
-            for line in (q for q in printed if q.t > last):
+            for line in (q for q in printed if last < q.t < end):
                 how = next((h for h, v in wrong.items() if _shows(line.text, v)), None)
                 if how is None or any(_shows(line.text, v) for v in right):
                     continue
@@ -139,3 +141,24 @@ FIX_GLOBAL_COUNT = """\
 sums = torch.tensor([total_loss, samples_seen], dtype=torch.float64, device=device)
 dist.all_reduce(sums)
 mean_loss = (sums[0] / sums[1]).item()  # not total_loss / len(train_loader.dataset)"""
+
+
+FIX_LOG_MEAN = """\
+dist.all_reduce(loss_value, op=dist.ReduceOp.SUM)
+loss_value /= dist.get_world_size()  # the mean over the ranks, as one process prints it
+# or: dist.all_reduce(loss_value, op=dist.ReduceOp.AVG)"""
+
+
+LOGGED_SUM_NOT_DIVIDED = Check(
+    "logged-sum-not-divided", "error",
+    "a printed mean over the ranks is the all-reduced sum divided by the world size",
+    "averaging-naive",
+    FIX_LOG_MEAN, logged_sum_not_divided)
+
+
+MEAN_OVER_GLOBAL_COUNT = Check(
+    "mean-over-global-count", "error",
+    "a loss a rank summed over its shard is printed divided by the rank's count, not "
+    "the whole dataset's",
+    "training-loop-printing",
+    FIX_GLOBAL_COUNT, mean_over_global_count)

@@ -18,6 +18,7 @@ import math
 import re
 
 import ddplab.doctor.records as records
+from ddplab.doctor.judging.check import EVERY_CHECK_BEFORE, Check
 from ddplab.doctor.judging.findings import place
 from ddplab.doctor.judging.judgement import Problem, file_line, found, not_applicable, passed
 from ddplab.doctor.reference import printed as printed_lines
@@ -81,7 +82,7 @@ def _explained_update(evidence, one, update, n) -> str | None:
 
 
 def _cause(evidence, earlier, diff, update, n) -> str:
-    ids = [f.id for f in earlier if f.kind in ("error", "waste")]
+    ids = [f.id for f in earlier.every() if f.kind in ("error", "waste")]
     said = []
     if update is not None:
         said.append(f"rank {diff.rank}'s update at this step is {update['ratio']:.4g} times "
@@ -178,7 +179,7 @@ def reference_differs(evidence, earlier):
             f"process prints the whole batch's ({p.ranks_text!r} against {p.one_text!r} after "
             f"step {p.step}; {len(own_losses)} such numbers)",
             {"lines": len(own_losses)}, p.file, p.line, kind="advisory"))
-    explained = sorted({f.id for f in earlier if f.kind == "error"})
+    explained = sorted({f.id for f in earlier.every() if f.kind == "error"})
     if explained:  # a difference the checks above already name is theirs to explain
         for problem in errors:
             problem.kind = "advisory"
@@ -224,3 +225,11 @@ def _shown(text: str, value: float) -> str:
         if v == value:
             return shown
     return repr(value)
+
+
+REFERENCE_DIFFERS = Check(
+    "reference-differs", "error",
+    "the ranks train as one process does on the same samples: parameters, learning rates and "
+    "printed numbers, step by step",
+    "averaging-naive",
+    FIX, reference_differs, defers_to=EVERY_CHECK_BEFORE, also=("advisory",))

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 
 import ddplab.doctor.records as records
+from ddplab.doctor.judging.check import Check
 from ddplab.doctor.judging.findings import place
 from ddplab.doctor.judging.judgement import (
     Problem,
@@ -61,9 +62,9 @@ def _walk(evidence, rank: int, schedule: records.Schedule, loader: records.Loade
     if not passes or passes[0].len is None or not steps or batches % steps:
         return "the training loader has no length, or its batches per step are not whole"
     every = [p for p in evidence.records(records.Pass, rank) if p.loader == loader.index]
-    finished = (evidence.run.outcomes.get(rank) or {}).get("outcome") == records.Outcome.FINISHED
+    finished = evidence.outcome(rank) == records.Outcome.FINISHED
     epochs, counted = schedule.epochs, False
-    if epochs is None and finished and all(p.training for p in every):
+    if epochs is None and finished and all(p.training or p.ended for p in every):
         epochs, counted = loader.iterations, True
     whole = (loader.dataset_len / (loader.batch_size * batches // steps)
              if loader.dataset_len and loader.batch_size else None)
@@ -157,3 +158,11 @@ FIX_LENGTH = """\
 scheduler = torch.optim.lr_scheduler.OneCycleLR(
     optimizer, max_lr, epochs=epochs, steps_per_epoch=len(train_loader))
 # with k micro-steps per optimizer step: steps_per_epoch=len(train_loader) // k"""
+
+
+SCHEDULE_LENGTH = Check(
+    "schedule-length", "error",
+    "a learning-rate schedule's length is the steps each rank's loader gives, not the "
+    "whole dataset's",
+    "lr-scaling-schedule-length",
+    FIX_LENGTH, schedule_length)

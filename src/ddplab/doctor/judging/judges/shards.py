@@ -12,6 +12,7 @@ overlap.
 from __future__ import annotations
 
 import ddplab.doctor.records as records
+from ddplab.doctor.judging.check import Check
 from ddplab.doctor.judging.findings import place
 from ddplab.doctor.judging.judgement import (
     Problem,
@@ -81,7 +82,7 @@ def same_batches(evidence, earlier):
     numbers than the others, rank 0's evaluation, and runs ahead on the same stream)."""
     if (evidence.world_size or 0) < 2:
         return not_applicable("one rank")
-    if any(f.id == "no-distributed-sampler" for f in earlier):
+    if earlier.found("no-distributed-sampler"):
         return not_applicable("explained by no-distributed-sampler")
     per_rank = {r: _forward_digests(evidence, r) for r in evidence.ranks}
     compared = min((len(v) for v in per_rank.values()), default=0)
@@ -177,3 +178,25 @@ FIX_SAME_SEED = """\
 sampler = DistributedSampler(dataset, shuffle=True, seed=seed)
 for epoch in range(num_epochs):
     sampler.set_epoch(epoch)"""
+
+
+DIFFERENT_DATASETS = Check(
+    "different-datasets", "error",
+    "a sharded training loader holds the same dataset on every rank",
+    "sharding-no-sampler",
+    FIX_ONE_SPLIT, different_datasets)
+
+
+OVERLAPPING_SHARDS = Check(
+    "overlapping-shards", "error",
+    "within an epoch, the ranks' DistributedSampler shards share no sample beyond the "
+    "padding",
+    "sharding-shuffling",
+    FIX_SAME_SEED, overlapping_shards)
+
+
+SAME_BATCHES = Check(
+    "same-batches", "error",
+    "the ranks' DDP forwards get different batches",
+    "sharding-no-sampler",
+    FIX_SEED, same_batches, defers_to=('no-distributed-sampler',))

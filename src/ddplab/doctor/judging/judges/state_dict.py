@@ -11,6 +11,8 @@ loads a state into a DDP model or crashed on the prefix (``known-crash`` names t
 from __future__ import annotations
 
 import ddplab.doctor.records as records
+from ddplab.doctor.judging import error_index
+from ddplab.doctor.judging.check import Check
 from ddplab.doctor.judging.findings import place, shown_path
 from ddplab.doctor.judging.judgement import Problem, file_line, found, not_applicable, passed
 
@@ -19,8 +21,7 @@ def state_dict_prefix(evidence, earlier):
     saves = [w for w in evidence.all(records.Write) if w.record.prefixed]
     if not saves:
         return not_applicable("no torch.save of a state dict named with DDP's 'module.'")
-    if any(f.id == "known-crash" and f.evidence.get("entry") == "errors-state-dict-prefix"
-           for f in earlier):
+    if any(f.section == error_index.PREFIX_LABEL for f in earlier.found("known-crash")):
         return passed("the crash above is this prefix (known-crash)")
     into_ddp = [r.record for r in evidence.all(records.LoadStateDict)
                 if r.record.module == "DistributedDataParallel"]
@@ -37,3 +38,9 @@ def state_dict_prefix(evidence, earlier):
         {"path": first.path, "keys": first.prefixed, "first_key": first.first_key,
          "ranks": sorted({w.rank for w in saves})},
         *file_line(first)))
+
+
+STATE_DICT_PREFIX = Check(
+    "state-dict-prefix", "advisory",
+    "a saved state dict has the model's own names, not DDP's 'module.' ones",
+    error_index.PREFIX_LABEL, error_index.FIX_PREFIX, state_dict_prefix, defers_to=('known-crash',))

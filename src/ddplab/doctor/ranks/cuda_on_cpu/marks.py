@@ -82,8 +82,7 @@ def note(what: str) -> None:
         return
     NOTED.add(what)
     spot = where.line()
-    _recorder.RECORDER.add(records.Mapped(what=what, file=spot and spot[0],
-                                          line=spot and spot[1]))
+    _recorder.RECORDER.add(records.Mapped(what=what, **where.fields(spot)))
 
 
 def from_reader(depth: int = 2) -> bool:

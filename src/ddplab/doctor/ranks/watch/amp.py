@@ -53,7 +53,7 @@ def install() -> None:
                 result = real(parameters, *args, **kwargs)
                 limit = args[0] if args else kwargs.get("max_norm", kwargs.get("clip_value"))
                 rec.add(records.Clip(
-                    how=how, file=spot and spot[0], line=spot and spot[1], scaled=bool(scaled),
+                    how=how, **where.fields(spot), scaled=bool(scaled),
                     scale=float(scaled[0].get_scale()) if scaled else None,
                     norm=float(result) if isinstance(result, torch.Tensor) else None,
                     limit=float(limit) if limit is not None else None))

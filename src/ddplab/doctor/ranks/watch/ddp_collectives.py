@@ -33,8 +33,8 @@ def note(op: str, by: str, process_group, tensors, spot=None):
     spot = spot if spot is not None else where.line()
     first = tensors[0] if tensors else None
     record = rec.add(records.Collective(
-        op=op, seq=None, group=key, file=spot and spot[0],
-        line=spot and spot[1], devices=sorted({t.device.type for t in tensors}),
+        op=op, seq=None, group=key, **where.fields(spot),
+        devices=sorted({t.device.type for t in tensors}),
         nccl=nccl_rules(info["requested"]), requested=info["requested"], reduce=None,
         dtype=str(first.dtype).replace("torch.", "") if first is not None else None,
         numel=sum(t.numel() for t in tensors), before=None,

@@ -119,8 +119,8 @@ def _note_use(func, args) -> None:
         if size else []
     spot = where.line()
     rec.add(records.GatheredUse(
-        how=getattr(func, "__name__", str(func)), file=spot and spot[0],
-        line=spot and spot[1], gather_file=source["file"], gather_line=source["line"],
+        how=getattr(func, "__name__", str(func)), **where.fields(spot),
+        gather_file=source["file"], gather_line=source["line"],
         loader=source["loader"], pass_number=source["pass_number"], dataset_len=size,
         samples=int(samples.sum()), distinct=int((samples > 0).sum()),
         repeated=repeated, repeats={str(i): int(samples[i]) for i in repeated},
@@ -221,7 +221,7 @@ def trace(tensor_list, tensor) -> None:
     if Traced is None:
         Traced = _make_traced()
     spot = where.line()
-    source = {"file": spot and spot[0], "line": spot and spot[1], "loader": order.loader,
+    source = {**where.fields(spot), "loader": order.loader,
               "pass_number": order.pass_number, "dataset_len": order.dataset_len}
     for i, (indices, t) in enumerate(zip(rows, tensor_list)):
         ids = torch.tensor(indices, dtype=torch.long).reshape(

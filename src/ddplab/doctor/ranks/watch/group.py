@@ -69,7 +69,7 @@ def say_mode(mode: records.Mode) -> None:
         os.environ[MODE_UNSAID] = "0"
         from ddplab.doctor.store import Store
 
-        Store.connect().put("mode", mode)
+        Store.connect().say_mode(mode)
 
 
 def evidence_store():
@@ -113,15 +113,14 @@ def install() -> None:
                 group = f"group{rec.count('init')}/"
                 if doctor.tcp.add(f"claims/{group}{rank}", 1) > 1:
                     rec.add(records.DuplicateRank(rank=rank, world_size=world_size,
-                                                  pid=os.getpid(), file=spot and spot[0],
-                                                  line=spot and spot[1]))
+                                                  pid=os.getpid(), **where.fields(spot)))
                     raise RuntimeError(f"rank={rank} (world_size={world_size}) was passed to "
                                        "init_process_group by another process already: each "
                                        "process needs a rank of its own")
                 store = dist.PrefixStore(group, doctor.tcp)
                 init_method = None
             wait = datetime.timedelta(seconds=rec.timeout + 30)
-            with rec.blocking("init_process_group", line=spot[1] if spot else None):
+            with rec.blocking("init_process_group", spot):
                 real(used_backend(backend), init_method=init_method, timeout=wait,
                      world_size=world_size, rank=rank, store=store, group_name=group_name,
                      pg_options=pg_options,
@@ -129,8 +128,8 @@ def install() -> None:
             if rec.rank is None:
                 rec.attach(rec.store or evidence_store(), dist.get_rank(), dist.get_world_size())
             rec.add(records.GroupInit(requested=_text(backend), used=_text(used_backend(backend)),
-                                      backend=str(dist.get_backend()), file=spot and spot[0],
-                                      line=spot and spot[1], world_size=dist.get_world_size()))
+                                      backend=str(dist.get_backend()), **where.fields(spot),
+                                      world_size=dist.get_world_size()))
         return init_process_group
 
     def make_new_group(real):
@@ -147,7 +146,7 @@ def install() -> None:
             if group is None or group is dist.GroupMember.WORLD:
                 rec.counters["deferred-destroy"] = 1
                 spot = where.line()
-                rec.add(records.GroupDestroy(file=spot and spot[0], line=spot and spot[1]))
+                rec.add(records.GroupDestroy(**where.fields(spot)))
                 return None
             return real(group)
         return destroy_process_group

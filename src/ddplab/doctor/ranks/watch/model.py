@@ -87,8 +87,7 @@ def install() -> None:
             rec = _recorder.RECORDER
             spot = where.line()
             devices = sorted({device_type(p) for p in module.parameters()})
-            with rec.blocking("DistributedDataParallel(...)", line=spot and spot[1],
-                              file=spot and spot[0]):
+            with rec.blocking("DistributedDataParallel(...)", spot):
                 real(self, module, *args, **kwargs)
             index = rec.count("ddp")
             self.__dict__["_ddplab_doctor"] = index
@@ -97,7 +96,7 @@ def install() -> None:
             requested = group_info(getattr(self, "process_group", None))["requested"]
             params = [p for p in module.parameters() if p.requires_grad]
             rec.add(records.Ddp(
-                index=index, file=spot and spot[0], line=spot and spot[1],
+                index=index, **where.fields(spot),
                 find_unused=bool(self.find_unused_parameters),
                 broadcast_buffers=bool(self.broadcast_buffers),
                 static_graph=bool(getattr(self, "static_graph", False)), devices=devices,
@@ -156,11 +155,11 @@ def install() -> None:
                                          ddp.process_group, [p for p in ddp.module.parameters()
                                                              if p.requires_grad], spot)
             rec.synced.clear()
-            with rec.blocking("backward", line=spot and spot[1], file=spot and spot[0]):
+            with rec.blocking("backward", spot):
                 result = real(tensors, *args, **kwargs)
             rec.backwards += 1
             rec.pending.append(records.Backward(
-                file=spot and spot[0], line=spot and spot[1],
+                **where.fields(spot),
                 value=_value(as_list[0]) if len(as_list) == 1 else None,
                 **(chain or {"factor": None, "ops": [], "under": None})))
             if reach is not None:
@@ -224,8 +223,7 @@ def _note_root(module, rec) -> None:
     ROOTS[id(module)] = {"index": index, "ref": weakref.ref(module), "target": weakref.ref(target),
                          "kind": kind, "ddp": ddp}
     rec.add(records.Root(index=index, kind=kind, ddp=ddp,
-                         module=type(target).__name__, file=spot and spot[0],
-                         line=spot and spot[1]))
+                         module=type(target).__name__, **where.fields(spot)))
 
 
 _GRADS = {"at": None, "names": {}}  # id(p.grad) -> name, as of the latest backward

@@ -45,8 +45,8 @@ def install() -> None:
                 rec, spot = _recorder.RECORDER, where.line()
                 self.__dict__["_ddplab_doctor"] = rec.count("schedule")
                 rec.add(records.Schedule(
-                    index=self._ddplab_doctor, type=name, file=spot and spot[0],
-                    line=spot and spot[1], length=length, length_name=attribute,
+                    index=self._ddplab_doctor, type=name, **where.fields(spot),
+                    length=length, length_name=attribute,
                     epochs=_int(given.get("epochs")),
                     steps_per_epoch=_int(given.get("steps_per_epoch")),
                     optimizer=getattr(self.optimizer, "_ddplab_doctor", None),

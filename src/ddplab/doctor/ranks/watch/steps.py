@@ -91,12 +91,15 @@ def install() -> None:
 
     def before(optimizer, args, kwargs, skipped=False):
         rec = _recorder.RECORDER
+        if rec.draining is not None:  # a step of an epoch's one batch, training ended
+            rec.micro, rec.pending = [], []
+            return
         spot = where.line()
         micro, rec.micro = rec.micro, []
         backwards, rec.pending = rec.pending, []
         first = rec.steps == 0  # the first step also says the LR and the optimizer's type
         rec.add(records.Step(
-            number=rec.steps + 1, file=spot and spot[0], line=spot and spot[1],
+            number=rec.steps + 1, **where.fields(spot),
             micro=micro[:KEPT_MICRO], micro_count=len(micro),
             backwards=backwards[:KEPT_MICRO],
             backward_count=len(backwards), optimizer=getattr(optimizer, "_ddplab_doctor", None),
@@ -109,13 +112,15 @@ def install() -> None:
 
     def after(optimizer, args, kwargs):
         rec = _recorder.RECORDER
+        if rec.draining is not None:
+            if rec.count("drained_steps") >= rec.counters.get("drained_batches", 0):
+                raise _recorder.DoctorStop(f"step {rec.steps + 1}: the script trains on "
+                                           "after its loaders ended")
+            return  # fed by an epoch's one batch: not counted
         rec.steps += 1
         rec.counters["backwards_at_step"] = rec.backwards
         if rec.steps & (rec.steps - 1) == 0 or rec.steps >= last:  # 1, 2, 4, 8, ... and K
             _digest_replicas(rec, optimizer)
-        if rec.draining is not None and rec.steps > rec.steps_at_drain:
-            raise _recorder.DoctorStop(f"step {rec.steps}: the script trains on after its "
-                                       "loaders ended")
         if rec.steps >= last:
             rec.drain(f"step {last}")
 
@@ -127,7 +132,7 @@ def install() -> None:
                 spot = where.line()
                 self.__dict__["_ddplab_doctor"] = rec.count("optimizer")
                 rec.add(records.Optimizer(index=self._ddplab_doctor, type=type(self).__name__,
-                                          file=spot and spot[0], line=spot and spot[1],
+                                          **where.fields(spot),
                                           lr=[group.get("lr") for group in self.param_groups]))
         return __init__
 
