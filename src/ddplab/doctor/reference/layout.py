@@ -17,6 +17,7 @@ messages a few kilobytes. The folder lives in the doctor's temporary folder and 
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -35,19 +36,10 @@ def init_path(folder: str) -> str:
     return os.path.join(folder, RUN, "init.pt")
 
 
-class _Quiet:
-    """While inside, the doctor's file watchers record nothing: these writes are the doctor's
-    own, not the reader's (``watch.files`` would count them against the reader's line)."""
-
-    def __enter__(self):
-        from ddplab.doctor.ranks.watch import files
-
-        self._files = files
-        self._was = getattr(files._INSIDE, "busy", False)
-        files._INSIDE.busy = True
-
-    def __exit__(self, *exc):
-        self._files._INSIDE.busy = self._was
+# While inside, the doctor's own file watchers record nothing: these writes are the doctor's,
+# not the reader's. The ranks' watchers set it to their pause (``watch.batches.install``); the
+# doctor's own process watches nothing.
+quiet = contextlib.nullcontext
 
 
 def save(obj, file: str) -> int:
@@ -58,7 +50,7 @@ def save(obj, file: str) -> int:
     buffer = io.BytesIO()
     torch.save(obj, buffer)
     data = buffer.getvalue()
-    with _Quiet():
+    with quiet():
         os.makedirs(os.path.dirname(file), exist_ok=True)
         with io.FileIO(file + ".part", "w") as f:
             f.write(data)
@@ -70,13 +62,13 @@ def load(file: str):
     """What ``save`` wrote (the doctor's own files: not only tensors, hence weights_only off)."""
     import torch
 
-    with _Quiet(), io.FileIO(file, "r") as f:
+    with quiet(), io.FileIO(file, "r") as f:
         data = f.read()
     return torch.load(io.BytesIO(data), weights_only=False)
 
 
 def write_json(value, file: str) -> None:
-    with _Quiet():
+    with quiet():
         os.makedirs(os.path.dirname(file), exist_ok=True)
         with io.FileIO(file + ".part", "w") as f:
             f.write(json.dumps(value).encode())
@@ -86,5 +78,5 @@ def write_json(value, file: str) -> None:
 def read_json(file: str, default=None):
     if not os.path.exists(file):
         return default
-    with _Quiet(), io.FileIO(file, "r") as f:
+    with quiet(), io.FileIO(file, "r") as f:
         return json.loads(f.read().decode())

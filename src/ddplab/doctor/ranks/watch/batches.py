@@ -95,8 +95,9 @@ def _after_step(optimizer, args, kwargs) -> None:
 
     rec, folder = _recorder.RECORDER, _STATE["folder"]
     step = rec.steps
-    if step > Settings.current().steps or step == 0:
-        return
+    if step > Settings.current().steps or step == 0 or step == _STATE.get("last_step"):
+        return  # a step the doctor does not count (an epoch's one batch, training ended)
+    _STATE["last_step"] = step
     rank, side = _rank(), _STATE["side"]
     if side == layout.RUN:
         pending = _STATE["pending"]
@@ -192,6 +193,9 @@ def install() -> None:
     from torch.optim import optimizer as optim_hooks
 
     from ddplab.doctor.ranks.watch.data import PassIterator
+    from ddplab.doctor.ranks.watch.files import unwatched
+
+    layout.quiet = unwatched  # the doctor's own files are not the reader's writes
 
     settings = Settings.current()
     if settings.record is None or settings.role == "probe":
