@@ -135,4 +135,8 @@ def ratio_words(ratio: float | None, world_size: int) -> str:
 
 
 def lines_of(evidence, rank: int = 0) -> list:
-    return evidence.records(records.Printed, rank) if evidence is not None else []
+    """The lines ``rank`` printed while both runs trained on the same samples: none after a
+    step the doctor does not count (there each run trains on its own loader's one batch)."""
+    if evidence is None:
+        return []
+    return [p for p in evidence.records(records.Printed, rank) if not p.after_drained]
