@@ -52,6 +52,7 @@ class Crashes:
 
 ANY_CRASH = Crashes(any=True)
 NO_CRASH = Crashes()
+EVERY_CHECK_BEFORE = ("*",)  # defers_to of a check that weighs every finding before it
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,7 +67,7 @@ class Check:
     section: str  # the label of the book's section that shows the pitfall
     fix: str  # the change, as code
     judge: Callable
-    defers_to: tuple[str, ...] = ()  # checks before it whose findings it reads
+    defers_to: tuple[str, ...] = ()  # checks before it whose findings it reads (or every one)
     reads_explanations: bool = False  # it reads which earlier findings explain a failure
     explains_hang: bool = False  # its finding, if any, is why a run hung
     explains: Crashes = NO_CRASH  # the crashes its finding, if any, explains
