@@ -90,7 +90,7 @@ def step(number: int, micro=(True,), factors=(1.0,), batch: int | None = 8,
                          for s, d in zip(micro, digests)],
                   micro_count=len(micro),
                   backwards=[Backward(file=FILE, line=44, factor=f,
-                                      ops=[] if f == 1 else [f"/ {round(1 / f)}"],
+                                      ops=[] if f in (1, None) else [f"/ {round(1 / f)}"],
                                       under="NllLossBackward0") for f in factors],
                   backward_count=len(factors), optimizer=0)
     return Step(**{**fields, **changes})
