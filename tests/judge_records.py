@@ -81,17 +81,20 @@ def sampler_order(number: int, digest: str, **changes) -> SamplerOrder:
 
 
 def step(number: int, micro=(True,), factors=(1.0,), batch: int | None = 8,
-         digests=None, **changes) -> Step:
+         digests=None, losses=None, **changes) -> Step:
     """Optimizer step ``number`` (taken after ``number - 1`` steps): one DDP micro-step per
-    ``micro`` (whether it synchronised), one backward per ``factors`` (its loss factor)."""
+    ``micro`` (whether it synchronised), one backward per ``factors`` (its loss factor) and
+    ``losses`` (its loss's value)."""
     digests = digests or [None] * len(micro)
+    losses = losses or [None] * len(factors)
     fields = dict(step=number - 1, file=FILE, line=45, number=number,
                   micro=[MicroStep(ddp=0, sync=s, batch=batch, digest=d)
                          for s, d in zip(micro, digests)],
                   micro_count=len(micro),
                   backwards=[Backward(file=FILE, line=44, factor=f,
                                       ops=[] if f in (1, None) else [f"/ {round(1 / f)}"],
-                                      under="NllLossBackward0") for f in factors],
+                                      under="NllLossBackward0", value=v)
+                             for f, v in zip(factors, losses)],
                   backward_count=len(factors), optimizer=0)
     return Step(**{**fields, **changes})
 
