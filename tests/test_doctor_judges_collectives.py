@@ -45,6 +45,14 @@ def test_collective_on_some_ranks_found_where_the_ranks_call_different_reduction
     assert got.problems[0].evidence["counts"] == {0: 2, 1: 2}
 
 
+def test_collective_on_some_ranks_found_where_one_reduction_differs_in_size():
+    """Each rank all-reduces its own number of predictions: one op, two sizes."""
+    ev = evidence({0: [collective(line=52, numel=23)], 1: [collective(line=52, numel=22)]})
+    got = judge(collectives.COLLECTIVE_ON_SOME_RANKS, ev)
+    assert got.status == Status.FOUND
+    assert got.why.endswith("at the same point (float32 x 23 on rank 0; float32 x 22 on rank 1)")
+
+
 def test_collective_on_some_ranks_found_where_the_ranks_call_different_ops():
     ev = evidence({0: [BARRIER], 1: [collective(line=58)]})
     got = judge(collectives.COLLECTIVE_ON_SOME_RANKS, ev)
@@ -230,7 +238,8 @@ def hung(outcomes: dict, positions: dict, waiting=None, waited=3.1):
 
 
 def test_hang_found_with_where_every_rank_is():
-    ev = hung({1: Done(Outcome.FINISHED, steps=8)}, {0: Where(rank=0)})
+    ev = hung({0: Done(Outcome.STOPPED, steps=8), 1: Done(Outcome.FINISHED, steps=8)},
+              {0: Where(rank=0)})  # the waiting rank is not said twice
     got = judge(collectives.HANG, ev)
     assert got.status == Status.FOUND
     assert got.why == ("rank 0 waits in barrier #1 at train.py:50 (for 3 s); rank 1 has finished "

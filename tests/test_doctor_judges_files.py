@@ -29,6 +29,14 @@ def test_every_rank_writes_found_where_two_ranks_save_one_file():
     assert got.problems[0].evidence["ranks"] == [0, 1] and got.problems[0].line == 40
 
 
+def test_every_rank_writes_names_a_rank_that_writes_not_one_that_opened():
+    opened = write("snapshot.pt", how="open", line=15, step=0, mode="w")
+    ev = evidence({0: [opened], 1: [write("snapshot.pt")], 2: [write("snapshot.pt")]})
+    got = judge(files.EVERY_RANK_WRITES, ev)
+    assert got.status == Status.FOUND and got.why.startswith("ranks 1, 2 all write ")
+    assert "snapshot.pt (torch.save at train.py:40, step 8): the 2 copies" in got.why
+
+
 def test_every_rank_writes_names_three_files_at_most():
     saves = [write(f"epoch{n}.pt") for n in range(4)]
     got = judge(files.EVERY_RANK_WRITES, evidence({0: saves, 1: saves}))

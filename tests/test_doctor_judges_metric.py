@@ -126,6 +126,12 @@ def test_metric_passes_means_reduced_beside_their_counts():
     assert got.status == Status.PASSED and got.why == PASSED
     both = collective(line=85, numel=2, before=[10.0, 21.0])  # sums and counts in one tensor
     assert judge(metric.METRIC_MEAN_OF_MEANS, means(*HF_METRIC, neighbour=both)).why == PASSED
+    values, samples = HF_METRIC  # the counts reduced before the means
+    first = evidence({r: [evaluation(samples[r]),
+                          collective(line=83, dtype="int64", before=[samples[r]]),
+                          collective(line=84, reduce="AVG", before=[values[r]],
+                                     eval_samples=samples[r])] for r in values})
+    assert judge(metric.METRIC_MEAN_OF_MEANS, first).why == PASSED
 
 
 def test_metric_passes_what_is_no_mean_over_unequal_shards():

@@ -111,6 +111,18 @@ def test_replicas_diverge_found_where_one_rank_loads_a_state_after_the_wrap():
     assert got.problems[0].line == 33
 
 
+def test_replicas_diverge_names_the_optimizers_parameters_before_a_modules():
+    """After one step, both the module run at top level and the parameters the optimizer
+    steps differ: the optimizer's are named, whatever order they were recorded in."""
+    seen = {r: [ddp(), DDP_ROOT, SGD, step(1), state(1, s),
+                state(1, s, root=None, optimizer=0, in_ddp=3, params=3)]
+            for r, s in ((0, 0.5), (1, 0.7))}
+    got = judge(model.REPLICAS_DIVERGE, evidence(seen))
+    assert got.status == Status.FOUND
+    assert got.why.startswith("the parameter net.0.weight stepped by the SGD made at "
+                              "train.py:42 differs")
+
+
 def test_replicas_diverge_found_with_no_cause_it_can_name():
     got = judge(model.REPLICAS_DIVERGE, replicas({0: [0.5], 1: [0.7]}, ddp(), DDP_ROOT))
     assert got.status == Status.FOUND

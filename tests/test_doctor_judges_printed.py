@@ -83,6 +83,17 @@ def test_mean_over_global_count_found_divided_by_the_datasets_batches():
         in got.why
 
 
+def test_mean_over_global_count_reads_each_epochs_own_steps():
+    """Epoch 0 prints the sum over the dataset's count; epoch 1 its own mean: each pass is
+    told from its own steps, up to the next pass of its loader."""
+    first = epoch("epoch 0: loss 0.2500").kept[0]
+    seen = [*first["loader"], first["pass"][0], *first["step"], *first["printed"],
+            training_pass(1, capped=False),
+            *(step(n, losses=[0.4]) for n in range(5, 9)), said("epoch 1: loss 0.4000")]
+    got = judge(printed.MEAN_OVER_GLOBAL_COUNT, evidence({0: seen, 1: seen}))
+    assert got.status == Status.FOUND and got.why.startswith("rank 0 prints \"epoch 0: loss")
+
+
 def test_mean_over_global_count_passes_the_ranks_own_mean():
     for text in ("epoch 0: loss 0.5000", "epoch 0: loss 0.3100"):
         got = judge(printed.MEAN_OVER_GLOBAL_COUNT, epoch(text))

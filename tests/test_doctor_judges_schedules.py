@@ -14,11 +14,11 @@ TOTAL_STEPS = dict(type="OneCycleLR", length=24, length_name="total_steps", epoc
 
 
 def walked(batches=None, micro=1, outcome=Outcome.FINISHED, stepped=None, loaders=1,
-           sized=True, passes=2, iterations=3, **schedule):
+           sized=True, batch_size=8, passes=2, iterations=3, **schedule):
     """Every rank: a loader (``iterations`` iter() calls, the doctor's ended ones included),
     its scheduler (``schedule``), and ``passes`` training passes of ``batches[rank]`` batches,
     an optimizer step every ``micro`` of them, each followed by the scheduler's step
-    (``sized``: the loader has a length)."""
+    (``sized``: the loader has a length; ``batch_size`` None: it was given a batch sampler)."""
     batches = batches or {0: 4, 1: 4}
     by_rank = {}
     for rank, per_pass in batches.items():
@@ -26,8 +26,8 @@ def walked(batches=None, micro=1, outcome=Outcome.FINISHED, stepped=None, loader
         made = Schedule(file=FILE, line=44, index=0, optimizer=0, optimizer_steps_at_start=0,
                         steps=steps if stepped is None else stepped, optimizer_steps=steps,
                         **{**TOTAL_STEPS, **schedule})
-        seen = [loader(iterations=iterations), *([loader(index=1)] if loaders > 1 else []),
-                *([made] if made.length else [])]
+        seen = [loader(iterations=iterations, batch_size=batch_size),
+                *([loader(index=1)] if loaders > 1 else []), *([made] if made.length else [])]
         for number in range(passes):
             seen.append(training_pass(number, len=per_pass if sized else None,
                                       batches=per_pass))
@@ -76,6 +76,8 @@ def test_schedule_length_not_applicable_where_it_cannot_be_told():
     cases = {
         "the OneCycleLR of 100 steps is longer than the 12 steps walked, but not sized from the "
         "dataset: not judged": walked(length=100),
+        "the OneCycleLR of 24 steps is longer than the 12 steps walked, but not sized from the "
+        "dataset: not judged": walked(batch_size=None),
         "the script's epochs could not be counted (the run did not finish)":
             walked(outcome=Outcome.STOPPED),
         "the OneCycleLR is not stepped once per optimizer step (2 step() calls, 8 optimizer "
@@ -89,6 +91,16 @@ def test_schedule_length_not_applicable_where_it_cannot_be_told():
     for why, ev in cases.items():
         got = judge(schedules.SCHEDULE_LENGTH, ev)
         assert (got.status, got.why) == (Status.NOT_APPLICABLE, why)
+
+
+def test_schedule_length_not_applicable_where_the_training_loader_also_evaluated():
+    """An accuracy over the training set at the end: the loader's iterations are not all
+    epochs, so they are not counted. (The reason given says the run did not finish.)"""
+    ev = walked()
+    for rank in (0, 1):
+        ev.kept[rank]["pass"].append(training_pass(2, training=False, exhausted=True))
+    got = judge(schedules.SCHEDULE_LENGTH, ev)
+    assert got.status == Status.NOT_APPLICABLE and "epochs could not be counted" in got.why
 
 
 def test_schedule_length_not_applicable_where_a_rank_has_no_record_of_it():
