@@ -55,7 +55,8 @@ FLOORS = {
                                 "ddplab.engine": "dying with the parent"}),
     "ddplab.doctor.judging": ("the doctor's judging: the evidence read back, the checks' "
                               "registry, the judges, findings and verdicts",
-                              {"ddplab.doctor.messages": "", "ddplab.doctor.records": ""}),
+                              {"ddplab.common": "where the book lives (`home`)",
+                               "ddplab.doctor.messages": "", "ddplab.doctor.records": ""}),
     "ddplab.doctor.reporting": ("the diagnosis shown: text, JSON, GitHub annotations, SARIF, "
                                 "a page",
                                 {"ddplab.common": "", "ddplab.doctor.judging": ""}),

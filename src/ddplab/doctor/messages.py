@@ -72,7 +72,10 @@ class Crash:
     17] File exists: 'out'``), ``traceback`` the traceback without the doctor's frames,
     ``frames`` its frames, ``script_file``/``script_line`` the innermost frame in the reader's
     files, ``path`` the file an ``OSError`` names, ``exit_status`` a ``sys.exit`` status (then
-    ``error`` is ``SystemExit(status)``). ``rank`` is filled in by who reads it.
+    ``error`` is ``SystemExit(status)``). ``changes`` are what the doctor had changed of the
+    run by then (an epoch cut to one batch, CUDA or a collective mapped, writes sent to the
+    scratch folder): a crash after any is possibly the doctor's. ``rank`` is filled in by who
+    reads it.
     """
 
     type: str
@@ -83,6 +86,7 @@ class Crash:
     script_line: int | None = None
     path: str | None = None
     exit_status: int | str | None = None
+    changes: tuple[str, ...] = ()
     rank: int | None = None
 
     def says(self, text: str) -> bool:

@@ -6,9 +6,23 @@ the second node fails to join, each made here on loopback.
   at the endpoint's store, take node ranks in the order they arrive, and the node that got rank
   0 tells the others its address (``--local-addr``, else ``socket.getfqdn()``:
   ``RendezvousStoreInfo.build``, ``torch/distributed/elastic/rendezvous/api.py``), where the
-  ranks' process group then forms. CI runs the same (``scripts/two_nodes.py``). While they run
-  (seconds), torchrun's stores listen on every interface: torch gives them a host name, not a
-  listening socket (ARCHITECTURE.md, "The rendered book in a browser").
+  ranks' process group then forms. CI runs the same (``scripts/two_nodes.py``).
+- **Nothing listens beyond loopback.** Each store torchrun makes listens on every interface:
+  ``TCPStore`` takes a host name to connect to, never an address to listen on, unless it is
+  handed a socket already bound (``master_listen_fd``), which torchrun never does. On a cluster
+  that is how the other nodes reach it; here it would open the machine for the run's seconds.
+  So, with torch's own switches, no agent makes one: the rendezvous store is hosted by this
+  process on 127.0.0.1 (``engine.loopback``) and both agents are told they do not host it
+  (``--rdzv-conf is_host=false``, ``_create_tcp_store``,
+  ``torch/distributed/elastic/rendezvous/c10d_rendezvous_backend.py``); node 0's agent shares
+  no store of its own with its ranks (``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``, read by
+  ``DynamicRendezvousHandler``), so rank 0 makes the group's store, which ddplab keeps on
+  127.0.0.1 when that is the address every rank was given (``engine.torchrun``); and gloo's
+  sockets are on ``lo`` (``GLOO_SOCKET_IFNAME``). A network namespace with loopback alone
+  (``unshare -n``) would do it for any program, but needs privileges a CI runner may not
+  grant, and its sockets, bound to every interface of a namespace, look from outside like
+  nothing at all; here every listening socket is on 127.0.0.1, which a test checks
+  (``tests/test_running_two_nodes.py``).
 - **Connection refused.** A store client at an address where nothing listens: torch 2.13 says
   "Connection refused" only in its trace log (``TORCH_CPP_LOG_LEVEL=INFO``,
   ``TORCH_DISTRIBUTED_DEBUG=DETAIL``: "is not yet listening (errno: 111 - Connection
@@ -20,11 +34,11 @@ the second node fails to join, each made here on loopback.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -33,32 +47,42 @@ import time
 from ddplab.common import nobody_listening
 from ddplab.common.checks import positive_number
 from ddplab.common.results import Result
+from ddplab.engine.loopback import loopback_store
 
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
+# Every node's environment here: two "nodes" share this machine's cores (one thread a rank, as
+# torchrun sets for several ranks on a node), no agent shares a store of its own with its
+# ranks, gloo's sockets on loopback.
+LOOPBACK_ENV = {"OMP_NUM_THREADS": "1", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
+                "GLOO_SOCKET_IFNAME": "lo"}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+@contextlib.contextmanager
+def rendezvous_on_loopback():
+    """The rendezvous store, hosted by this process on 127.0.0.1 alone while the block runs:
+    yields its endpoint, ``127.0.0.1:PORT``."""
+    store, port = loopback_store(16)
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        del store
 
 
 def node_command(endpoint: str, run_id: str, nproc_per_node: int = 1, **conf) -> list[str]:
-    """One node's torchrun line for a c10d rendezvous at ``endpoint`` (``HOST:PORT``); the
-    address it gives the other nodes (``--local-addr``) is the endpoint's host, as it is when
-    every node is this machine."""
+    """One node's torchrun line for a c10d rendezvous at ``endpoint`` (``HOST:PORT``), a store
+    this node does not host (``rendezvous_on_loopback``); the address it gives the other nodes
+    (``--local-addr``) is the endpoint's host, as it is when every node is this machine."""
     command = ["torchrun", "--nnodes", "2", "--nproc-per-node", str(nproc_per_node),
                "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", run_id,
                "--local-addr", endpoint.rsplit(":", 1)[0]]  # here every node is this machine
-    if conf:
-        command += ["--rdzv-conf", ",".join(f"{k}={v}" for k, v in conf.items())]
-    return command
+    conf = {"is_host": "false", **conf}
+    return command + ["--rdzv-conf", ",".join(f"{k}={v}" for k, v in conf.items())]
 
 
 def _agents(commands: list[list[str]], timeout: float) -> list[tuple[int | None, str, str]]:
     """Each command, ``torchrun`` run as this Python's module, all at once, each in a session
     of its own (ended with its children at ``timeout``): (exit code, stdout, stderr)."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}  # two "nodes" share this machine's cores
+    env = {**os.environ, **LOOPBACK_ENV}
     procs = [subprocess.Popen(TORCHRUN + c[1:] + ["-m", "ddplab", "check"],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                               start_new_session=True, env=env) for c in commands]
@@ -90,7 +114,9 @@ class TwoNodes(Result):
         lines = [f"node {i}: " + textwrap.fill(c, 88, subsequent_indent="    ",
                                                break_on_hyphens=False).replace("\n", " \\\n")
                  for i, c in enumerate(self.commands)]
-        return "\n".join([*lines,
+        env = " ".join(f"{k}={v}" for k, v in LOOPBACK_ENV.items())
+        return "\n".join([*lines, *textwrap.wrap(f"each node's environment: {env}", 96,
+                                                  subsequent_indent="    "),
                           f"exit codes {self.exit_codes}, {self.seconds:.0f} s; rank 0 printed:",
                           self.printed.rstrip()])
 
@@ -99,10 +125,10 @@ def run(timeout: float = 180.0) -> TwoNodes:
     """Two torchrun nodes on this machine (c10d rendezvous on 127.0.0.1), each one process,
     running ``python -m ddplab check``."""
     positive_number("timeout", timeout)
-    endpoint = f"127.0.0.1:{_free_port()}"
-    commands = [node_command(endpoint, "ddplab-two-nodes")] * 2
     start = time.perf_counter()
-    done = _agents(commands, timeout)
+    with rendezvous_on_loopback() as endpoint:
+        commands = [node_command(endpoint, "ddplab-two-nodes")] * 2
+        done = _agents(commands, timeout)
     shown = [" ".join(c + ["-m", "ddplab", "check"]) for c in commands]
     printed = [out for _, out, _ in done if out.strip()]
     return TwoNodes(shown, [code for code, _, _ in done], printed[0] if len(printed) == 1
@@ -137,7 +163,7 @@ def refused(timeout: float = 2.0) -> Refused:
 def alone(join_timeout: int = 2, timeout: float = 120.0) -> str:
     """The last line one torchrun agent of ``--nnodes 2`` prints when the other never comes."""
     positive_number("join_timeout", join_timeout)
-    command = node_command(f"127.0.0.1:{_free_port()}", "ddplab-alone",
-                           join_timeout=join_timeout)
-    (_, _, stderr), = _agents([command], timeout)
+    with rendezvous_on_loopback() as endpoint:
+        command = node_command(endpoint, "ddplab-alone", join_timeout=join_timeout)
+        (_, _, stderr), = _agents([command], timeout)
     return stderr.strip().splitlines()[-1]

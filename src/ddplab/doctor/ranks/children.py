@@ -35,14 +35,10 @@ class _Recorded:
 
     def __call__(self, *args):
         from ddplab.doctor.ranks.crashes import crash_of
-        from ddplab.doctor.ranks.instrument import stop_for
 
         try:
             return self.fn(*args)
         except Exception as exc:
-            stop = stop_for(exc)
-            if stop is not None:
-                raise stop from exc  # a BaseException: spawn's wrapper lets it through
             self.crash = crash_of(exc)
             raise
 

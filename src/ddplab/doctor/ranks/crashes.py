@@ -8,7 +8,7 @@ import os
 import traceback
 
 from ddplab.doctor.messages import Crash, Frame
-from ddplab.doctor.ranks import where
+from ddplab.doctor.ranks import changes, where
 
 _HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the doctor's package
 
@@ -32,10 +32,12 @@ def crash_of(exc: BaseException) -> Crash:
                  frames=tuple(Frame(f.filename, f.lineno or 0, f.name) for f in frames),
                  script_file=os.path.realpath(own[-1].filename) if own else None,
                  script_line=own[-1].lineno if own else None,
-                 path=os.fspath(path) if isinstance(path, (str, os.PathLike)) else None)
+                 path=os.fspath(path) if isinstance(path, (str, os.PathLike)) else None,
+                 changes=tuple(changes.in_effect()))
 
 
 def exit_crash(status) -> Crash:
     """A ``sys.exit`` with a failing status: no traceback, the status."""
     return Crash(type="SystemExit", error=f"SystemExit({status!r})",
-                 traceback=f"the script exited with status {status!r}\n", exit_status=status)
+                 traceback=f"the script exited with status {status!r}\n", exit_status=status,
+                 changes=tuple(changes.in_effect()))

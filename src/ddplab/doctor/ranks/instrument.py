@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import runpy
 import sys
-import traceback
 
 import ddplab.doctor.records as records
 from ddplab.doctor.messages import Done
@@ -29,7 +28,6 @@ READER_DIR = "DDPLAB_DOCTOR_READER_DIR"
 WATCHERS = (cuda_on_cpu, scratch, watch_group, watch_collectives, watch_ddp_collectives,
             watch_data, watch_model, watch_steps, watch_schedules, watch_amp, watch_files,
             watch_seeds, watch_prints)
-ENDED_EPOCH = (StopIteration, ZeroDivisionError)  # what an empty epoch makes a script raise
 
 
 def install(reader_dir: str) -> None:
@@ -37,17 +35,6 @@ def install(reader_dir: str) -> None:
     os.environ[READER_DIR] = where.reader_dir()
     for watcher in WATCHERS:
         watcher.install(*([where.reader_dir()] if watcher is scratch else []))
-
-
-def stop_for(exc: BaseException) -> _recorder.DoctorStop | None:
-    """The doctor's stop in place of what an epoch it ended made the script raise
-    (``next(iter(loader))`` of an empty loader, an average over zero batches): the script is
-    stopped there, as every rank is, not crashed."""
-    if isinstance(exc, ENDED_EPOCH) and _recorder.RECORDER.draining is not None:
-        said = traceback.format_exception_only(type(exc), exc)[-1].strip()
-        return _recorder.DoctorStop(f"the script could not run an epoch the doctor ended: "
-                                    f"{said}")
-    return None
 
 
 def outcome_of(call) -> Done:
@@ -69,9 +56,6 @@ def _outcome_of(call) -> Done:
             return Done(records.Outcome.FINISHED)
         return Done(records.Outcome.CRASHED, crash=crashes.exit_crash(exc.code))
     except BaseException as exc:  # the script's own failure: reported, never re-raised here
-        stop = stop_for(exc)
-        if stop is not None:
-            return Done(records.Outcome.STOPPED, why=str(stop))
         return Done(records.Outcome.CRASHED, crash=crashes.crash_of(exc))
     return Done(records.Outcome.FINISHED)
 

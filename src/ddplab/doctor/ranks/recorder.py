@@ -25,8 +25,8 @@ from ddplab.doctor.settings import Settings
 
 class DoctorStop(BaseException):
     """Raised on every rank at the same point to end a script that goes on training once its
-    loaders are ended (an optimizer step after the K-th, or after two epochs, that no loader of
-    ours fed), or that runs many empty epochs; a BaseException, so that ``except Exception`` in
+    loaders are ended (an optimizer step after the K-th that no loader of ours fed), or that
+    runs many epochs of one batch; a BaseException, so that ``except Exception`` in
     the script lets it through."""
 
 
@@ -41,8 +41,7 @@ class Recorder:
         self.store = None
         self.main_ident = threading.main_thread().ident
         self.published = False
-        self.draining: str | None = None  # why the training loaders end at once from now on
-        self.steps_at_drain = 0  # optimizer steps when they began to
+        self.draining: str | None = None  # why training has ended (one batch an epoch from now)
         self._watchdog = None
         self.counters: dict[str, int] = {}
         self.on_alarm = None  # rank 0 under torchrun: who judges a hang
@@ -75,10 +74,10 @@ class Recorder:
         raise ValueError(f"{record!r} is not a record this process kept")
 
     def drain(self, why: str) -> None:
-        """From now on every training loader ends at once (``K`` steps taken, or two epochs
-        run): the script's remaining epochs, its evaluation and its end run without training."""
+        """From now on each pass of a loader gives one batch (``K`` steps taken, or the epochs
+        they need run): the script's remaining epochs, its evaluation and its end run on."""
         if self.draining is None:
-            self.draining, self.steps_at_drain = why, self.steps
+            self.draining = why
 
     def count(self, name: str) -> int:
         """0, 1, 2, ... for successive calls with the same name (per process)."""

@@ -89,7 +89,8 @@ def scratch_copy(path) -> str | None:
     name = _absolute(path)
     if name is None or _ROOT["dir"] is None or name.startswith(_ROOT["dir"] + os.sep):
         return None
-    if name.startswith(_ROOT["kept"]) and not name.startswith(_ROOT["readers"]):
+    inside = name.rstrip(os.sep) + os.sep  # a folder of the reader's is the reader's too
+    if inside.startswith(_ROOT["kept"]) and not inside.startswith(_ROOT["readers"]):
         return None
     return _ROOT["dir"] + name
 
@@ -234,6 +235,14 @@ def _wrap_folders() -> None:
             return sorted(names | set(real(copy)))
         return listdir
 
+    def make_scandir(real):
+        def scandir(path="."):
+            copy = scratch_copy(path) if not isinstance(path, int) else None
+            if not copy or not os.path.isdir(copy):
+                return real(path)
+            return _Listing(real, path, copy)
+        return scandir
+
     def make_remove(real):
         def remove(path, *args, **kwargs):
             copy = scratch_copy(path)
@@ -276,8 +285,64 @@ def _wrap_folders() -> None:
     patching.wrap(os, "mkdir", make_mkdir, "scratch")
     patching.wrap(os, "makedirs", make_makedirs, "scratch")
     patching.wrap(os, "listdir", make_listdir, "scratch")
+    patching.wrap(os, "scandir", make_scandir, "scratch")
     for name in ("remove", "unlink", "rmdir"):
         patching.wrap(os, name, make_remove, "scratch")
     for name in ("rename", "replace"):
         patching.wrap(os, name, make_rename, "scratch")
     patching.wrap(shutil, "rmtree", make_rmtree, "scratch")
+
+
+class _Entry:
+    """An entry of the scratch copy of a folder, named as an entry of the folder the script
+    listed (``weights/epoch-0.pt``, not the scratch path): ``os.DirEntry`` cannot be made from
+    Python, so its methods are the scratch entry's."""
+
+    __slots__ = ("_entry", "name", "path")
+
+    def __init__(self, entry, folder):
+        self._entry, self.name = entry, entry.name
+        self.path = os.path.join(folder, entry.name)
+
+    def __getattr__(self, name):  # is_dir, is_file, is_symlink, stat, inode
+        return getattr(self._entry, name)
+
+    def __fspath__(self):
+        return self.path
+
+    def __repr__(self):
+        return f"<DirEntry {self.name!r}>"
+
+
+class _Listing:
+    """``os.scandir`` of a folder the run wrote into: the script's own writes (the scratch
+    copy's entries) over the reader's folder's, as ``os.scandir`` gives them (an iterator and
+    a context manager)."""
+
+    def __init__(self, real, path, copy):
+        folder = os.fspath(path)
+        copy = os.fsencode(copy) if isinstance(folder, bytes) else copy
+        with real(copy) as entries:
+            written = [_Entry(e, folder) for e in entries]
+        names = {e.name for e in written}
+        try:
+            with real(path) as entries:
+                kept = [e for e in entries if e.name not in names]
+        except FileNotFoundError:  # a folder the run made
+            kept = []
+        self._entries = iter(kept + written)
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return next(self._entries)
+
+    def close(self):
+        self._entries = iter(())
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

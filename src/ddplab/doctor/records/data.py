@@ -34,7 +34,9 @@ class Pass(Located):
     """One ``iter(loader)`` (``number``: the loader's 0th, 1st, ... pass), as far as it went:
     batches and samples drawn, whether a backward ran during it (``training``), whether the
     doctor cut it (``capped``) or it ran out (``exhausted``), and the first batch's digest.
-    ``backwards_seen`` and ``steps_at_start`` are the counts the cut is decided by."""
+    ``backwards_seen`` and ``steps_at_start`` are the counts the cut is decided by. A pass
+    after training ended (``ended``) is the doctor's: one batch, or a whole pass in ``eval()``
+    mode, its steps neither counted nor judged."""
 
     KIND: ClassVar[str] = "pass"
     loader: int
@@ -48,6 +50,7 @@ class Pass(Located):
     backwards_seen: int = 0
     steps_at_start: int = 0
     first: str | None = None
+    ended: bool = False
 
 
 @dataclasses.dataclass(frozen=True)

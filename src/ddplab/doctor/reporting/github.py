@@ -6,7 +6,7 @@ advisories ``notice``; a crash no check explains is an error at the script."""
 from __future__ import annotations
 
 from ddplab.doctor.judging.findings import paths_from_root, shown_path
-from ddplab.doctor.reporting.text import summary
+from ddplab.doctor.reporting.text import failed, summary
 
 LEVELS = {"error": "error", "waste": "warning", "advisory": "notice"}
 
@@ -34,8 +34,8 @@ def report(diagnosis) -> str:
                         f.file, f.line, f"ddplab doctor {f.id}") for f in diagnosis.findings]
     crash = diagnosis.unexplained_crash()
     if crash is not None:
-        lines.append(annotation("error", f"the script failed on its own (no DDP check explains "
-                                f"it):\n{crash.traceback or crash.error}",
+        lines.append(annotation("error", f"the script {failed(crash)}:\n"
+                                f"{crash.traceback or crash.error}",
                                 diagnosis.script, None, "ddplab doctor: the script failed"))
     lines.append(summary(diagnosis))
     return "\n".join(lines)

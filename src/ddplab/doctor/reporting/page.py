@@ -9,7 +9,7 @@ import os
 
 from ddplab.common.html_page import head, table
 from ddplab.doctor.judging.findings import paths_from_root, place, shown_path
-from ddplab.doctor.reporting.text import summary
+from ddplab.doctor.reporting.text import failed, summary
 
 CSS = ".error{border-left:4px solid #c0392b}.waste{border-left:4px solid #e67e22}" \
       ".advisory{border-left:4px solid #2e86c1}.finding{padding:0.2em 0.8em;margin:1em 0}"
@@ -32,7 +32,7 @@ def render(diagnosis) -> str:
              f"<p>{html.escape(summary(diagnosis))}</p>"]
     crash = diagnosis.unexplained_crash()
     if crash is not None:
-        parts.append(f"<div class='failure'><p>The script failed on its own:</p><pre>"
+        parts.append(f"<div class='failure'><p>The script {html.escape(failed(crash))}:</p><pre>"
                      f"{html.escape(crash.traceback)}</pre></div>")
     parts.append("<h2>Findings</h2>")
     parts += [finding_html(f) for f in diagnosis.findings] or ["<p>No findings.</p>"]

@@ -5,8 +5,10 @@ finding a result at the script's line, the run's exit status in ``invocations``.
 
 from __future__ import annotations
 
+from ddplab.common.home import book
 from ddplab.doctor.judging.checks import CHECKS
-from ddplab.doctor.judging.findings import BOOK, paths_from_root, shown_path
+from ddplab.doctor.judging.findings import paths_from_root, shown_path
+from ddplab.doctor.reporting.text import failed
 
 SCHEMA = ("https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/"
           "sarif-schema-2.1.0.json")
@@ -38,10 +40,9 @@ def report(diagnosis) -> dict:
     notes = []
     if crash is not None:
         notes.append({"level": "error", "descriptor": {"id": "script-failed"},
-                      "message": {"text": "the script failed on its own (no DDP check explains "
-                                          f"it): {crash.error}"}})
+                      "message": {"text": f"the script {failed(crash)}: {crash.error}"}})
     return {"$schema": SCHEMA, "version": "2.1.0", "runs": [{
-        "tool": {"driver": {"name": "ddplab doctor", "informationUri": BOOK,
+        "tool": {"driver": {"name": "ddplab doctor", "informationUri": book(),
                             "rules": [rule(check) for check in CHECKS]}},
         "results": [result(f, index) for f in diagnosis.findings],
         "invocations": [{"executionSuccessful": diagnosis.exit_code() != 2,

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import textwrap
 
-from ddplab.doctor.judging.findings import BOOK, Status, paths_from_root, place, shown_path
+from ddplab.common.home import book
+from ddplab.doctor.judging.findings import Status, paths_from_root, place, shown_path
 
 WIDTH = 100
 FIX_INDENT = " " * 8
@@ -26,7 +27,7 @@ def finding_lines(f) -> list[str]:
     lines = wrapped(head)
     lines.append("    fix:")
     lines += [FIX_INDENT + line for line in f.fix.splitlines()]
-    lines.append(f"    book: {f.url.removeprefix(BOOK)}")
+    lines.append(f"    book: {f.url}")
     return lines
 
 
@@ -88,18 +89,27 @@ def side_effect_lines(diagnosis) -> list[str]:
     return lines
 
 
+def failed(crash) -> str:
+    """How a crash no check explains is told: the script's own failure, or possibly the
+    doctor's where it came after anything the doctor changed of the run (``changes``)."""
+    changes = crash.changes
+    if not changes:
+        return "failed on its own (no DDP check explains it)"
+    return ("failed, possibly the doctor's doing: no DDP check explains it, and it came after "
+            "the doctor changed the run (" + "; ".join(changes) + ")")
+
+
 @paths_from_root
 def report(diagnosis) -> str:
     lines = mapped_lines(diagnosis)
     for f in diagnosis.findings:
         lines += finding_lines(f)
     if diagnosis.findings:
-        lines.append(f"each book section above is a page of {BOOK}")
+        lines.append(f"each book section above is a page of {book()}")
     crash = diagnosis.unexplained_crash()
     if crash is not None:
         who = f"rank {crash.rank}" if crash.rank is not None else "the script"
-        lines += wrapped(f"{shown_path(diagnosis.script)}: {who} failed on its own (no DDP "
-                         "check explains it):")
+        lines += wrapped(f"{shown_path(diagnosis.script)}: {who} {failed(crash)}:")
         lines += ["    " + line for line in crash.traceback.rstrip().splitlines()]
     if not diagnosis.findings and diagnosis.exit_code() != 2:
         lines.append("no findings. What was checked:")

@@ -73,9 +73,10 @@ def logged_sum_not_divided(evidence, earlier):
     return passed("no printed number is an undivided SUM of the ranks' means")
 
 
-def _pass_losses(evidence, rank, training: records.Pass) -> tuple[list, list, int] | None:
+def _pass_losses(evidence, rank, training: records.Pass) -> tuple[list, list, int, float] | None:
     """The losses and batch sizes of a whole training pass (one backward and one DDP forward
-    per step), and the ``t`` of its last step; None where they cannot be told."""
+    per step), the ``t`` of its last step and of the loader's next pass (what is printed
+    between is this epoch's); None where they cannot be told."""
     later = [p.t for p in evidence.records(records.Pass, rank)
              if p.loader == training.loader and p.t > training.t]
     end = min(later, default=float("inf"))
@@ -87,7 +88,7 @@ def _pass_losses(evidence, rank, training: records.Pass) -> tuple[list, list, in
     sizes = [s.micro[0].batch for s in steps]
     if None in losses or None in sizes:
         return None
-    return losses, sizes, steps[-1].t
+    return losses, sizes, steps[-1].t, end
 
 
 def mean_over_global_count(evidence, earlier):
@@ -105,7 +106,7 @@ def mean_over_global_count(evidence, earlier):
             told = _pass_losses(evidence, rank, p) if whole and printed else None
             if told is None or not loader or not loader.dataset_len or not loader.batch_size:
                 continue
-            losses, sizes, last = told
+            losses, sizes, last, end = told
             n, samples = loader.dataset_len, sum(sizes)
             if samples > 0.75 * n:
                 continue
@@ -116,7 +117,7 @@ def mean_over_global_count(evidence, earlier):
                         "whole dataset": sum(losses) / k
                         for k in {n // loader.batch_size, math.ceil(n / loader.batch_size)}}}
             right = (total / samples, sum(losses) / len(losses))
-            for line in (q for q in printed if q.t > last):
+            for line in (q for q in printed if last < q.t < end):
                 how = next((h for h, v in wrong.items() if _shows(line.text, v)), None)
                 if how is None or any(_shows(line.text, v) for v in right):
                     continue

@@ -64,7 +64,7 @@ def _walk(evidence, rank: int, schedule: records.Schedule, loader: records.Loade
     every = [p for p in evidence.records(records.Pass, rank) if p.loader == loader.index]
     finished = evidence.outcome(rank) == records.Outcome.FINISHED
     epochs, counted = schedule.epochs, False
-    if epochs is None and finished and all(p.training for p in every):
+    if epochs is None and finished and all(p.training or p.ended for p in every):
         epochs, counted = loader.iterations, True
     whole = (loader.dataset_len / (loader.batch_size * batches // steps)
              if loader.dataset_len and loader.batch_size else None)

@@ -5,6 +5,9 @@ calls inside (``all_gather_object`` calls ``all_gather`` inside ``distributed_c1
 the script's calls is seen once. DDP's own gradient all-reduces start in C++ and are not seen
 here; the backward that waits for them is (``watch_model``).
 
+Where the script asked for NCCL and runs on gloo, a gather follows NCCL's rule where the two
+differ (``as_nccl``).
+
 Each call is recorded with its group's sequence number, its tensors' devices, shapes and (for
 a few numbers) values before and after, and the number of evaluation samples this rank drew
 since its previous reduction: what ``collective-on-some-ranks``, ``cpu-tensor-nccl`` and
@@ -19,8 +22,9 @@ import ddplab.doctor.records as records
 from ddplab.doctor.ranks import patching, where
 from ddplab.doctor.ranks import recorder as _recorder
 from ddplab.doctor.ranks.cuda_on_cpu import device_type
+from ddplab.doctor.ranks.cuda_on_cpu.marks import note
 from ddplab.doctor.ranks.watch import gathered
-from ddplab.doctor.ranks.watch.group import group_info, nccl_rules
+from ddplab.doctor.ranks.watch.group import group_info, nccl_rules, used_backend
 from ddplab.doctor.ranks.watch.model import MODELS, grad_name
 
 COLLECTIVES = ("all_reduce", "broadcast", "all_gather", "all_gather_into_tensor", "reduce",
@@ -46,6 +50,34 @@ def values(tensor):
     if tensor.numel() > SMALL:
         return None
     return [float(v) for v in tensor.detach().flatten().tolist()]
+
+
+def as_nccl(name: str, signature, args, kwargs, requested):
+    """The call's arguments as NCCL would take them, where gloo runs in its place.
+
+    ``all_gather``: ``ProcessGroupNCCL::allgather`` (torch/csrc/distributed/c10d/
+    ProcessGroupNCCL.cpp) checks that the input is one dense GPU tensor and that the outputs
+    have one size, then gathers ``input.numel()`` elements into their flattened stack: the
+    input's shape is never compared with theirs. ``ProcessGroupGloo::allgather`` refuses an
+    output of another shape ("invalid tensor size at index 0 (expected (), got (1))"), so a
+    0-dim tensor gathered into ``(1,)``-shaped outputs, which NCCL accepts, is reshaped to
+    the outputs' shape (a view: the script's tensor is unchanged)."""
+    import torch
+
+    if name != "all_gather" or not nccl_rules(requested) or used_backend(requested) == requested:
+        return args, kwargs
+    bound = signature.bind(*args, **kwargs)
+    outputs, tensor = bound.arguments.get("tensor_list"), bound.arguments.get("tensor")
+    if not isinstance(tensor, torch.Tensor) or not outputs or not all(
+            isinstance(o, torch.Tensor) for o in outputs):
+        return args, kwargs
+    shape = outputs[0].shape
+    if (tensor.shape == shape or any(o.shape != shape for o in outputs)
+            or tensor.numel() != outputs[0].numel()):
+        return args, kwargs
+    note("all_gather: input reshaped to its outputs' shape (NCCL counts elements)")
+    bound.arguments["tensor"] = tensor.reshape(shape)
+    return bound.args, bound.kwargs
 
 
 def make_wrapper(name: str):
@@ -82,6 +114,7 @@ def make_wrapper(name: str):
                 rec.counters["eval_samples"] = 0
             if seq is not None:
                 rec.to_ledger(record)
+            args, kwargs = as_nccl(name, signature, args, kwargs, info["requested"])
             with rec.blocking(name, spot, seq=seq):
                 result = real(*args, **kwargs)
             if first is not None and not bound.get("async_op"):

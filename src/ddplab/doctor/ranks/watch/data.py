@@ -3,12 +3,14 @@ has no hook for these).
 
 A *pass* is one ``iter(loader)``; it is a *training* pass once a backward runs during it, an
 *evaluation* pass if none does. Training passes are cut at ``Settings.batches`` batches
-(at an optimizer-step boundary) so that two epochs of a large dataset take seconds. After two
-training epochs (what ``sampler-set-epoch`` needs) or ``Settings.steps`` optimizer steps, every
-training loader ends at once (``Recorder.drain``): the script's remaining epochs run without
-training, so its evaluation, early stopping, final save and load and teardown run on every
-rank and are checked. Evaluation passes run whole: a metric's unequal shards show in their
-last batches.
+(at an optimizer-step boundary) so that two epochs of a large dataset take seconds. After
+``Settings.steps`` optimizer steps, or the training epochs they need at that cut (two at
+least: what ``sampler-set-epoch`` needs), training ends (``Recorder.drain``): each of the
+script's remaining epochs gets one batch of each loader, never none (its per-epoch code may
+need one: the epoch's last loss, a batch's shape), so its evaluation, early stopping, final
+save and load and teardown run on every rank and are checked. The steps of those batches are
+not counted or judged. Evaluation passes run whole, the first two after training ended too:
+a metric's unequal shards show in their last batches.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from ddplab.doctor.ranks.watch.model import MODELS
 from ddplab.doctor.settings import Settings
 
 FIRST = 8  # indices kept per sampler order, to show in a message
-DRAINED = 20  # training passes ended at once before the run stops
+DRAINED = 20  # training passes of one batch, training ended, before the run stops
 KEPT_INDICES = 1 << 16  # a shard up to this size is kept whole, to compare across ranks
 
 
@@ -96,12 +98,14 @@ class PassIterator:
 
 
 class EndedPass:
-    """A training loader's pass once training has ended: it ends at once where a DDP model is
-    in training mode, and runs whole where every one is in ``eval()`` mode (an accuracy over
-    the training set at the script's end, as many scripts compute)."""
+    """A loader's pass once training has ended: one batch, or the whole pass for a training
+    loader while every DDP model is in ``eval()`` mode (an accuracy over the training set at
+    the script's end, as many scripts compute). The batches a model trains on are counted
+    (``drained_batches``): the optimizer steps they feed are the script's, not training on
+    after its loaders ended."""
 
-    def __init__(self, inner):
-        self._inner = inner
+    def __init__(self, inner, record: records.Pass, whole_in_eval: bool):
+        self._inner, self.record, self._whole_in_eval = inner, record, whole_in_eval
 
     def __iter__(self):
         return self
@@ -111,21 +115,28 @@ class EndedPass:
 
     def __next__(self):
         models = [m["ddp"]() for m in MODELS.values()]
-        if not models or any(m is not None and m.module.training for m in models):
+        training = not models or any(m is not None and m.module.training for m in models)
+        if self.record.batches and (training or not self._whole_in_eval):
             raise StopIteration
-        return next(self._inner)
+        rec = _recorder.RECORDER
+        rec.active_pass = self.record  # the sampler's order is this pass's
+        batch = next(self._inner)
+        self.record = rec.update(self.record, batches=self.record.batches + 1)
+        if training:
+            rec.counters["drained_batches"] = rec.counters.get("drained_batches", 0) + 1
+        return batch
 
 
 def _ended(rec, index: int, trained: int) -> bool:
-    """Whether this pass ends at once, the training loaders ended: a loader that trained
-    does, and one that only evaluated does after two whole passes since (so that a script
-    that evaluates every epoch still reaches its end). After ``DRAINED`` ended training
-    passes the run stops: a script of a thousand epochs is not waited for."""
+    """Whether this pass is cut to one batch, training ended: a loader's that trained is,
+    and one's that only evaluated is after two whole passes since (so that a script that
+    evaluates every epoch still reaches its end soon). After ``DRAINED`` such training passes
+    the run stops: a script of a thousand epochs is not waited for."""
     ended = rec.counters.setdefault("ended_passes", 0)
     if trained:
         rec.counters["ended_passes"] = ended + 1
         if ended + 1 > DRAINED:
-            raise _recorder.DoctorStop(f"{DRAINED} epochs without training")
+            raise _recorder.DoctorStop(f"{DRAINED} epochs of one batch after training ended")
         return True
     key = f"evaluations_since_drain/{index}"
     rec.counters[key] = rec.counters.get(key, 0) + 1
@@ -142,7 +153,9 @@ def install() -> None:
     import torch.utils.data as data
     from torch.utils.data.distributed import DistributedSampler
 
-    cap = Settings.current().batches
+    settings = Settings.current()
+    cap = settings.batches
+    epochs = max(2, -(-settings.steps // max(cap, 1)))  # the training epochs --steps needs
 
     def make_init(real):
         def __init__(self, dataset, *args, **kwargs):
@@ -176,15 +189,16 @@ def install() -> None:
             _count_iteration(rec, index)
             passes = [p for p in rec.records.get(records.Pass.KIND, []) if p.loader == index]
             trained = sum(p.training for p in passes)
-            if trained >= 2:
-                rec.drain("two epochs")
-            if rec.draining is not None and _ended(rec, index, trained):
-                return EndedPass(real(self)) if trained else iter(())
+            if trained >= epochs:
+                rec.drain(f"{epochs} epochs")
+            ended = rec.draining is not None and _ended(rec, index, trained)
             spot = where.line()
             record = rec.add(records.Pass(loader=index, number=len(passes), len=_len(self),
                                           **where.fields(spot),
                                           backwards_seen=rec.backwards,
-                                          steps_at_start=rec.steps))
+                                          steps_at_start=rec.steps, ended=ended))
+            if ended:
+                return EndedPass(real(self), record, whole_in_eval=bool(trained))
             rec.active_pass = record  # workers draw their first indices while it starts
             return PassIterator(real(self), record, cap)
         return __iter__

@@ -91,6 +91,9 @@ def install() -> None:
 
     def before(optimizer, args, kwargs, skipped=False):
         rec = _recorder.RECORDER
+        if rec.draining is not None:  # a step of an epoch's one batch, training ended
+            rec.micro, rec.pending = [], []
+            return
         spot = where.line()
         micro, rec.micro = rec.micro, []
         backwards, rec.pending = rec.pending, []
@@ -109,13 +112,15 @@ def install() -> None:
 
     def after(optimizer, args, kwargs):
         rec = _recorder.RECORDER
+        if rec.draining is not None:
+            if rec.count("drained_steps") >= rec.counters.get("drained_batches", 0):
+                raise _recorder.DoctorStop(f"step {rec.steps + 1}: the script trains on "
+                                           "after its loaders ended")
+            return  # fed by an epoch's one batch: not counted
         rec.steps += 1
         rec.counters["backwards_at_step"] = rec.backwards
         if rec.steps & (rec.steps - 1) == 0 or rec.steps >= last:  # 1, 2, 4, 8, ... and K
             _digest_replicas(rec, optimizer)
-        if rec.draining is not None and rec.steps > rec.steps_at_drain:
-            raise _recorder.DoctorStop(f"step {rec.steps}: the script trains on after its "
-                                       "loaders ended")
         if rec.steps >= last:
             rec.drain(f"step {last}")
 
