@@ -51,6 +51,16 @@ def test_schedule_length_found_sized_from_the_dataset_for_the_epochs_the_script_
     assert got.problems[0].line == 44 and got.problems[0].evidence["epochs_counted"]
 
 
+def test_schedule_length_counts_the_epochs_the_doctor_ended():
+    """After the doctor's last step the training loader's passes end at once (one batch, not
+    trained on): they are still the script's epochs."""
+    ev = walked()
+    for rank in (0, 1):
+        ev.kept[rank]["pass"].append(training_pass(2, batches=1, training=False, ended=True))
+    got = judge(schedules.SCHEDULE_LENGTH, ev)
+    assert got.status == Status.FOUND and "so the 3 epochs the script ran walk 12" in got.why
+
+
 def test_schedule_length_found_from_the_epochs_and_steps_per_epoch_it_was_given():
     got = judge(schedules.SCHEDULE_LENGTH, walked(epochs=3, steps_per_epoch=8))
     assert got.status == Status.FOUND
