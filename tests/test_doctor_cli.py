@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 import time
@@ -72,38 +71,19 @@ def test_a_hang_is_named_and_nothing_is_left(tmp_path):
 
 
 def test_json_and_page(tmp_path):
+    """The one run of the tutorial from the command line: what the report says is held by the
+    corpus tests, which render every format from the same script's diagnosis."""
     out = tmp_path / "report"
     done = doctor("--json", "--out", out, CORPUS / "tutorial_torchrun.py", 3, 1, cwd=tmp_path)
     assert done.returncode == 1, done.stderr
     data = json.loads(done.stdout)
-    assert data["schema_version"] == 1 and data["world_size"] == 2
-    # the tutorial takes its CUDA branch: is_available() is True for the script here
-    assert (data["backend_requested"], data["backend_used"]) == ("nccl", "gloo")
-    assert data["mapped"]["gpus"] == 0 and data["mapped"]["calls"]
-    assert data["steps_run"] == 8 and data["exit_code"] == 1
-    assert {"id", "status"} <= set(data["checks"][0])
-    f = next(f for f in data["findings"] if f["id"] == "sampler-set-epoch")
-    assert {"id", "kind", "message", "evidence", "file", "line", "section", "fix"} <= set(f)
+    assert data["exit_code"] == 1 and data["steps_run"] == 8
+    assert "sampler-set-epoch" in {f["id"] for f in data["findings"]}
     assert json.loads((out / "doctor.json").read_text()) == data
-    page = (out / "doctor.html").read_text()
-    assert "sampler-set-epoch" in page and "sampler.set_epoch(epoch)" in page
-    assert "<script" not in page and "src=\"http" not in page and "src='http" not in page
+    assert "sampler.set_epoch(epoch)" in (out / "doctor.html").read_text()
+    assert f"written: {out / 'doctor.html'} and {out / 'doctor.json'}" in done.stderr
     assert not (tmp_path / "snapshot.pt").exists()  # the script's save went to the scratch
     assert not (CORPUS / "snapshot.pt").exists()
-    assert data["writes"] == {"0": ["snapshot.pt"]}  # what it would have written, by rank
-
-
-def test_github_annotations_at_the_scripts_line(tmp_path):
-    """``--format github``: a workflow command per finding, read by the Actions runner."""
-    done = doctor("--format", "github", CORPUS / "tutorial_torchrun.py", 3, 1, cwd=tmp_path)
-    assert done.returncode == 1, done.stderr
-    first = next(line for line in done.stdout.splitlines() if "sampler-set-epoch" in line)
-    where = re.match(r"::error file=([^,]+),line=(\d+),title=ddplab doctor sampler-set-epoch::",
-                     first)
-    assert where and where.group(1) == str(CORPUS / "tutorial_torchrun.py"), first
-    source = (CORPUS / "tutorial_torchrun.py").read_text().splitlines()
-    assert "for source, targets in" in source[int(where.group(2)) - 1]  # the second epoch's
-    assert done.stdout.splitlines()[-1].startswith("ddplab doctor: ")  # the summary last
 
 
 def test_a_script_without_a_process_group(tmp_path):

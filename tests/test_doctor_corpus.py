@@ -16,6 +16,7 @@ import itertools
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -28,7 +29,7 @@ from torch.utils.data.distributed import DistributedSampler
 from ddplab.doctor.launch import launcher
 from ddplab.doctor.launch.diagnose import diagnose
 from ddplab.doctor.launch.processes import Zygote
-from ddplab.doctor.reporting import output, text
+from ddplab.doctor.reporting import output, page, text
 from doctor_support import CORPUS, MARK, checkout_status, new_mark, processes_with
 
 # script -> (arguments, errors, other findings (waste, advisory), doctor settings); a name with
@@ -234,6 +235,45 @@ def test_set_epoch_same_order_both_epochs(diagnoses):
     assert list(sampler)[:8] == first  # torch's epoch-0 order, seen twice
     sampler.set_epoch(1)
     assert list(sampler)[:8] != first  # what set_epoch(1) would have given
+
+
+def test_the_tutorials_json_and_page(diagnoses, tmp_path):
+    """The report as ``--json --out DIR`` writes it, from the tutorial's diagnosis."""
+    diagnosis = diagnoses["by_script"]["tutorial_torchrun.py"]
+    data = json.loads(output.rendered(diagnosis, "json"))
+    assert data["schema_version"] == 1 and data["world_size"] == 2
+    # the tutorial takes its CUDA branch: is_available() is True for the script here
+    assert (data["backend_requested"], data["backend_used"]) == ("nccl", "gloo")
+    assert data["mapped"]["gpus"] == 0 and data["mapped"]["calls"]
+    assert data["steps_run"] == 8 and data["exit_code"] == 1
+    assert {"id", "status"} <= set(data["checks"][0])
+    f = next(f for f in data["findings"] if f["id"] == "sampler-set-epoch")
+    assert {"id", "kind", "message", "evidence", "file", "line", "section", "fix"} <= set(f)
+    assert data["writes"] == {"0": ["snapshot.pt"]}  # what it would have written, by rank
+    paths = page.write(diagnosis, str(tmp_path / "report"))
+    assert json.loads(open(paths["json"]).read()) == data
+    html = open(paths["html"]).read()
+    assert "sampler-set-epoch" in html and "sampler.set_epoch(epoch)" in html
+    assert "<script" not in html and "src=\"http" not in html and "src='http" not in html
+
+
+def test_the_tutorials_github_annotations_and_sarif_at_the_scripts_line(diagnoses):
+    """``--format github`` and ``--format sarif`` name the second epoch's loop."""
+    diagnosis = diagnoses["by_script"]["tutorial_torchrun.py"]
+    script = CORPUS / "tutorial_torchrun.py"
+    source = script.read_text().splitlines()
+    said = output.rendered(diagnosis, "github").splitlines()
+    first = next(line for line in said if "sampler-set-epoch" in line)
+    where = re.match(r"::error file=([^,]+),line=(\d+),title=ddplab doctor sampler-set-epoch::",
+                     first)
+    assert where and where.group(1) == str(script), first
+    assert "for source, targets in" in source[int(where.group(2)) - 1]  # the second epoch's
+    assert said[-1].startswith("ddplab doctor: ")  # the summary last
+    results = json.loads(output.rendered(diagnosis, "sarif"))["runs"][0]["results"]
+    result = next(r for r in results if r["ruleId"] == "sampler-set-epoch")
+    located = result["locations"][0]["physicalLocation"]
+    assert (result["level"], located["region"]["startLine"]) == ("error", int(where.group(2)))
+    assert located["artifactLocation"]["uri"].endswith("tutorial_torchrun.py")
 
 
 def test_no_sampler_every_rank_the_whole_dataset(diagnoses):

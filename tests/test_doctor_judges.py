@@ -1,66 +1,25 @@
 """Each judge on hand-built records (``judge_records``), one test per branch, in milliseconds:
-what the corpus runs prove is recorded, these prove is judged. A judge's branch that only a
-real run reaches is named in the corpus test instead."""
+what the corpus runs prove is recorded, these prove is judged. The tests of a judge module
+``judges/<family>.py`` are in ``test_doctor_judges_<family>.py``; a branch that only a real
+run reaches is named there and in the corpus test."""
 
 from __future__ import annotations
 
+import pathlib
+
 import pytest
 
-from ddplab.doctor.judging.findings import Finding, Status
+from ddplab.doctor.judging import judges
+from ddplab.doctor.judging.findings import Finding
 from ddplab.doctor.judging.judgement import Earlier
 from ddplab.doctor.judging.judges import data, state_dict
-from ddplab.doctor.records import Loader, Pass, SamplerOrder, SetEpoch
-from judge_records import evidence, judge
 
 
-def loader(**changes) -> Loader:
-    fields = dict(index=0, file="train.py", line=20, dataset="TensorDataset", dataset_len=64,
-                  fingerprint="f", iterable=False, sampler="DistributedSampler",
-                  distributed=True, sampler_len=32, batch_size=8, drop_last=False, iterations=2)
-    return Loader(**{**fields, **changes})
-
-
-def training_pass(number: int, **changes) -> Pass:
-    fields = dict(loader=0, number=number, len=4, file="train.py", line=30, batches=4,
-                  samples=32, training=True, first=f"batch{number}")
-    return Pass(**{**fields, **changes})
-
-
-def order(number: int, digest: str, epoch: int = 0) -> SamplerOrder:
-    return SamplerOrder(sampler=0, epoch=epoch, shuffle=True, seed=0, drop_last=False,
-                        num_replicas=2, sampler_rank=0, dataset_len=64, total_size=64,
-                        first=[5, 3, 9], count=32, digest=digest, loader=0, pass_number=number)
-
-
-def epochs(digests, set_epoch=()):
-    seen = [loader()]
-    for number, digest in enumerate(digests):
-        seen += [*set_epoch[number:number + 1], order(number, digest, epoch=number
-                                                         if set_epoch else 0),
-                 training_pass(number)]
-    return evidence({0: seen, 1: seen})
-
-
-def test_sampler_set_epoch_found_when_two_epochs_repeat_one_order():
-    got = judge(data.SAMPLER_SET_EPOCH, epochs(["same", "same"]))
-    assert got.status == Status.FOUND
-    assert "set_epoch is never called" in got.problems[0].message
-    assert got.problems[0].line == 30  # the second epoch's loop
-
-
-def test_sampler_set_epoch_names_a_call_that_sets_one_epoch():
-    calls = [SetEpoch(sampler=0, epoch=0, file="train.py", line=28)] * 2
-    got = judge(data.SAMPLER_SET_EPOCH, epochs(["same", "same"], set_epoch=calls))
-    assert got.status == Status.FOUND and "set_epoch(0) at train.py:28" in got.why
-
-
-def test_sampler_set_epoch_passes_when_the_order_changes():
-    assert judge(data.SAMPLER_SET_EPOCH, epochs(["a", "b"])).status == Status.PASSED
-
-
-def test_sampler_set_epoch_not_applicable_within_one_epoch():
-    got = judge(data.SAMPLER_SET_EPOCH, epochs(["a"]))
-    assert got.status == Status.NOT_APPLICABLE and "first epoch" in got.why
+def test_every_judge_module_has_its_tests():
+    here = pathlib.Path(__file__).parent
+    families = sorted(p.stem for p in pathlib.Path(judges.__file__).parent.glob("[!_]*.py"))
+    missing = [f for f in families if not (here / f"test_doctor_judges_{f}.py").exists()]
+    assert len(families) == 13 and missing == []
 
 
 def test_a_judge_reads_only_the_checks_its_record_names():
