@@ -164,8 +164,8 @@ def test_barrier_every_step_found_beside_the_logging_reductions():
     got = judge(collectives.BARRIER_EVERY_STEP, logging_loop(3))
     assert got.status == Status.FOUND
     assert got.why.startswith("barrier at train.py:50 runs before each of the 3 optimizer steps, "
-                              "beside 1 all-reduces of a few numbers each step (logging): every "
-                              "rank waits there for the slowest one")
+                              "beside 1 all-reduces of a few numbers each step (logging): each "
+                              "adds a collective per step, and on NCCL the host waits")
     assert got.problems[0].evidence == {"steps": 3, "barriers_per_step": 1,
                                         "small_collectives_per_step": 1}
 
@@ -174,7 +174,7 @@ def test_barrier_every_step_found_alone():
     got = judge(collectives.BARRIER_EVERY_STEP, logging_loop(2, logged=False))
     assert got.status == Status.FOUND
     assert got.why.startswith("barrier at train.py:50 runs before each of the 2 optimizer steps: "
-                              "every rank waits")
+                              "each adds a collective per step")
 
 
 def test_barrier_every_step_passes_a_barrier_at_some_steps():
