@@ -67,6 +67,7 @@ EXPECTED = {
     "crash_sync_batchnorm_cpu.py": ([], {"known-crash"}, set(), {}),
     "local_rank_argparse.py": ([], {"no-process-group"}, set(), {}),
     "local_rank_device.py": ([], {"known-crash"}, set(), {}),
+    "local_rank_none.py": ([], {"known-crash"}, set(), {}),
     "tail_prefix_load.py": ([], {"known-crash"}, {"lr-not-scaled"}, {}),
     "eval_gather_interleaved.py": ([], set(), set(), {}),
     "eval_gather_concat.py": ([], {"metric-mean-of-means"}, set(), {"world_size": 3}),
@@ -382,6 +383,7 @@ def test_a_tensor_the_author_left_on_the_cpu_is_still_found_under_nccl(diagnoses
     ("crash_module_prefix.py", "errors-state-dict-prefix", "evaluated.load_state_dict("),
     ("crash_sync_batchnorm_cpu.py", "errors-sync-batchnorm-cpu", "model = DDP("),
     ("local_rank_device.py", "errors-local-rank", "device = torch.device(\"cuda\", args."),
+    ("local_rank_none.py", "errors-local-rank", "device = torch.device(f\"cuda:{args."),
 ])
 def test_a_crash_the_book_explains_is_named_with_its_entry(diagnoses, name, entry, line):
     diagnosis = diagnoses["by_script"][name]
