@@ -101,6 +101,7 @@ EXPECTED = {
     "hf_device_gather.py": ([], set(), set(), {}),
     "hf_device_gather_cpu_count.py": ([], {"cpu-tensor-nccl"}, set(), {}),
     "epoch_counts_batches.py": ([], set(), set(), {}),
+    "device_from_index.py": ([], set(), set(), {}),
 }
 
 
@@ -716,3 +717,17 @@ def test_the_cuda_mark_follows_the_data(diagnoses):
     twin = diagnoses["by_script"]["hf_device_gather_cpu_count.py"]
     source = (CORPUS / "hf_device_gather_cpu_count.py").read_text().splitlines()
     assert [source[f.line - 1].strip() for f in twin.findings] == ["dist.all_reduce(totals)"]
+
+
+def test_a_device_named_by_its_index_alone(diagnoses):
+    """`torch.device(torch.cuda.current_device())`: on a CPU build an index alone names an
+    accelerator there is none of (shown here); mapped, it is `cuda:<index>`, as on a machine
+    with GPUs, and the clean script runs to its end."""
+    diagnosis = diagnoses["by_script"]["device_from_index.py"]
+    assert diagnosis.outcome == "finished" and diagnosis.crash is None
+    assert diagnosis.steps_run == 8 and "epoch 1: loss" in diagnosis.output["rank0"]
+    calls = {c["what"] for c in diagnosis.mapped["calls"]}
+    assert "torch.device(index) -> torch.device('cuda', index)" in calls
+    if not torch.cuda.is_available():
+        with pytest.raises(RuntimeError, match="Cannot access accelerator device"):
+            torch.device(0)

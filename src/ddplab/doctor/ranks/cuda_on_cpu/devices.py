@@ -5,7 +5,7 @@ index) becomes the CPU, ``.cuda()`` and ``.to("cuda")`` / ``.to(0)`` a copy on t
 marked tensor. The script's own code reads a marked tensor's ``.device`` as ``cuda`` (so that
 ``torch.zeros(2, device=x.device)`` is on "cuda" too); torch's code reads the truth.
 ``Module.to`` / ``.cuda()`` / ``.cpu()`` are wrapped (their device parsing refuses an index on
-a CPU build) and mark the parameters and buffers."""
+a CPU build) and mark the parameters and buffers; ``torch.device(index)`` is ``cuda:<index>``."""
 
 from __future__ import annotations
 
@@ -177,3 +177,34 @@ def install_generator() -> None:
         return Generator
 
     patching.replace(torch, "Generator", make, "cuda")
+
+
+def install_device_index() -> None:
+    """``torch.device(0)``, ``torch.device(torch.cuda.current_device())``: an index alone names
+    the current accelerator, which a CPU build has none of ("Cannot access accelerator device
+    when none is available"). ``torch.device`` is a class of C that cannot be subclassed, so
+    its stand-in makes torch's own devices (``isinstance`` answers for them as for torch's
+    class), an index alone ``cuda:<index>``, as on a machine with GPUs."""
+    import torch
+
+    def make(real):
+        class Kind(type):
+            def __instancecheck__(cls, value):
+                return isinstance(value, real)
+
+            def __subclasscheck__(cls, other):
+                return issubclass(other, real)
+
+        class device(metaclass=Kind):
+            def __new__(cls, *args, **kwargs):
+                if (len(args) == 1 and not kwargs and isinstance(args[0], int)
+                        and not isinstance(args[0], bool)):
+                    note("torch.device(index) -> torch.device('cuda', index)")
+                    return real("cuda", args[0])
+                return real(*args, **kwargs)
+
+        device.__qualname__ = device.__name__ = "device"
+        device.__module__, device.__doc__ = real.__module__, real.__doc__
+        return device
+
+    patching.replace(torch, "device", make, "cuda")
