@@ -102,6 +102,7 @@ EXPECTED = {
     "hf_device_gather_cpu_count.py": ([], {"cpu-tensor-nccl"}, set(), {}),
     "epoch_counts_batches.py": ([], set(), set(), {}),
     "device_from_index.py": ([], set(), set(), {}),
+    "cuda_no_set_device.py": ([], {"ranks-share-gpu"}, set(), {}),
 }
 
 
@@ -731,3 +732,15 @@ def test_a_device_named_by_its_index_alone(diagnoses):
     if not torch.cuda.is_available():
         with pytest.raises(RuntimeError, match="Cannot access accelerator device"):
             torch.device(0)
+
+
+def test_every_rank_on_gpu_0_without_set_device(diagnoses):
+    """`.to("cuda")` with `torch.cuda.set_device` never called: each process's current device
+    is 0 (torch.cuda.current_device() of a fresh process), so the two ranks' GPUs are one.
+    The twin that sets each rank's device first uses cuda:0 and cuda:1."""
+    f = finding(diagnoses["by_script"]["cuda_no_set_device.py"], "ranks-share-gpu")
+    assert f.evidence["indices"] == {0: [0], 1: [0]} and not f.evidence["set_device"]
+    source = (CORPUS / "cuda_no_set_device.py").read_text().splitlines()
+    assert '.to("cuda")' in source[f.line - 1]
+    clean = verdict(diagnoses["by_script"]["device_from_index.py"], "ranks-share-gpu")
+    assert clean.status == "passed" and "rank 0: cuda:0; rank 1: cuda:1" in clean.why

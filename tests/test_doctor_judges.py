@@ -8,8 +8,8 @@ import pytest
 
 from ddplab.doctor.judging.findings import Finding, Status
 from ddplab.doctor.judging.judgement import Earlier
-from ddplab.doctor.judging.judges import data, state_dict
-from ddplab.doctor.records import Loader, Pass, SamplerOrder, SetEpoch
+from ddplab.doctor.judging.judges import collectives, data, state_dict
+from ddplab.doctor.records import CudaIndex, GroupInit, Loader, Pass, SamplerOrder, SetEpoch
 from judge_records import evidence, judge
 
 
@@ -72,3 +72,42 @@ def test_a_judge_reads_only_the_checks_its_record_names():
     with pytest.raises(ValueError, match="reads_explanations"):
         Earlier([prefix], data.SAMPLER_SET_EPOCH).explaining()
     assert Earlier([prefix], state_dict.STATE_DICT_PREFIX).found("known-crash") == [prefix]
+
+
+def on_gpus(indices: dict, backend: str = "nccl", set_device: bool = False):
+    """Each rank's GPU indices, under a group that asked for ``backend``."""
+    group = GroupInit(requested=backend, used="gloo", backend="gloo", world_size=2)
+    return evidence({r: [group, *(CudaIndex(index=i, set_device=set_device, file="train.py",
+                                            line=12) for i in own)]
+                     for r, own in indices.items()})
+
+
+def test_ranks_share_gpu_found_when_every_rank_is_on_gpu_0():
+    got = judge(collectives.RANKS_SHARE_GPU, on_gpus({0: [0], 1: [0]}))
+    assert got.status == Status.FOUND and got.problems[0].kind is None  # the check's: error
+    said = got.problems[0].message
+    assert "ranks 0, 1 of one node put every tensor and module on cuda:0" in said
+    assert "set_device is never called" in said and "Duplicate GPU detected" in said
+    assert got.problems[0].line == 12
+
+
+def test_ranks_share_gpu_under_gloo_is_waste():
+    got = judge(collectives.RANKS_SHARE_GPU, on_gpus({0: [1], 1: [1]}, "gloo", set_device=True))
+    assert got.status == Status.FOUND and got.problems[0].kind == "waste"
+    assert "each process sets that same device" in got.problems[0].message
+
+
+def test_ranks_share_gpu_passes_with_a_gpu_per_rank():
+    got = judge(collectives.RANKS_SHARE_GPU, on_gpus({0: [0], 1: [1]}))
+    assert got.status == Status.PASSED and "rank 1: cuda:1" in got.why
+
+
+def test_ranks_share_gpu_leaves_a_rank_on_several_gpus_alone():
+    """A rank that also used another GPU is not proved to share one."""
+    assert judge(collectives.RANKS_SHARE_GPU, on_gpus({0: [0], 1: [0, 1]})).status == \
+        Status.PASSED
+
+
+def test_ranks_share_gpu_not_applicable_without_mapped_cuda():
+    got = judge(collectives.RANKS_SHARE_GPU, on_gpus({0: [], 1: []}))
+    assert got.status == Status.NOT_APPLICABLE

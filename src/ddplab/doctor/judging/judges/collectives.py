@@ -1,5 +1,5 @@
-"""Collective checks: ``collective-on-some-ranks``, ``cpu-tensor-nccl``, and ``hang`` (a hang
-no other check explains, with where every rank is)."""
+"""Collective checks: ``collective-on-some-ranks``, ``cpu-tensor-nccl``, ``ranks-share-gpu``,
+and ``hang`` (a hang no other check explains, with where every rank is)."""
 
 from __future__ import annotations
 
@@ -222,6 +222,52 @@ def cpu_tensor_nccl(evidence, earlier):
     return passed(f"{len(nccl)} collectives under NCCL, every tensor on the GPU")
 
 
+def ranks_share_gpu(evidence, earlier):
+    """Ranks of one node whose every tensor and module went to the same GPU: the doctor maps
+    CUDA onto the CPU here and records which index each rank used."""
+    if (evidence.world_size or 0) < 2:
+        return not_applicable("one rank")
+    used = {r: evidence.records(records.CudaIndex, r) for r in evidence.ranks}
+    used = {r: u for r, u in used.items() if u}
+    if len(used) < 2:
+        return not_applicable("no CUDA was mapped onto the CPU (each rank had a GPU, or the "
+                              "script asked for none)")
+    nodes = {}
+    for rank, placed in used.items():
+        nodes.setdefault(evidence.by_rank[rank].host, {})[rank] = placed
+    nccl = "nccl" in (evidence.requested_backend() or "")
+    problems, seen = [], []
+    for host, per_rank in sorted(nodes.items()):
+        indices = {r: sorted({c.index for c in placed}) for r, placed in per_rank.items()}
+        seen += [f"rank {r}: cuda:{', cuda:'.join(map(str, i))}" for r, i in indices.items()]
+        alone = {}
+        for rank, own in sorted(indices.items()):
+            if len(own) == 1:
+                alone.setdefault(own[0], []).append(rank)
+        for index, ranks in sorted(alone.items()):
+            if len(ranks) < 2:
+                continue
+            first = per_rank[ranks[0]][0]
+            set_device = any(c.set_device for r in ranks for c in per_rank[r])
+            problems.append(Problem(
+                f"{ranks_text(ranks)} of one node put every tensor and module on cuda:{index} "
+                f"(first at {place(*file_line(first))}; "
+                + ("each process sets that same device" if set_device else
+                   "torch.cuda.set_device is never called, so \"cuda\" is GPU 0 in every "
+                   "process")
+                + "): "
+                + ("NCCL refuses two ranks on one GPU when it forms its communicator, at the "
+                   "first collective (\"Duplicate GPU detected\")" if nccl else
+                   "the ranks share one GPU's memory and compute, and the node's other GPUs "
+                   "stay idle"),
+                {"index": index, "ranks": ranks, "indices": indices,
+                 "set_device": set_device, "requested": evidence.requested_backend()},
+                *file_line(first), kind=None if nccl else "waste"))
+    if problems:
+        return found(*problems)
+    return passed("each rank of a node used a GPU of its own (" + "; ".join(seen) + ")")
+
+
 def hang(evidence, earlier):
     """A rank waited longer than the timeout, and no other check explains why."""
     if not evidence.hung():
@@ -314,6 +360,21 @@ CPU_TENSOR_NCCL = Check(
     FIX_DEVICE, cpu_tensor_nccl,
     explains=Crashes(texts=("No backend type associated with device type cpu",
                             "Tensors must be CUDA")))
+
+
+FIX_ONE_GPU = """\
+local_rank = int(os.environ["LOCAL_RANK"])
+torch.cuda.set_device(local_rank)  # first: "cuda" is this rank's GPU from now on
+device = torch.device("cuda", local_rank)
+model = DDP(model.to(device), device_ids=[local_rank])"""
+
+
+RANKS_SHARE_GPU = Check(
+    "ranks-share-gpu", "error",
+    "each rank of a node puts its tensors and model on a GPU of its own",
+    "errors-duplicate-gpu",
+    FIX_ONE_GPU, ranks_share_gpu,
+    explains=Crashes(texts=("Duplicate GPU detected",)), also=("waste",))
 
 
 GRADIENTS_REDUCED_TWICE = Check(

@@ -18,6 +18,7 @@ from ddplab.doctor.ranks.cuda_on_cpu.marks import (
     mark,
     marked,
     note,
+    placed,
     unmark,
 )
 
@@ -52,6 +53,7 @@ def mode_class():
             if marked(source) and "dtype" not in kwargs:
                 return source  # already "on the GPU": torch returns the tensor itself
             note(".cuda()" if func is cuda else ".to('cuda')")
+            placed(_named(args, kwargs))
             return mark(source.to(copy=True, **kwargs))
         if target == "cpu" and marked(source):
             return source.to(copy=True, **kwargs)  # a copy off the GPU, not marked
@@ -69,6 +71,7 @@ def mode_class():
             if kwargs:
                 if "device" in kwargs and is_cuda(kwargs["device"]):
                     note("device='cuda'")
+                    placed(kwargs["device"])
                     return mark(func(*args, **dict(kwargs, device="cpu",
                                                    **({"pin_memory": False}
                                                       if "pin_memory" in kwargs else {}))))
@@ -84,6 +87,17 @@ def mode_class():
             return result
 
     return CudaOnCpu
+
+
+def _named(args, kwargs):
+    """The device ``.to(...)`` or ``.cuda(...)`` was given (None: ``.cuda()``, or another
+    tensor's device)."""
+    import torch
+
+    for value in args[1:]:
+        if isinstance(value, (str, torch.device, int)) and not isinstance(value, bool):
+            return value
+    return kwargs.get("device")
 
 
 def _to_target(args, kwargs):
@@ -126,6 +140,7 @@ def install_module_devices() -> None:
             if isinstance(device, (str, torch.device, int)) and not isinstance(device, bool):
                 if is_cuda(device):
                     note("model.to('cuda')")
+                    placed(device)
                     rest = [a for a in args if a is not device]
                     kwargs = {k: v for k, v in kwargs.items() if k != "device"}
                     result = real(self, *rest, **kwargs)
@@ -140,6 +155,7 @@ def install_module_devices() -> None:
     def make_cuda(real):
         def cuda(self, device=None):
             note("model.cuda()")
+            placed(device)
             for t in tensors(self):
                 mark(t)
             return self
