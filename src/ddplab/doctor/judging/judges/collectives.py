@@ -237,7 +237,7 @@ def ranks_share_gpu(evidence, earlier):
         nodes.setdefault(evidence.by_rank[rank].host, {})[rank] = placed
     nccl = "nccl" in (evidence.requested_backend() or "")
     problems, seen = [], []
-    for host, per_rank in sorted(nodes.items()):
+    for per_rank in nodes.values():
         indices = {r: sorted({c.index for c in placed}) for r, placed in per_rank.items()}
         seen += [f"rank {r}: cuda:{', cuda:'.join(map(str, i))}" for r, i in indices.items()]
         alone = {}
