@@ -103,6 +103,8 @@ EXPECTED = {
     "epoch_counts_batches.py": ([], set(), set(), {}),
     "device_from_index.py": ([], set(), set(), {}),
     "cuda_no_set_device.py": ([], {"ranks-share-gpu"}, set(), {}),
+    "custom_sampler_epoch.py": ([], {"sampler-set-epoch"}, set(), {}),
+    "custom_sampler_epoch_clean.py": ([], set(), set(), {}),
 }
 
 
@@ -744,3 +746,20 @@ def test_every_rank_on_gpu_0_without_set_device(diagnoses):
     assert '.to("cuda")' in source[f.line - 1]
     clean = verdict(diagnoses["by_script"]["device_from_index.py"], "ranks-share-gpu")
     assert clean.status == "passed" and "rank 0: cuda:0; rank 1: cuda:1" in clean.why
+
+
+def test_a_custom_sampler_judged_by_its_orders(diagnoses):
+    """The script calls set_epoch every epoch; its sampler's __iter__ never reads the epoch.
+    The orders the run saw are torch's randperm of the seed alone, twice (shown here); the
+    twin's follow the epoch and pass."""
+    f = finding(diagnoses["by_script"]["custom_sampler_epoch.py"], "sampler-set-epoch")
+    first, second = f.evidence["first_indices"]
+    g = torch.Generator().manual_seed(42)
+    shard = torch.randperm(64, generator=g).tolist()[0::2]
+    assert first == second == shard and f.evidence["epochs"] == [0, 1]
+    source = (CORPUS / "custom_sampler_epoch.py").read_text().splitlines()
+    assert source[f.line - 1].strip() == "def __iter__(self):"
+    g = torch.Generator().manual_seed(42 + 1)
+    assert torch.randperm(64, generator=g).tolist()[0::2] != shard  # what epoch 1 would give
+    clean = verdict(diagnoses["by_script"]["custom_sampler_epoch_clean.py"], "sampler-set-epoch")
+    assert clean.status == "passed" and "ShardSampler" in clean.why

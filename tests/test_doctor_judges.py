@@ -9,7 +9,15 @@ import pytest
 from ddplab.doctor.judging.findings import Finding, Status
 from ddplab.doctor.judging.judgement import Earlier
 from ddplab.doctor.judging.judges import collectives, data, state_dict
-from ddplab.doctor.records import CudaIndex, GroupInit, Loader, Pass, SamplerOrder, SetEpoch
+from ddplab.doctor.records import (
+    CudaIndex,
+    CustomOrder,
+    GroupInit,
+    Loader,
+    Pass,
+    SamplerOrder,
+    SetEpoch,
+)
 from judge_records import evidence, judge
 
 
@@ -52,6 +60,15 @@ def test_sampler_set_epoch_names_a_call_that_sets_one_epoch():
     calls = [SetEpoch(sampler=0, epoch=0, file="train.py", line=28)] * 2
     got = judge(data.SAMPLER_SET_EPOCH, epochs(["same", "same"], set_epoch=calls))
     assert got.status == Status.FOUND and "set_epoch(0) at train.py:28" in got.why
+
+
+def test_sampler_set_epoch_points_at_a_call_made_after_the_loop():
+    """set_epoch(e) after epoch e's loop: the iterator was made with the epoch before, so two
+    epochs give one order; the finding is at the call, not at the loop."""
+    calls = [SetEpoch(sampler=0, epoch=e, file="train.py", line=41) for e in (0, 1)]
+    got = judge(data.SAMPLER_SET_EPOCH, epochs(["same", "same"], set_epoch=calls))
+    assert got.status == Status.FOUND and got.problems[0].line == 41
+    assert "after the loader's iterator was made" in got.why
 
 
 def test_sampler_set_epoch_passes_when_the_order_changes():
@@ -110,4 +127,37 @@ def test_ranks_share_gpu_leaves_a_rank_on_several_gpus_alone():
 
 def test_ranks_share_gpu_not_applicable_without_mapped_cuda():
     got = judge(collectives.RANKS_SHARE_GPU, on_gpus({0: [], 1: []}))
+    assert got.status == Status.NOT_APPLICABLE
+
+
+def custom_epochs(digests, epochs_set):
+    """A sampler of the script's own class, iterated for one training pass per digest, its
+    set_epoch called with ``epochs_set`` (None: never)."""
+    seen = [loader(sampler="ShardSampler", distributed=False)]
+    for number, (digest, epoch) in enumerate(zip(digests, epochs_set)):
+        if epoch is not None:
+            seen.append(SetEpoch(sampler=0, epoch=epoch, file="train.py", line=52))
+        seen += [CustomOrder(sampler=0, type="ShardSampler", epoch=epoch, first=[7, 2, 5],
+                             digest=digest, loader=0, pass_number=number,
+                             iter_file="train.py", iter_line=18),
+                 training_pass(number)]
+    return evidence({0: seen, 1: seen})
+
+
+def test_a_custom_sampler_that_ignores_its_epoch_is_found_at_its_iter():
+    got = judge(data.SAMPLER_SET_EPOCH, custom_epochs(["same", "same"], [0, 1]))
+    assert got.status == Status.FOUND and got.problems[0].line == 18
+    said = got.problems[0].message
+    assert "ShardSampler" in said and "set_epoch(1) was called at train.py:52" in said
+    assert "same order in epochs 0 and 1" in said and "self.epoch" in got.problems[0].fix
+
+
+def test_a_custom_sampler_whose_order_follows_the_epoch_passes():
+    got = judge(data.SAMPLER_SET_EPOCH, custom_epochs(["a", "b"], [0, 1]))
+    assert got.status == Status.PASSED and "ShardSampler" in got.why
+
+
+def test_a_custom_sampler_never_given_an_epoch_is_not_judged():
+    """Its order may be meant to stay (a sampler that does not shuffle)."""
+    got = judge(data.SAMPLER_SET_EPOCH, custom_epochs(["same", "same"], [None, None]))
     assert got.status == Status.NOT_APPLICABLE
