@@ -105,6 +105,7 @@ EXPECTED = {
     "cuda_no_set_device.py": ([], {"ranks-share-gpu"}, set(), {}),
     "custom_sampler_epoch.py": ([], {"sampler-set-epoch"}, set(), {}),
     "custom_sampler_epoch_clean.py": ([], set(), set(), {}),
+    "scheduler_rank0.py": ([], {"replicas-diverge"}, set(), {}),
 }
 
 
@@ -763,3 +764,18 @@ def test_a_custom_sampler_judged_by_its_orders(diagnoses):
     assert torch.randperm(64, generator=g).tolist()[0::2] != shard  # what epoch 1 would give
     clean = verdict(diagnoses["by_script"]["custom_sampler_epoch_clean.py"], "sampler-set-epoch")
     assert clean.status == "passed" and "ShardSampler" in clean.why
+
+
+def test_a_scheduler_stepped_on_rank_0_only(diagnoses):
+    """Rank 0's StepLR (gamma 0.7) steps after step 1; rank 1's never does: the finding says
+    the learning rates (0.2 x 0.7 against 0.2), as torch's scheduler gives them here."""
+    f = finding(diagnoses["by_script"]["scheduler_rank0.py"], "replicas-diverge")
+    parameter = torch.nn.Parameter(torch.zeros(1))
+    optimizer = torch.optim.SGD([parameter], lr=0.2)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.7)
+    optimizer.step()
+    scheduler.step()
+    lr = scheduler.get_last_lr()[0]
+    assert f"learning rates differ between ranks from step 2 ({lr:.4g} on rank 0 against " \
+        "0.2 on rank 1)" in f.message
+    assert f.evidence["step"] == 2 and "scheduler.step()  # on every rank" in f.fix

@@ -8,15 +8,19 @@ import pytest
 
 from ddplab.doctor.judging.findings import Finding, Status
 from ddplab.doctor.judging.judgement import Earlier
-from ddplab.doctor.judging.judges import collectives, data, state_dict
+from ddplab.doctor.judging.judges import collectives, data, model, state_dict
 from ddplab.doctor.records import (
     CudaIndex,
     CustomOrder,
+    Ddp,
     GroupInit,
     Loader,
+    MicroStep,
     Pass,
+    Replica,
     SamplerOrder,
     SetEpoch,
+    Step,
 )
 from judge_records import evidence, judge
 
@@ -161,3 +165,34 @@ def test_a_custom_sampler_never_given_an_epoch_is_not_judged():
     """Its order may be meant to stay (a sampler that does not shuffle)."""
     got = judge(data.SAMPLER_SET_EPOCH, custom_epochs(["same", "same"], [None, None]))
     assert got.status == Status.NOT_APPLICABLE
+
+
+def stepped(lrs: list, sums: list) -> list:
+    """One rank's DDP, and each step with its learning rate and the parameter's sum after."""
+    seen = [Ddp(index=0, find_unused=False, broadcast_buffers=True, static_graph=False,
+                devices=["cpu"], nccl=False, requested="gloo", params=1, numel=4, bytes=16,
+                buffers=0, module="Linear", file="train.py", line=10)]
+    for number, (lr, total) in enumerate(zip(lrs, sums), start=1):
+        seen += [Step(number=number, micro=[MicroStep(ddp=0, sync=True, batch=8)],
+                      micro_count=1, backwards=[], backward_count=1, optimizer=0, lr=[lr],
+                      file="train.py", line=30, step=number - 1),
+                 Replica(root=None, tensors={"weight": [f"d{total}", total, 1.0, "parameter"]},
+                         optimizer=0, in_ddp=1, params=1, step=number)]
+    return seen
+
+
+def test_replicas_diverge_names_learning_rates_that_differ():
+    """A scheduler stepped on rank 0 only: from step 2 its LR is 0.7, rank 1's still 1.0."""
+    ev = evidence({0: stepped([1.0, 0.7], [1.0, 2.0]), 1: stepped([1.0, 1.0], [1.0, 3.0])})
+    got = judge(model.REPLICAS_DIVERGE, ev)
+    assert got.status == Status.FOUND
+    said = got.problems[0].message
+    assert "the learning rates differ between ranks from step 2 (0.7 on rank 0 against 1 on " \
+        "rank 1)" in said
+    assert "scheduler.step()" in got.problems[0].fix and got.problems[0].line == 30
+
+
+def test_replicas_diverge_with_one_learning_rate_keeps_its_other_causes():
+    ev = evidence({0: stepped([1.0, 1.0], [1.0, 2.0]), 1: stepped([1.0, 1.0], [1.0, 3.0])})
+    got = judge(model.REPLICAS_DIVERGE, ev)
+    assert got.status == Status.FOUND and "learning rates" not in got.problems[0].message
