@@ -16,6 +16,7 @@ import itertools
 import json
 import math
 import os
+import pathlib
 import subprocess
 import sys
 import tempfile
@@ -106,6 +107,7 @@ EXPECTED = {
     "custom_sampler_epoch.py": ([], {"sampler-set-epoch"}, set(), {}),
     "custom_sampler_epoch_clean.py": ([], set(), set(), {}),
     "scheduler_rank0.py": ([], {"replicas-diverge"}, set(), {}),
+    "eval_rank0_sync_batchnorm.py": ([], {"collective-on-some-ranks"}, set(), {"timeout": 3.0}),
 }
 
 
@@ -779,3 +781,17 @@ def test_a_scheduler_stepped_on_rank_0_only(diagnoses):
     assert f"learning rates differ between ranks from step 2 ({lr:.4g} on rank 0 against " \
         "0.2 on rank 1)" in f.message
     assert f.evidence["step"] == 2 and "scheduler.step()  # on every rank" in f.fix
+
+
+def test_a_collective_of_the_module_run_alone_gets_its_own_fix(diagnoses):
+    """Rank 0 runs `model.module(probe)` in training mode: its SyncBatchNorm synchronises the
+    batch statistics there (torch's own check below: in eval() it does not), while rank 1 is
+    in the barrier after it. The fix puts the module in eval() first."""
+    diagnosis = diagnoses["by_script"]["eval_rank0_sync_batchnorm.py"]
+    f = finding(diagnosis, "collective-on-some-ranks")
+    source = (CORPUS / "eval_rank0_sync_batchnorm.py").read_text().splitlines()
+    assert "model.module(probe)" in source[f.evidence["module_alone"]["line"] - 1]
+    assert f.evidence["module_alone"]["rank"] == 0 and diagnosis.outcome == "hang"
+    assert f.fix.startswith("model.eval()") and "(model.module)" in f.message
+    batchnorm = (pathlib.Path(torch.__file__).parent / "nn/modules/batchnorm.py").read_text()
+    assert "bn_training\n            and self.training\n" in batchnorm  # no sync in eval()

@@ -10,6 +10,7 @@ from ddplab.doctor.judging.findings import Finding, Status
 from ddplab.doctor.judging.judgement import Earlier
 from ddplab.doctor.judging.judges import collectives, data, model, state_dict
 from ddplab.doctor.records import (
+    Collective,
     CudaIndex,
     CustomOrder,
     Ddp,
@@ -18,6 +19,7 @@ from ddplab.doctor.records import (
     MicroStep,
     Pass,
     Replica,
+    Root,
     SamplerOrder,
     SetEpoch,
     Step,
@@ -196,3 +198,27 @@ def test_replicas_diverge_with_one_learning_rate_keeps_its_other_causes():
     ev = evidence({0: stepped([1.0, 1.0], [1.0, 2.0]), 1: stepped([1.0, 1.0], [1.0, 3.0])})
     got = judge(model.REPLICAS_DIVERGE, ev)
     assert got.status == Status.FOUND and "learning rates" not in got.problems[0].message
+
+
+def collective(op: str, line: int, seq: int) -> Collective:
+    return Collective(op=op, seq=seq, group="world", devices=["cpu"], nccl=False,
+                      requested="gloo", reduce=None, dtype=None, numel=None, before=None,
+                      eval_samples=0, p2p=False, file="train.py", line=line)
+
+
+def test_a_collective_of_the_module_run_alone_gets_its_own_fix():
+    """Rank 0 runs the module inside its DDP alone at line 40, where its all_gather is; rank 1
+    is in the barrier of line 41."""
+    bypass = Root(index=0, kind="bypass", ddp=0, module="Sequential", file="train.py",
+                  line=40)
+    ev = evidence({0: [bypass, collective("all_gather", 40, 0)],
+                   1: [collective("barrier", 41, 0)]})
+    got = judge(collectives.COLLECTIVE_ON_SOME_RANKS, ev)
+    assert got.status == Status.FOUND and got.problems[0].fix.startswith("model.eval()")
+    assert "runs the Sequential that DDP wraps on its own at train.py:40" in got.why
+
+
+def test_a_collective_on_some_ranks_elsewhere_keeps_the_checks_fix():
+    ev = evidence({0: [collective("all_reduce", 40, 0)], 1: [collective("barrier", 41, 0)]})
+    got = judge(collectives.COLLECTIVE_ON_SOME_RANKS, ev)
+    assert got.status == Status.FOUND and got.problems[0].fix is None

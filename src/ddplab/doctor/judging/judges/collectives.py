@@ -41,6 +41,15 @@ if dist.get_rank() == 0:
     outputs = model.module(inputs)"""
 
 
+FIX_MODULE_COLLECTIVE = """\
+model.eval()  # SyncBatchNorm in eval(): its running statistics, no collective
+with torch.no_grad():
+    if dist.get_rank() == 0:
+        outputs = model.module(inputs)
+model.train()
+# or run the check on every rank, each on its own inputs"""
+
+
 SIZED = ("all_reduce", "reduce", "broadcast")  # the same size and dtype on every rank
 
 
@@ -61,6 +70,25 @@ def _crashed(evidence, rank: int) -> bool:
 def _named(c) -> str:
     """A collective as the report names it: the script's op, or DDP's own."""
     return f"{c.by} ({c.op})" if c.by else c.op
+
+
+def _module_alone(evidence, at: dict):
+    """(rank, its Root) where a rank ran the module inside a DDP without it (``model.module``)
+    at the line of its call in the mismatch, or at the line where the hang found it inside
+    a collective: the module's own collective (SyncBatchNorm's) is the one left unmatched."""
+    spots = {(r, c.file, c.line) for r, c in at.items() if c is not None}
+    hang = evidence.run.hang
+    if hang is not None:
+        spots |= {(r, p.file, p.line) for r, p in (hang.positions or {}).items()
+                  if p.inner or p.waiting}
+        if hang.alarm is not None:
+            waiting = hang.alarm.waiting
+            spots.add((hang.alarm.rank, waiting.file, waiting.line))
+    for rank in evidence.ranks:
+        for root in evidence.records(records.Root, rank):
+            if root.kind == "bypass" and (rank, root.file, root.line) in spots:
+                return rank, root
+    return None
 
 
 def collective_on_some_ranks(evidence, earlier):
@@ -105,13 +133,23 @@ def collective_on_some_ranks(evidence, earlier):
                            " (" + "; ".join(f"{c.dtype} x {c.numel} on rank {r}"
                                             for r, c in sorted(at.items())) + ")"))
             ddp_forward = first.by == records.DdpCall.BUFFERS
-            if ddp_forward:
+            alone = _module_alone(evidence, at)
+            fix = FIX_DDP_FORWARD if ddp_forward else None
+            if alone is not None:
+                rank, root = alone
+                text += (f": rank {rank} runs the {root.module} that DDP wraps on its own at "
+                         f"{place(*file_line(root))} (model.module), and the module issues a "
+                         "collective itself there (as a SyncBatchNorm in training mode does, "
+                         "for its batch statistics), which the other ranks never join")
+                fix = FIX_MODULE_COLLECTIVE
+            elif ddp_forward:
                 text += (": the DDP's forward broadcasts rank 0's buffers first, a collective "
                          "the other ranks only join in their own forward")
             problems.append(Problem(text, {"group": group, "index": i + 1, "calls": {
                 r: (c and {"op": c.op, "by": c.by, "line": c.line}) for r, c in at.items()},
-                "counts": {r: len(c) for r, c in calls.items()}}, *file_line(first),
-                fix=FIX_DDP_FORWARD if ddp_forward else None))
+                "counts": {r: len(c) for r, c in calls.items()},
+                **({"module_alone": {"rank": alone[0], "line": alone[1].line}} if alone else {})},
+                *file_line(first), fix=fix))
             break
     if problems:
         return found(*problems)
