@@ -72,10 +72,18 @@ def _named(c) -> str:
     return f"{c.by} ({c.op})" if c.by else c.op
 
 
-def _module_alone(evidence, at: dict):
+def _module_alone(evidence, at: dict, calls: dict):
     """(rank, its Root) where a rank ran the module inside a DDP without it (``model.module``)
-    at the line of its call in the mismatch, or at the line where the hang found it inside
-    a collective: the module's own collective (SyncBatchNorm's) is the one left unmatched."""
+    at the line of its call in the mismatch, at the line where the hang found it, or, a rank
+    that never reached the collective, after its last one: the module's own collective
+    (SyncBatchNorm's) is the one left unmatched."""
+    for rank, c in at.items():
+        if c is None:
+            last = max((x.t for x in calls.get(rank, [])), default=-1)
+            root = next((r for r in evidence.records(records.Root, rank)
+                         if r.kind == "bypass" and r.t > last), None)
+            if root is not None:
+                return rank, root
     spots = {(r, c.file, c.line) for r, c in at.items() if c is not None}
     hang = evidence.run.hang
     if hang is not None:
@@ -133,7 +141,7 @@ def collective_on_some_ranks(evidence, earlier):
                            " (" + "; ".join(f"{c.dtype} x {c.numel} on rank {r}"
                                             for r, c in sorted(at.items())) + ")"))
             ddp_forward = first.by == records.DdpCall.BUFFERS
-            alone = _module_alone(evidence, at)
+            alone = _module_alone(evidence, at, calls)
             fix = FIX_DDP_FORWARD if ddp_forward else None
             if alone is not None:
                 rank, root = alone
