@@ -11,6 +11,7 @@ from ddplab.doctor.judging.judgement import (
     file_line,
     found,
     not_applicable,
+    not_judged,
     passed,
     ranks_text,
 )
@@ -65,8 +66,11 @@ def sampler_set_epoch(evidence, earlier):
             orders.setdefault(order.sampler, []).append(order)
     seen = [o for o in orders.values() if len(o) >= 2]
     if not seen and not judged:
+        if orders:
+            return not_judged("one training epoch ran: the sampler's orders in two epochs are "
+                              "needed (run the script for two epochs or more)")
         return not_applicable("no shuffling DistributedSampler was iterated for two training "
-                              "epochs" if not orders else "the run stopped within the first epoch")
+                              "epochs")
     problems = custom
     for sampler_orders in seen:
         first, second = sampler_orders[0], sampler_orders[1]
