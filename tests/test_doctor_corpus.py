@@ -108,6 +108,7 @@ EXPECTED = {
     "custom_sampler_epoch_clean.py": ([], set(), set(), {}),
     "scheduler_rank0.py": ([], {"replicas-diverge"}, set(), {}),
     "eval_rank0_sync_batchnorm.py": ([], {"collective-on-some-ranks"}, set(), {"timeout": 3.0}),
+    "split_inside_dataset.py": ([], {"different-datasets"}, set(), {}),
 }
 
 
@@ -795,3 +796,15 @@ def test_a_collective_of_the_module_run_alone_gets_its_own_fix(diagnoses):
     assert f.fix.startswith("model.eval()") and "(model.module)" in f.message
     batchnorm = (pathlib.Path(torch.__file__).parent / "nn/modules/batchnorm.py").read_text()
     assert "bn_training\n            and self.training\n" in batchnorm  # no sync in eval()
+
+
+def test_an_unseeded_split_inside_a_dataset_class(diagnoses):
+    """random_split without a generator in the Dataset's __init__: each rank's process splits
+    its own way (two unseeded splits of torch's differ, shown here), and the digests of the
+    Subsets the class holds differ."""
+    f = finding(diagnoses["by_script"]["split_inside_dataset.py"], "different-datasets")
+    prints = f.evidence["fingerprints"]
+    assert prints[0] != prints[1] and all(p.startswith("holds:") for p in prints.values())
+    assert f.evidence["dataset_len"] == 80 and "SplitData holds" in f.message
+    splits = [torch.utils.data.random_split(range(100), [0.8, 0.2])[0].indices for _ in "ab"]
+    assert splits[0] != splits[1]

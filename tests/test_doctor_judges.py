@@ -8,7 +8,7 @@ import pytest
 
 from ddplab.doctor.judging.findings import Finding, Status
 from ddplab.doctor.judging.judgement import Earlier
-from ddplab.doctor.judging.judges import collectives, data, model, state_dict
+from ddplab.doctor.judging.judges import collectives, data, model, shards, state_dict
 from ddplab.doctor.records import (
     Collective,
     CudaIndex,
@@ -235,3 +235,22 @@ def test_a_rank_silent_in_the_module_run_alone_is_found_by_its_records():
     got = judge(collectives.COLLECTIVE_ON_SOME_RANKS, ev)
     assert got.status == Status.FOUND and got.problems[0].fix.startswith("model.eval()")
     assert "rank 0 runs the Sequential that DDP wraps on its own at train.py:40" in got.why
+
+
+def held(prints: dict):
+    """A dataset of the script's own class, holding a split, on each rank: its fingerprint."""
+    return evidence({r: [loader(dataset="SplitData", dataset_len=80, fingerprint=f),
+                         training_pass(0)] for r, f in prints.items()})
+
+
+def test_different_datasets_sees_a_split_inside_a_dataset_of_the_scripts_own():
+    got = judge(shards.DIFFERENT_DATASETS, held({0: "holds:aa:SplitData:80",
+                                                 1: "holds:bb:SplitData:80"}))
+    assert got.status == Status.FOUND
+    assert "rank 0: aa, rank 1: bb" in got.why and "SplitData holds" in got.why
+
+
+def test_different_datasets_passes_one_split_held_alike():
+    got = judge(shards.DIFFERENT_DATASETS, held({0: "holds:aa:SplitData:80",
+                                                 1: "holds:aa:SplitData:80"}))
+    assert got.status == Status.PASSED

@@ -43,7 +43,9 @@ def _len(value):
 
 def fingerprint(dataset) -> str:
     """Same value on two ranks: the same data, as far as can be told without calling the
-    reader's ``__getitem__`` (which may draw random numbers and change their run)."""
+    reader's ``__getitem__`` (which may draw random numbers and change their run): a
+    TensorDataset's tensors, a Subset's indices, and those a dataset of the reader's holds in
+    its attributes."""
     import torch.utils.data as data
 
     if isinstance(dataset, data.TensorDataset):
@@ -51,6 +53,11 @@ def fingerprint(dataset) -> str:
     if isinstance(dataset, data.Subset):
         picked = hashlib.blake2b(repr(list(dataset.indices)).encode(), digest_size=8)
         return f"subset:{picked.hexdigest()}:{fingerprint(dataset.dataset)}"
+    held = [fingerprint(value) for value in getattr(dataset, "__dict__", {}).values()
+            if isinstance(value, (data.TensorDataset, data.Subset))]
+    if held:  # a dataset of the reader's that keeps a split (random_split's Subsets) inside
+        digest = hashlib.blake2b("|".join(held).encode(), digest_size=8).hexdigest()
+        return f"holds:{digest}:{type(dataset).__name__}:{_len(dataset)}"
     return f"{type(dataset).__name__}:{_len(dataset)}"
 
 
