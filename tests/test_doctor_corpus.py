@@ -109,6 +109,7 @@ EXPECTED = {
     "scheduler_rank0.py": ([], {"replicas-diverge"}, set(), {}),
     "eval_rank0_sync_batchnorm.py": ([], {"collective-on-some-ranks"}, set(), {"timeout": 3.0}),
     "split_inside_dataset.py": ([], {"different-datasets"}, set(), {}),
+    "vocab_every_rank.py": ([], {"read-while-written"}, {"every-rank-writes"}, {}),
 }
 
 
@@ -808,3 +809,16 @@ def test_an_unseeded_split_inside_a_dataset_class(diagnoses):
     assert f.evidence["dataset_len"] == 80 and "SplitData holds" in f.message
     splits = [torch.utils.data.random_split(range(100), [0.8, 0.2])[0].indices for _ in "ab"]
     assert splits[0] != splits[1]
+
+
+def test_a_file_read_while_another_rank_writes_it(diagnoses):
+    """Every rank writes vocab.json and rank 0 reads it back with no collective in between:
+    named at the read, whether or not this run's read met a half-written file (when it did,
+    the JSONDecodeError is explained)."""
+    diagnosis = diagnoses["by_script"]["vocab_every_rank.py"]
+    f = finding(diagnosis, "read-while-written")
+    assert (f.evidence["reader"], f.evidence["writer"]) == (0, 1)
+    assert f.evidence["path"].endswith("vocab.json") and f.evidence["collectives_before"] == 0
+    source = (CORPUS / "vocab_every_rank.py").read_text().splitlines()
+    assert 'open("vocab.json")' in source[f.line - 1]
+    assert diagnosis.crash is None or diagnosis.crash_explained

@@ -8,7 +8,8 @@ import pytest
 
 from ddplab.doctor.judging.findings import Finding, Status
 from ddplab.doctor.judging.judgement import Earlier
-from ddplab.doctor.judging.judges import collectives, data, model, shards, state_dict
+from ddplab.doctor.judging.judges import collectives, data, files, model, shards, state_dict
+from ddplab.doctor.messages import Crash, Done
 from ddplab.doctor.records import (
     Collective,
     CudaIndex,
@@ -17,12 +18,15 @@ from ddplab.doctor.records import (
     GroupInit,
     Loader,
     MicroStep,
+    Outcome,
     Pass,
+    Read,
     Replica,
     Root,
     SamplerOrder,
     SetEpoch,
     Step,
+    Write,
 )
 from judge_records import evidence, judge
 
@@ -254,3 +258,33 @@ def test_different_datasets_passes_one_split_held_alike():
     got = judge(shards.DIFFERENT_DATASETS, held({0: "holds:aa:SplitData:80",
                                                  1: "holds:aa:SplitData:80"}))
     assert got.status == Status.PASSED
+
+
+def vocab(barrier_between: bool, outcomes=None):
+    """Every rank writes vocab.json; rank 0 reads it, after a barrier or not."""
+    write = Write(path="/run/vocab.json", how="open", mode="w", file="train.py", line=20)
+    read = Read(path="/run/vocab.json", size=0, file="train.py", line=24)
+    middle = [collective("barrier", 22, 0)] if barrier_between else []
+    return evidence({0: [write, *middle, read], 1: [write, *middle]}, outcomes=outcomes)
+
+
+def test_a_read_no_collective_orders_after_another_ranks_write_is_found():
+    got = judge(files.READ_WHILE_WRITTEN, vocab(barrier_between=False))
+    assert got.status == Status.FOUND and got.problems[0].line == 24
+    said = got.problems[0].message
+    assert "rank 0 reads /run/vocab.json at train.py:24 (0 bytes then) while rank 1 writes it" \
+        in said and "each had entered 0 collectives" in said
+
+
+def test_a_read_that_failed_says_so():
+    crash = Crash("JSONDecodeError", "JSONDecodeError: Expecting value", "", rank=0,
+                  script_line=24)
+    outcomes = {0: Done(Outcome.CRASHED, crash=crash), 1: Done(Outcome.FINISHED)}
+    got = judge(files.READ_WHILE_WRITTEN, vocab(barrier_between=False, outcomes=outcomes))
+    assert "here it did: rank 0 failed there (JSONDecodeError" in got.why
+    assert files.READ_WHILE_WRITTEN.explains.match(crash)
+
+
+def test_a_read_after_a_barrier_that_follows_the_writes_passes():
+    assert judge(files.READ_WHILE_WRITTEN, vocab(barrier_between=True)).status == \
+        Status.PASSED
