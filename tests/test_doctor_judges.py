@@ -4,6 +4,8 @@ real run reaches is named in the corpus test instead."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from ddplab.doctor.judging.findings import Finding, Status
@@ -15,6 +17,7 @@ from ddplab.doctor.records import (
     CudaIndex,
     CustomOrder,
     Ddp,
+    DdpCall,
     GroupInit,
     Loader,
     MicroStep,
@@ -288,3 +291,14 @@ def test_a_read_that_failed_says_so():
 def test_a_read_after_a_barrier_that_follows_the_writes_passes():
     assert judge(files.READ_WHILE_WRITTEN, vocab(barrier_between=True)).status == \
         Status.PASSED
+
+
+def test_a_sync_batchnorm_collective_met_by_another_gets_the_modules_fix():
+    """Rank 0's ledger alone (it did not answer the roll call): its SyncBatchNorm's all-reduce
+    at line 40 against rank 1's barrier."""
+    sync = dataclasses.replace(collective("all_reduce", 40, 0), seq=None,
+                               by=str(DdpCall.SYNC_BATCHNORM))
+    ev = evidence({0: [sync], 1: [collective("barrier", 41, 0)]})
+    got = judge(collectives.COLLECTIVE_ON_SOME_RANKS, ev)
+    assert got.status == Status.FOUND and got.problems[0].fix.startswith("model.eval()")
+    assert "rank 0's forward at train.py:40 runs a SyncBatchNorm in training mode" in got.why

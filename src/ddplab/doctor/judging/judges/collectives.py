@@ -150,6 +150,14 @@ def collective_on_some_ranks(evidence, earlier):
                          "collective itself there (as a SyncBatchNorm in training mode does, "
                          "for its batch statistics), which the other ranks never join")
                 fix = FIX_MODULE_COLLECTIVE
+            elif any(c is not None and c.by == records.DdpCall.SYNC_BATCHNORM
+                     for c in at.values()):
+                rank, c = next((r, c) for r, c in sorted(at.items()) if c is not None
+                               and c.by == records.DdpCall.SYNC_BATCHNORM)
+                text += (f": rank {rank}'s forward at {place(*file_line(c))} runs a "
+                         "SyncBatchNorm in training mode, which all-reduces its batch "
+                         "statistics, a collective the other ranks never join")
+                fix = FIX_MODULE_COLLECTIVE
             elif ddp_forward:
                 text += (": the DDP's forward broadcasts rank 0's buffers first, a collective "
                          "the other ranks only join in their own forward")
