@@ -1,7 +1,7 @@
 # Every target sets up .venv first (scripts/setup.sh; a no-op once done).
 PY := .venv/bin/python
 
-.PHONY: setup run test book check-browser check-pages check-labs two-nodes report bench lab clean colab-sim colab-sim-313 gpu-check
+.PHONY: setup run test book check-browser check-pages check-labs two-nodes report bench lab clean colab-sim colab-sim-313 gpu-check check-wheel check-workflows
 
 setup:
 	@sh scripts/setup.sh
@@ -47,6 +47,12 @@ gpu-check: setup  ## on a GPU machine: every command (W=1 on NCCL; gloo on CUDA)
 
 colab-sim: setup  ## lab 1 installed from a wheel and run in a fresh venv with Colab's versions
 	$(PY) scripts/colab_sim.py
+
+check-wheel: setup  ## wheel and sdist built, twine check, the wheel's check and doctor in a fresh venv
+	$(PY) scripts/check_wheel.py
+
+check-workflows: setup  ## .github/workflows against GitHub's workflow schema, offline
+	.venv/bin/check-jsonschema --builtin-schema vendor.github-workflows .github/workflows/*.yml
 
 # Colab's own Python 3.13 and torch 2.11 (PyPI's CUDA build, 2.7 GB with its CUDA packages):
 # by hand, not in CI (README, "Run it"). The venv is kept in COLAB313_DIR and reused next time.

@@ -46,6 +46,9 @@ from playwright.sync_api import sync_playwright
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import browser  # noqa: E402
 
+from ddplab.chapters.training_loop import printed_warnings  # noqa: E402
+from ddplab.common import home  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 MAX_PAGE_BYTES = 6_000_000
 MAX_PANEL_BYTES = 1_500_000
@@ -55,7 +58,12 @@ COLAB = re.compile(r"^https://colab\.research\.google\.com/github/[^/]+/[^/]+/bl
 # The pages a reader starts from carry the install box (book/_install.md), with the line the
 # cluster page gives.
 INSTALL_PAGES = ("book/intro.html", "book/running.html", "book/doctor.html")
-INSTALL_LINE = 'pip install "ddplab @ git+https://github.com/ddplab/ddplab"'
+INSTALL_LINE = home.install_line()
+# An address of this project (its repository or Pages site, under any owner): each link to one
+# must be made from the home pyproject.toml names (ddplab.common.home), the Colab buttons too.
+PROJECT = re.compile(r"github\.com/[^/]+/ddplab|\.github\.io/ddplab", re.IGNORECASE)
+HOME_MADE = (home.repository(), home.pages_site(),
+             "https://colab.research.google.com/github/" + "/".join(home.owner_and_name()) + "/")
 # The running page shows a lab as a reader meets it in Colab: a section (page, label) with a
 # picture of a lab and the times the Colab simulation recorded, printed by the page.
 COLAB_SECTION = ("book/running.html", "running-colab", "in the Colab simulation")
@@ -155,8 +163,10 @@ def check_page(page, checks: Checks, html: Path, base: str, rel: str, shots: Pat
     check_images(page, checks, rel)
     # Internal links: the file exists, and so does the anchor.
     here = (html / shown).parent
-    broken, colab = [], []
+    broken, colab, elsewhere = [], [], []
     for href in page.eval_on_selector_all("a[href]", "as => as.map(a => a.getAttribute('href'))"):
+        if PROJECT.search(href) and not href.startswith(HOME_MADE):
+            elsewhere.append(href)
         if match := COLAB.match(href):
             colab.append(match.group(1))
             continue
@@ -171,6 +181,8 @@ def check_page(page, checks: Checks, html: Path, base: str, rel: str, shots: Pat
                 and parsed.fragment not in anchors(target):
             broken.append(href)
     checks.check(not broken, f"{rel}: broken internal links: {sorted(set(broken))}")
+    checks.check(not elsewhere, f"{rel}: links not made from the home {home.repository()}: "
+                                f"{sorted(set(elsewhere))}")
     for lab in colab:
         checks.check(lab.startswith("labs/") and (ROOT / lab).is_file(),
                      f"{rel}: Colab button opens {lab}, not a lab in labs/")
@@ -330,7 +342,34 @@ PHRASES = {"speedup": "time-cost-slower", "slower": "time-cost-slower",
            "truncate": "training-loop-gather-cut", "hang": "hangs-end-of-epoch",
            "out of memory": "memory-which", "connection refused": "running-two-nodes",
            "learning rate": "lr-scaling-short-answer", "accumulation": "time-cost-accumulation",
-           "colab": "running-colab"}
+           "colab": "running-colab", "different loss": "training-loop-one-gpu",
+           "1 gpu vs": "training-loop-one-gpu", "not the same": "training-loop-one-gpu"}
+
+# Warnings as torch 2.13 prints them, pasted whole into the search: each finds the error
+# index's entry for it (the entry quotes the whole text; its heading, a part of it).
+PASTED_WARNINGS = {printed_warnings.TEXTS[name]: label
+                   for name, label in printed_warnings.LABELS.items()}
+
+# Sections the book's questions send a reader to, and what each must show: (page, label,
+# words in the section's text). A page's link to a section: (page, href ending).
+SECTIONS_SHOW = [
+    ("book/training_loop.html", "training-loop-one-gpu",
+     ("num_replicas=1", "Float reduction order", "BatchNorm", "Dropout", "ddplab doctor")),
+    ("book/training_loop.html", "training-loop-compile", ("model.compile()", "DDP(model)",
+                                                           "_orig_mod.")),
+    ("book/running.html", "running-slurm", ("sbatch", "srun", "scontrol show hostnames",
+                                            "--rdzv-id", "SLURM_JOB_ID", "--nproc-per-node 8")),
+    ("book/running.html", "running-variables",
+     ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+      "OMP_NUM_THREADS", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "NCCL_IB_HCA",
+      "NCCL_IB_DISABLE", "NCCL_DEBUG", "TORCH_DISTRIBUTED_DEBUG", "TORCH_FR_BUFFER_SIZE",
+      "TORCH_NCCL_DUMP_ON_TIMEOUT")),
+    ("book/memory.html", "ddplab-memory-calculator", ("Presets (a click fills in the form)",)),
+]
+LINKS_TO = [("book/intro.html", "training_loop.html#training-loop-one-gpu")]
+_TABLE_IN = """label => { const m = document.getElementById(label);
+  const s = m && (m.tagName == 'SECTION' ? m : m.closest('section'));
+  return s ? s.querySelectorAll('table').length : -1; }"""
 
 # Whether the page opened at its #fragment shows the section that holds the label's target,
 # with its heading at the top of the screen.
@@ -379,6 +418,45 @@ def check_search(page, checks: Checks, base: str) -> None:
         wrong = page.evaluate(_AT_SECTION, label)
         checks.check(not wrong, f"search for {query!r}: the first result {found[0]} does not "
                                 f"open at section {label}: {wrong}; then {found[1:4]}")
+
+
+def check_way_out(page, checks: Checks, base: str) -> None:
+    """Each warning of ``PASTED_WARNINGS``, pasted whole, finds its entry in the error index;
+    each section of ``SECTIONS_SHOW`` shows its words (the variables' one as a table), each
+    link of ``LINKS_TO`` is there, and every page names a favicon that loads."""
+    for text, label in PASTED_WARNINGS.items():
+        found = search_results(page, base, text)
+        checks.check(any(href.startswith("book/errors.html") for href in found),
+                     f"pasted warning {text[:50]!r}...: the error index is not found: "
+                     f"{found[:5]}")
+        page.goto(base + "book/errors.html", wait_until="load")
+        # the page's text as shown (spaces collapsed, quotes typeset, backticks set as
+        # code), process ids aside
+        checks.check(page.evaluate("t => { const n = s => s.replace(/\\d+/g, 'N')"
+                                   ".replace(/\\s+/g, ' ').replace(/[\u2018\u2019]/g, \"'\")"
+                                   ".replace(/`/g, ''); "
+                                   "return n(document.body.innerText).includes(n(t)); }", text),
+                     f"book/errors.html does not quote the warning {text[:50]!r}...")
+        checks.check(page.locator(f"[id='{label}']").count() == 1,
+                     f"book/errors.html has no section {label}")
+    for rel, label, words in SECTIONS_SHOW:
+        page.goto(base + rel, wait_until="load")
+        for words_shown in words:
+            missing = page.evaluate(_SECTION_SHOWS, [label, words_shown])
+            checks.check(not missing.replace("no picture shown; ", ""),
+                         f"{rel}#{label}: {missing.replace('no picture shown; ', '')}")
+        if label == "running-variables":
+            checks.check(page.evaluate(_TABLE_IN, label) == 1,
+                         f"{rel}#{label}: not one table of the variables")
+    for rel, href in LINKS_TO:
+        page.goto(base + rel, wait_until="load")
+        checks.check(page.locator(f"a[href$='{href}']").count() >= 1,
+                     f"{rel}: no link to {href}")
+    page.goto(base + "book/intro.html", wait_until="load")
+    icon = page.evaluate("() => { const l = document.querySelector('link[rel~=icon]');"
+                         " return l && l.href; }")
+    status = page.request.get(icon).status if icon else None
+    checks.check(status == 200, f"favicon: {icon!r} answers {status}")
 
 
 def check_doctor_links(checks: Checks, html: Path) -> None:
@@ -586,6 +664,10 @@ def check_book(checks: Checks, html: Path, report: Path, shots: Path) -> None:
                 check_search(page, checks, base)
             except Exception as exc:
                 checks.check(False, f"search: {type(exc).__name__}: {exc}")
+            try:
+                check_way_out(page, checks, base)
+            except Exception as exc:
+                checks.check(False, f"way out: {type(exc).__name__}: {exc}")
             page.close()
             if report.is_file():
                 check_report(chromium, checks, report, shots)

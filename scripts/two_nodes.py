@@ -3,15 +3,15 @@
     python scripts/two_nodes.py [--timeout 180] [--report-out _build/report-two-nodes]
 
 Starts two torchrun agents, as two nodes would (``--nnodes 2 --nproc-per-node 1``, c10d
-rendezvous on 127.0.0.1 at a free port), each running ``python -m ddplab averaging --json``, and
-checks that the JSON printed (by global rank 0, on whichever node it is) equals the local warm
-pool's at world size 2: the same gradients on every rank, the same reference. Exits non-zero on
-a difference, an error or the timeout; every process it started is ended either way. Then the
-same two nodes run ``python -m ddplab report --quick``: rank 0 (on either node) must write
-``report.json`` and ``report.html`` under ``--report-out``, its JSON complete
-(``ddplab.report.schema``) at world size 2. While it
-runs (about 10 s), torchrun's own stores listen on every interface
-(docs/notes/2026-11-23-browser-check.md, "Two nodes"): torch gives them no listening address.
+rendezvous at a store this script hosts on 127.0.0.1), each running ``python -m ddplab
+averaging --json``, and checks that the JSON printed (by global rank 0, on whichever node it
+is) equals the local warm pool's at world size 2: the same gradients on every rank, the same
+reference. Exits non-zero on a difference, an error or the timeout; every process it started is
+ended either way. Then the same two nodes run ``python -m ddplab report --quick``: rank 0 (on
+either node) must write ``report.json`` and ``report.html`` under ``--report-out``, its JSON
+complete (``ddplab.report.schema``) at world size 2. Nothing listens beyond loopback meanwhile:
+the agents' line and environment are the running page's (``ddplab.chapters.running.two_nodes``,
+whose docstring says how each store is kept on 127.0.0.1).
 """
 
 from __future__ import annotations
@@ -26,23 +26,21 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from browser import free_port  # noqa: E402
+from ddplab.chapters.running.two_nodes import LOOPBACK_ENV, node_command, rendezvous_on_loopback
 
 TORCHRUN = os.path.join(os.path.dirname(sys.executable), "torchrun")
 EXPERIMENT = ["averaging", "--batch-size", "8", "--reduction", "mean", "--json"]
 TOLERANCE = 1e-6  # both runs sum the same two gradients with gloo; float32 rounding at most
 
 
-def agents(port: int, arguments=EXPERIMENT) -> list[subprocess.Popen]:
-    command = [TORCHRUN, "--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
-               "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", f"ddplab-{port}",
-               "--local-addr", "127.0.0.1", "-m", "ddplab", *arguments]
+def agents(endpoint: str, arguments=EXPERIMENT) -> list[subprocess.Popen]:
+    command = [TORCHRUN, *node_command(endpoint, f"ddplab-{endpoint.rsplit(':', 1)[1]}")[1:],
+               "-m", "ddplab", *arguments]
     # Two "nodes" share this machine's cores: one thread per rank, as torchrun itself sets
-    # (OMP_NUM_THREADS=1) when it starts several processes on a node, not for one per node.
-    # Without it the quick report as two nodes took 93 s here, with it 43 s (load average
-    # about 11 both times: two ranks of two threads each on two cores, beside gloo's threads).
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    # (OMP_NUM_THREADS=1, in LOOPBACK_ENV) when it starts several processes on a node, not for
+    # one per node. Without it the quick report as two nodes took 93 s here, with it 43 s
+    # (load average about 11 both times: two ranks of two threads each on two cores).
+    env = {**os.environ, **LOOPBACK_ENV}
     # Each agent in a session of its own: on a timeout its whole tree is ended at once.
     return [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              start_new_session=True, env=env) for _ in range(2)]
@@ -84,18 +82,19 @@ def run_nodes(arguments, timeout: float):
     """Two agents running ``python -m ddplab ARGUMENTS``: (exit codes, [(stdout, stderr)],
     seconds), or None on the timeout. Every process started is ended either way."""
     start = time.perf_counter()
-    nodes = agents(free_port(), arguments)
-    try:
-        outputs = []
-        for node in nodes:
-            left = max(timeout - (time.perf_counter() - start), 1.0)
-            outputs.append(node.communicate(timeout=left))
-    except subprocess.TimeoutExpired:
-        print(f"two nodes: no result within {timeout:g} s")
-        return None
-    finally:
-        for node in nodes:
-            end(node)
+    with rendezvous_on_loopback() as endpoint:
+        nodes = agents(endpoint, arguments)
+        try:
+            outputs = []
+            for node in nodes:
+                left = max(timeout - (time.perf_counter() - start), 1.0)
+                outputs.append(node.communicate(timeout=left))
+        except subprocess.TimeoutExpired:
+            print(f"two nodes: no result within {timeout:g} s")
+            return None
+        finally:
+            for node in nodes:
+                end(node)
     return [node.returncode for node in nodes], outputs, time.perf_counter() - start
 
 

@@ -150,3 +150,18 @@ def noting(ctx, call_id, steps):
     if ctx.rank == 1:
         hang_watch.note(call_id, ctx.rank, waiting="the check-in")
     return ctx.rank
+
+
+def bn_ddp_step(ctx, batches):
+    """One DDP backward of a BatchNorm model on this rank's batch (``batches[rank]``): the
+    all-reduced gradients and the BatchNorm buffers after it, as DDP leaves them."""
+    import torch
+    import torch.nn as nn
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    torch.manual_seed(0)
+    model = DDP(nn.Sequential(nn.Linear(6, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 2)))
+    x, y = batches[ctx.rank]
+    nn.functional.cross_entropy(model(x), y).backward()
+    return {"grads": {n: p.grad.clone() for n, p in model.module.named_parameters()},
+            "buffers": {n: b.clone() for n, b in model.module.named_buffers()}}

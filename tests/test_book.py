@@ -1,4 +1,5 @@
-"""The book's wiring: labs install from the repository in _config.yml, chapters name real labs,
+"""The book's wiring: labs install from the home's repository (pyproject.toml's, read by
+``ddplab.common.home``), chapters name real labs,
 the intro's questions link to the sections that settle them."""
 
 import glob
@@ -8,12 +9,9 @@ import re
 import nbformat
 import yaml
 
+from ddplab.common import home
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def config():
-    with open(os.path.join(ROOT, "_config.yml")) as f:
-        return yaml.safe_load(f)
 
 
 def front_matter(path):
@@ -23,12 +21,12 @@ def front_matter(path):
 
 
 def test_every_lab_installs_ddplab_from_the_books_repository_in_colab():
-    url = config()["repository"]["url"]
+    url = home.repository()
     for path in sorted(glob.glob(os.path.join(ROOT, "labs", "*.ipynb"))):
         nb = nbformat.read(path, as_version=4)
         first = next(c for c in nb.cells if c.cell_type == "code").source
         assert '"google.colab" in sys.modules' in first, path
-        assert f"git+{url}" in first, f"{path}: install URL differs from _config.yml's {url}"
+        assert f"git+{url}" in first, f"{path}: install URL differs from the home's {url}"
 
 
 def test_every_chapter_names_a_lab_that_exists():
@@ -123,7 +121,7 @@ def test_the_install_box_is_on_the_pages_a_reader_starts_from_and_says_what_pip_
     for page in INSTALL_PAGES:
         assert "```{include} _install.md" in read("book", f"{page}.md"), page
     assert line in read("book", "your_cluster.md") and line in read("README.md")
-    assert f"git+{config()['repository']['url']}" in line
+    assert line == home.install_line()
     floor = re.search(r"^torch>=([0-9.]+)$", read("requirements.txt"), re.M).group(1)
     assert f"torch {floor} or newer" in box and f"older than {floor}" in box
     # torch's own floor of Python, as the wheels here declare it

@@ -9,17 +9,13 @@ import os
 import re
 
 import nbformat
-import yaml
 from packaging.requirements import Requirement
+
+from ddplab.common import home
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ADDRESS = re.compile(r"git\+(https://[^\"'\s]+)")
 COLAB_IPYWIDGETS = "7.7.1"  # googlecolab/backend-info pip-freeze.txt, August 2026
-
-
-def repository_url() -> str:
-    with open(os.path.join(ROOT, "_config.yml")) as f:
-        return yaml.safe_load(f)["repository"]["url"]
 
 
 def install_cells() -> dict:
@@ -30,8 +26,8 @@ def install_cells() -> dict:
     return cells
 
 
-def test_labs_and_readme_install_from_the_address_in_config_yml():
-    url = repository_url()
+def test_labs_and_readme_install_from_the_homes_address():
+    url = home.repository()
     found = {name: ADDRESS.findall(cell) for name, cell in install_cells().items()}
     with open(os.path.join(ROOT, "README.md")) as f:
         found["README.md"] = ADDRESS.findall(f.read())

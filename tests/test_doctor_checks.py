@@ -7,9 +7,8 @@ from __future__ import annotations
 import pathlib
 import re
 
-import yaml
-
-from ddplab.doctor.judging import error_index, findings
+from ddplab.common import home
+from ddplab.doctor.judging import error_index
 from ddplab.doctor.judging.check import PAGES, page_of
 from ddplab.doctor.judging.checks import CHECKS
 from ddplab.doctor.judging.findings import KINDS, Diagnosis, Finding, Verdict
@@ -59,11 +58,9 @@ def test_each_check_links_a_section_of_the_rendered_book():
     for check in CHECKS:
         page, after = found[check.section]
         assert page_of(check.section) == page and after.startswith("#"), check.id
-        assert check.url == f"{findings.BOOK}{page}.html#{check.section}"
-    # the book is the GitHub Pages site of the repository the book names
-    config = yaml.safe_load((BOOK.parent / "_config.yml").read_text())
-    owner, name = config["repository"]["url"].removeprefix("https://github.com/").split("/")
-    assert findings.BOOK == f"https://{owner}.github.io/{name}/book/"
+        assert check.url == f"{home.book()}{page}.html#{check.section}"
+    # the book is the GitHub Pages site of the repository pyproject.toml names
+    assert home.book() == f"https://{'.github.io/'.join(home.owner_and_name())}/book/"
 
 
 def test_each_fix_is_python():
@@ -90,7 +87,7 @@ def test_the_report_fits_the_books_column():
     diagnosis = Diagnosis("/tmp/a_training_script_of_some_length.py", 128, "nccl", "gloo",
                           10_000, "stopped", verdicts, root="/tmp")
     report = text.report(diagnosis)
-    assert all(check.url.removeprefix(text.BOOK) in report for check in CHECKS)
+    assert all(check.url in report for check in CHECKS)  # whole addresses
     assert max(len(line) for line in report.splitlines()) <= 100, report
     passed = [Verdict(c.id, c.kind, "passed", message) for c in CHECKS]
     report = text.report(Diagnosis("/tmp/train_fixed.py", 2, "gloo", "gloo", 8, "stopped",
@@ -102,10 +99,11 @@ def test_the_doctor_is_self_contained():
     """It runs the reader's script on processes of its own: no chapter, no report, no pool,
     and of the engine only what under-torchrun means and the process toolkit it shares with
     the engine (``lifeline``: dying with the parent; ``loopback``: the store on 127.0.0.1 only;
-    ``rank_logs``: a rank's output sent to its log)."""
+    ``rank_logs``: a rank's output sent to its log), and where the book lives (``home``)."""
     import ast
 
-    allowed = {"ddplab.common.checks", "ddplab.common.html_page", "ddplab.engine.torchrun",
+    allowed = {"ddplab.common.checks", "ddplab.common.home", "ddplab.common.html_page",
+               "ddplab.engine.torchrun",
                "ddplab.engine", "ddplab.engine.lifeline", "ddplab.engine.loopback",
                "ddplab.engine.rank_logs", "ddplab.engine.warm"}
     doctor = pathlib.Path(__file__).parent.parent / "src" / "ddplab" / "doctor"
@@ -119,4 +117,4 @@ def test_the_doctor_is_self_contained():
     outside = {m for m in found if m.startswith("ddplab.") and not m.startswith("ddplab.doctor")}
     assert outside and outside <= allowed | {f"{m}.{n}" for m in allowed for n in (
         "int_in_range", "positive_int", "positive_number", "head", "table", "under_torchrun",
-        "exit_with_parent", "loopback_store", "rank_logs", "frozen_imports")}
+        "exit_with_parent", "loopback_store", "rank_logs", "frozen_imports", "book")}

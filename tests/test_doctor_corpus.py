@@ -46,14 +46,14 @@ EXPECTED = {
     "hf_loop.py": ([], set(), {"accumulation-no-sync", "lr-not-scaled"}, {}),
     "hf_loop_metric.py": ([], {"metric-mean-of-means"}, set(), {}),
     "hf_loop_two_bugs.py": ([], {"clip-before-unscale", "metric-mean-of-means"},
-                            {"lr-not-scaled"}, {}),
+                            {"lr-not-scaled", "reference-differs"}, {}),
     "plain_clean.py": ([], set(), set(), {}),
     "plain_no_sampler.py": ([], {"no-distributed-sampler"}, set(), {}),
     "plain_rank0_barrier.py": ([], {"collective-on-some-ranks"}, {"lr-not-scaled"},
                                {"timeout": 3.0}),
     "plain_nccl_cpu.py": ([], {"cpu-tensor-nccl", "same-batches"}, set(), {}),
     "plain_amp_clip.py": ([], {"clip-before-unscale"}, {"lr-not-scaled"}, {}),
-    "plain_eval_padded.py": ([], {"metric-mean-of-means"}, set(), {}),
+    "plain_eval_padded.py": ([], {"metric-mean-of-means"}, {"reference-differs"}, {}),
     "plain_bn_buffers.py": ([], {"replicas-diverge"}, set(), {}),
     "plain_ema_copy.py": ([], {"replicas-diverge"}, set(), {}),
     "plain_load_rank0.py": ([], {"replicas-diverge", "same-batches"}, set(), {}),
@@ -78,14 +78,14 @@ EXPECTED = {
     "nanogpt_same_seed.py": ([], {"same-batches"}, set(), {}),
     "sampler_seed_per_rank.py": ([], {"overlapping-shards"}, set(), {}),
     "eval_rank0_through_ddp.py": ([], {"collective-on-some-ranks"}, set(), {"timeout": 3.0}),
-    "plain_unwrapped_forward.py": ([], {"replicas-diverge"}, set(), {}),
+    "plain_unwrapped_forward.py": ([], {"replicas-diverge"}, {"reference-differs"}, {}),
     "plain_data_parallel.py": ([], {"replicas-diverge"}, set(), {}),
     "plain_rank0_eval_allreduce.py": ([], {"collective-on-some-ranks"}, set(), {}),
     "plain_grads_reduced_twice.py": ([], set(), {"gradients-reduced-twice"}, {}),
     "hf_split_unseeded.py": ([], {"different-datasets"}, set(), {}),
     "plain_logging_syncs.py": ([], set(), {"barrier-every-step"}, {}),
     "plain_mkdir_every_rank.py": ([], {"every-rank-writes"}, set(), {}),
-    "plain_logged_sum.py": ([], {"logged-sum-not-divided"}, set(), {}),
+    "plain_logged_sum.py": ([], {"logged-sum-not-divided"}, {"reference-differs"}, {}),
     "amp_skipped_steps.py": ([], set(), set(), {}),
     "save_module_prefix.py": ([], set(), {"state-dict-prefix"}, {}),
     "resume_ddp_state.py": ([], set(), {"lr-not-scaled"}, {}),
@@ -93,10 +93,19 @@ EXPECTED = {
     "onecycle_loader_steps.py": ([], set(), set(), {}),
     "stream_islice_uneven.py": ([], {"uneven-inputs"}, set(), {}),
     "stream_islice_even.py": ([], set(), set(), {}),
-    "epoch_loss_dataset_len.py": ([], {"mean-over-global-count"}, set(), {}),
+    "epoch_loss_dataset_len.py": ([], {"mean-over-global-count"}, {"reference-differs"}, {}),
     "epoch_loss_reduced.py": ([], set(), set(), {}),
-    "epoch_last_loss.py": ([], set(), set(), {}),
-    "epoch_last_loss.py#steps16": ([], set(), set(), {"steps": 16}),
+    "ref_clean.py": ([], set(), set(), {}),
+    "ref_batchnorm.py": ([], set(), set(), {}),
+    "ref_metric_shard.py": ([], {"reference-differs"}, set(), {}),
+    "ref_loss_divided_twice.py": ([], {"reference-differs"}, set(), {}),
+    "ref_loss_times_world.py": ([], {"reference-differs"}, set(), {}),
+    "ref_grads_summed.py": ([], {"reference-differs"}, {"gradients-reduced-twice"}, {}),
+    "ref_lr_one_rank.py": ([], {"replicas-diverge"}, {"reference-differs"}, {}),
+    "ref_unwrapped_forward.py": ([], {"replicas-diverge"}, {"reference-differs"}, {}),
+    # rank 0 prints its own last loss: the reference run says so, as advice
+    "epoch_last_loss.py": ([], set(), {"reference-differs"}, {}),
+    "epoch_last_loss.py#steps16": ([], set(), {"reference-differs"}, {"steps": 16}),
     "weights_folder.py": ([], set(), set(), {}),
     "gather_scalar_nccl.py": ([], set(), set(), {}),
     "hf_device_gather.py": ([], set(), set(), {}),
@@ -110,6 +119,22 @@ EXPECTED = {
     "eval_rank0_sync_batchnorm.py": ([], {"collective-on-some-ranks"}, set(), {"timeout": 3.0}),
     "split_inside_dataset.py": ([], {"different-datasets"}, set(), {}),
     "vocab_every_rank.py": ([], {"read-while-written"}, {"every-rank-writes"}, {}),
+}
+
+# script -> what the reference run's finding says (its first step, the ratio, the cause)
+REFERENCE_SAYS = {
+    "ref_metric_shard.py": ["after optimizer step 4, rank 0 printed 'epoch 0: val accuracy",
+                            "not a multiple of the world size"],
+    "ref_loss_divided_twice.py": ["after optimizer step 1", "ratio 1/2",
+                                  "divided by the world size once too often"],
+    "plain_logged_sum.py": ["ratio 2: a sum over the 2 ranks, not divided"],
+    "ref_loss_times_world.py": ["after optimizer step 1, rank 0's 0.weight [32, 10]",
+                                "2 times the one process's", "multiplied by the world size"],
+    "ref_grads_summed.py": ["after optimizer step 1", "2 times the one process's",
+                            "summed over the ranks", "gradients-reduced-twice"],
+    "ref_lr_one_rank.py": ["from optimizer step 5", "rank 1 at 0.1, rank 0 at 0.05",
+                           "rank 1's 0.weight"],
+    "ref_unwrapped_forward.py": ["after optimizer step 1", "the update points elsewhere"],
 }
 
 
@@ -663,6 +688,23 @@ def test_a_shards_loss_divided_by_the_whole_dataset(diagnoses):
     assert "print(" in source[f.line - 1]
     clean = verdict(diagnoses["by_script"]["epoch_loss_reduced.py"], "mean-over-global-count")
     assert clean.status == "passed"
+
+
+@pytest.mark.parametrize("name", ["ref_clean.py", "ref_batchnorm.py", "plain_clean.py",
+                                  "hf_loop.py"])
+def test_the_reference_run_agrees_with_a_clean_script(diagnoses, name):
+    verdict = next(v for v in diagnoses["by_script"][name].checks
+                   if v.id == "reference-differs")
+    assert verdict.status == "passed", verdict.why
+    assert verdict.why.startswith("2 ranks and one process on the same "), verdict.why
+    assert " agree at every one of " in verdict.why
+
+
+@pytest.mark.parametrize("name", sorted(REFERENCE_SAYS))
+def test_the_reference_run_names_the_step_and_the_ratio(diagnoses, name):
+    f = finding(diagnoses["by_script"][name], "reference-differs")
+    for words in REFERENCE_SAYS[name]:
+        assert words in f.message, (words, f.message)
 
 
 def test_epochs_past_the_cap_run_one_batch_each(diagnoses):

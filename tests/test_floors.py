@@ -41,6 +41,10 @@ FLOORS = {
     "ddplab.doctor.messages": ("what crosses a process boundary in a doctor's run, one frozen "
                                "type per message (a crash among them), and the run they make",
                                {"ddplab.doctor.records": ""}),
+    "ddplab.doctor.reference": ("the reference run's shared parts: the files both runs keep, "
+                                "batches cut and joined, the comparison of parameters, "
+                                "learning rates and printed numbers",
+                                {"ddplab.doctor.records": ""}),
     "ddplab.doctor.store": ("the doctor's own TCPStore: evidence leaves a rank only through it",
                             {"ddplab.doctor.messages": "", "ddplab.doctor.records": "",
                              "ddplab.engine": "a store on loopback only"}),
@@ -51,11 +55,14 @@ FLOORS = {
                             "recorder, the reader's line, processes the script spawns, the "
                             "script's CUDA on CPU ranks, its writes kept in a scratch folder", {
                                 "ddplab.doctor.messages": "", "ddplab.doctor.records": "",
-                                "ddplab.doctor.settings": "", "ddplab.doctor.store": "",
+                                "ddplab.doctor.reference": "", "ddplab.doctor.settings": "",
+                                "ddplab.doctor.store": "",
                                 "ddplab.engine": "dying with the parent"}),
     "ddplab.doctor.judging": ("the doctor's judging: the evidence read back, the checks' "
                               "registry, the judges, findings and verdicts",
-                              {"ddplab.doctor.messages": "", "ddplab.doctor.records": ""}),
+                              {"ddplab.common": "where the book lives (`home`)",
+                               "ddplab.doctor.messages": "", "ddplab.doctor.records": "",
+                               "ddplab.doctor.reference": ""}),
     "ddplab.doctor.reporting": ("the diagnosis shown: text, JSON, GitHub annotations, SARIF, "
                                 "a page",
                                 {"ddplab.common": "", "ddplab.doctor.judging": ""}),
@@ -66,7 +73,7 @@ FLOORS = {
                                                                        "dying with the parent",
                                  "ddplab.doctor.judging": "", "ddplab.doctor.messages": "",
                                  "ddplab.doctor.ranks": "", "ddplab.doctor.records": "",
-                                 "ddplab.doctor.reporting": "",
+                                 "ddplab.doctor.reference": "", "ddplab.doctor.reporting": "",
                                  "ddplab.doctor.settings": "", "ddplab.doctor.store": ""}),
     "ddplab.doctor.examples": ("the doctor's example scripts (a reader's script: torch only)",
                                {}),

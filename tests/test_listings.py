@@ -115,6 +115,27 @@ RUNS = [
         L.load_checkpoint(model, "checkpoint.pt", device)
         assert torch.equal(model.weight, torch.load("checkpoint.pt")["weight"])
     """, world_size=1),
+    # an error in rank 0's block, as a timeout raises one: both ranks dump, rank 1 from its
+    # thread while its main thread goes on, and rank 0 re-raises once both have
+    Run("hangs", ("flight_record_on_error",), """
+        import pickle
+        os.makedirs("fr", exist_ok=True)
+        raised = None
+        try:
+            with L.flight_record_on_error("fr"):
+                dist.all_reduce(torch.ones(3))
+                if rank == 0:
+                    raise RuntimeError("Timed out waiting 2000ms for recv operation")
+        except RuntimeError as exc:
+            raised = str(exc)
+        assert (raised is not None) == (rank == 0)
+        dist.barrier()
+        for r in range(world_size):
+            with open(f"fr/fr_trace_{r}", "rb") as f:
+                entries = pickle.load(f)["entries"]
+            assert any(e["profiling_name"] == "gloo:all_reduce" and e["input_sizes"] == [[3]]
+                       for e in entries), entries[-3:]
+    """),
     Run("memory", ("zero1_optimizer",), """
         torch.manual_seed(0)
         model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 8))

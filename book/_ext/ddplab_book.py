@@ -1,6 +1,7 @@
-"""Sphinx glue for this book: a chapter's Colab button opens its lab notebook, formulas
-render with a MathJax copy shipped in the build, so that no page fetches anything, and every
-figure says what it shows and links to itself at full size, and an index entry at a
+"""Sphinx glue for this book: its repository button and Colab buttons point at the repository
+pyproject.toml names (``ddplab.common.home``), a chapter's Colab button opens its lab notebook,
+formulas render with a MathJax copy shipped in the build, so that no page fetches anything, and
+every figure says what it shows and links to itself at full size, and an index entry at a
 section's top opens that section from the search.
 
 The theme points a page's Colab button at the page's own source, but Colab opens only .ipynb
@@ -27,6 +28,7 @@ MATHJAX_PARTS = ("tex-mml-chtml.js", "input", "output/chtml", "a11y", "sre", "ui
 def setup(app):
     # After sphinx-book-theme's add_launch_buttons (default priority 500).
     app.connect("html-page-context", point_colab_at_lab, priority=600)
+    app.connect("config-inited", repository_from_home)
     app.connect("config-inited", use_local_mathjax)
     app.connect("config-inited", one_search_box)
     app.connect("build-finished", copy_mathjax)
@@ -43,6 +45,16 @@ def mathjax_source() -> pathlib.Path:
     if spec is None or not spec.submodule_search_locations:
         raise RuntimeError("the book needs MathJax's files: pip install django-static-mathjax")
     return pathlib.Path(list(spec.submodule_search_locations)[0]) / "static" / "mathjax" / "es5"
+
+
+def repository_from_home(app, config):
+    """The repository the book's buttons link to (its repository button, the Colab and
+    source links sphinx-book-theme makes from it) is the one pyproject.toml names, read by
+    ddplab itself: _config.yml names none, so that a fork changes one line."""
+    from ddplab.common import home
+
+    config.html_theme_options["repository_url"] = home.repository()
+    config.html_theme_options["use_repository_button"] = True
 
 
 def use_local_mathjax(app, config):

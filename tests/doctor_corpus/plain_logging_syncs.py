@@ -1,7 +1,7 @@
 """A training loop that logs every step the careful way: a barrier "so the ranks stay
 together", then three all-reduces (the loss, the accuracy, the sample count). The numbers are
-right; the barrier makes every rank wait for the slowest one each step, and DDP's backward
-already keeps them in step.
+right; the barrier adds a collective each step (and on NCCL makes the host wait for the GPU),
+where DDP's backward already keeps the ranks in step.
 
     torchrun --nproc-per-node 2 plain_logging_syncs.py
 """

@@ -23,7 +23,14 @@ class Settings:
     steps: int = 8  # optimizer steps before every rank stops
     batches: int = 4  # training batches per epoch the run goes through
     timeout: float = 60.0  # seconds a rank may wait in one call before it is a hang
-    role: str = "rank"  # "probe": one rank, stopped before its first optimizer step
+    role: str = "rank"  # "probe": one rank, stopped before its first optimizer step;
+    # "reference": one rank, fed the N ranks' recorded batches (``doctor/reference``)
+    record: str | None = None  # the reference folder the runs record to (None: nothing kept)
+
+    @property
+    def one_process(self) -> bool:
+        """A run of one rank whatever the world size asked: the probe, the reference run."""
+        return self.role in ("probe", "reference")
 
     def environment(self) -> dict[str, str]:
         """The variable that carries these settings to a rank."""

@@ -1,7 +1,8 @@
 """``report.html``: one self-contained file (figures as PNG data URIs, CSS inline, no script,
 nothing fetched), readable offline and attachable to an issue. A section for each top-level
 stage of ``stages.STAGES``, with its table, its figures and those of the stages whose parts lie
-inside its part (the chapters' own plots), and a link to the book's section on it."""
+inside its part (the chapters' own plots), and a link to the book's section on it, in the
+rendered book (``ddplab.common.home``: the repository's Pages site, or ``DDPLAB_BOOK_URL``)."""
 
 from __future__ import annotations
 
@@ -16,12 +17,11 @@ matplotlib.use("Agg")  # a file, never a window: the report may run on a headles
 
 import matplotlib.pyplot as plt  # noqa: E402
 
+from ddplab.common.home import book  # noqa: E402
 from ddplab.common.html_page import head, table  # noqa: E402
 from ddplab.report import stages  # noqa: E402
 from ddplab.report.figures import shown  # noqa: E402
 from ddplab.report.summary import rows, verdicts  # noqa: E402
-
-BOOK = "https://github.com/ddplab/ddplab/blob/main/book/"
 
 
 def png(fig) -> str:
@@ -50,10 +50,17 @@ def compared_table(data: dict) -> str:
     return table(("", "measured", "model", "measured / model"), body)
 
 
+def book_link(page: str) -> str:
+    """A stage's ``page.md#anchor`` in the rendered book: the page's .html, the heading's id
+    (docutils makes a heading's id from its words as GitHub does, lower case, hyphens)."""
+    name, _, anchor = page.partition("#")
+    return f"{book()}{name.removesuffix('.md')}.html" + (f"#{anchor}" if anchor else "")
+
+
 def stage_section(stage, part: dict | None, images: list[str]) -> list[str]:
     """One top-level stage's section: heading, what it shows, its table, figures, numbers."""
     out = [f"<h2 id='{stage.key}'>{html.escape(stage.title)}</h2><p>{html.escape(stage.about)} "
-           f"<a href='{BOOK}{stage.book}'>In the book.</a></p>"]
+           f"<a href='{html.escape(book_link(stage.book))}'>In the book.</a></p>"]
     if part is None:
         return out + ["<p class='missing'>Not measured.</p>"]
     shown_table = stage.table(part) if stage.table else None

@@ -103,7 +103,8 @@ _FORM = """<div id="{id}" style="border:1px solid #ddd;border-radius:4px;padding
 font-size:0.9em"><style>#{id} form{{display:grid;grid-template-columns:max-content
 minmax(0,1fr);gap:0.2em 1em}} #{id} select,#{id} input{{max-width:100%;box-sizing:border-box}}
 @media (max-width:480px){{#{id} form{{grid-template-columns:minmax(0,1fr)}}}}</style>
-<div style="margin-bottom:0.4em">{presets}</div><form onsubmit="return false">
+<div style="margin-bottom:0.4em">Presets (a click fills in the form): {presets}</div>
+<form onsubmit="return false">
 <label>parameters (billions)</label><input name="billions" type="number" value="7" min="0"
  step="any">
 <label>optimizer</label><select name="optimizer">{optimizers}</select>

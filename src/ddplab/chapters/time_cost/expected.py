@@ -50,6 +50,16 @@ class Expected:
     accelerators: dict  # cluster -> accelerator name
     links: dict  # cluster -> (inside a node, between nodes)
 
+    @property
+    def assumed(self) -> dict:
+        """cluster -> the card whose measured MFU its row borrows, for each row whose own card
+        was not measured (the record belongs to the first accelerator that names it)."""
+        owner = {}
+        for chip in cost_model.ACCELERATORS.values():
+            owner.setdefault(chip.record, chip.name)
+        return {c: owner[self.records[c]] for c, a in self.accelerators.items()
+                if owner[self.records[c]] != a}
+
     def describe(self) -> str:
         lines = [f"MODEL, not a measurement: weak scaling efficiency of DDP, "
                  f"{self.batch_size} x {self.tokens_per_sample} tokens per GPU",
@@ -61,8 +71,11 @@ class Expected:
         lines.append("each row: the GPU (dense BF16 peak); the link inside a node; between nodes")
         for cluster, (intra, inter) in self.links.items():
             chip = cost_model.ACCELERATORS[self.accelerators[cluster]]
+            borrowed = self.assumed.get(cluster)
+            assumption = (f"; ASSUMED: the {borrowed}'s measured MFU, no {chip.name} measured"
+                          if borrowed else "")
             lines.append(textwrap.fill(f"{cluster}: {chip.name} ({chip.flops / 1e12:.0f} "
-                                       f"TFLOP/s); {intra}; {inter}", 96,
+                                       f"TFLOP/s); {intra}; {inter}{assumption}", 96,
                                        initial_indent="  ", subsequent_indent="      "))
         for record in dict.fromkeys(self.records.values()):
             rows = [c for c, r in self.records.items() if r == record]

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import matplotlib.pyplot as plt
 import numpy as np
 
-from ddplab.screen.style import LEGEND_SIZE, PAGE_WIDTH, figure, rank_color, text  # noqa: F401 (text: for panels)
+from ddplab.screen.style import LEGEND_SIZE, PAGE_WIDTH, figure, placement_note, rank_color, text  # noqa: F401 (text: for panels)
 
 
 def norms(result, ax=None):
@@ -65,3 +66,24 @@ def stops(result, ax=None):
                  fontsize=10)
     return fig
 
+
+def expected_differences(results, ax=None):
+    """An N-rank run against one process: the parameters' largest difference after each step,
+    one line per cause, one panel per world size (``results``: ExpectedDifferences)."""
+    results = list(results)
+    fig, axes = plt.subplots(1, len(results), figsize=(PAGE_WIDTH, 3.0), sharey=True,
+                             constrained_layout=True, squeeze=False)
+    for ax, result in zip(axes[0], results):
+        steps = np.arange(1, result.steps + 1)
+        for i, cause in enumerate(result.causes):
+            if cause == "logged loss":  # the same training as "float order": only the print
+                continue
+            ax.plot(steps, np.maximum(result.param_diff[i], 1e-12), color=rank_color(i),
+                    lw=1.2, ls="--" if "bug" in cause else "-", label=cause)
+        ax.set_yscale("log")
+        ax.set_xlabel("step")
+        ax.set_title(f"{result.world_size} ranks against one process", fontsize=10)
+    axes[0][0].set_ylabel("largest |parameter difference|")
+    axes[0][-1].legend(fontsize=LEGEND_SIZE - 2, loc="center right")
+    placement_note(fig, results[-1])
+    return fig

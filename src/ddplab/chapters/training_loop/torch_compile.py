@@ -29,6 +29,11 @@ directly is the exception, ``OptimizedModule._initialize`` wraps it, ``eval_fram
 split as ``DDP(torch.compile(model))`` does. DDP's own buckets are read after the first
 backward from the comm hook.
 
+``in_place=True`` is the form PyTorch's docs give, ``model.compile()`` and then ``DDP(model)``:
+the module compiles its own call in place (``nn.Module.compile``), DDP's forward runs it, and
+dynamo splits it at the buckets as for ``DDP(torch.compile(model))``; the model stays itself,
+so its keys carry no prefix.
+
 ``torch.compile(model)`` returns an ``OptimizedModule`` that holds the model as ``_orig_mod``:
 its state-dict keys, and DDP's ``ddp.module.state_dict()`` around it, start with
 ``_orig_mod.`` (``saved_key``), which a plain model's ``load_state_dict`` refuses.
@@ -74,7 +79,7 @@ def build_model(model_kind: str, seed: int) -> torch.nn.Module:
 
 
 def compiled_step(ctx, bucket_cap_mb: float, optimize_ddp: bool, outside: bool,
-                  seed: int, model_kind: str = "sequential") -> dict:
+                  seed: int, model_kind: str = "sequential", in_place: bool = False) -> dict:
     """Two steps of DDP around the compiled model; count the graphs the backend is given and
     the buckets DDP all-reduces in the second backward (after DDP rebuilt its buckets)."""
     import torch._dynamo
@@ -100,6 +105,9 @@ def compiled_step(ctx, bucket_cap_mb: float, optimize_ddp: bool, outside: bool,
         if outside:  # torch.compile(DDP(model)) instead
             ddp = DDP(model, bucket_cap_mb=bucket_cap_mb)
             step_model = torch.compile(ddp, backend=counting_backend)
+        elif in_place:  # model.compile(), then DDP(model): the model compiles its own call
+            model.compile(backend=counting_backend)
+            ddp = step_model = DDP(model, bucket_cap_mb=bucket_cap_mb)
         else:
             ddp = DDP(torch.compile(model, backend=counting_backend), bucket_cap_mb=bucket_cap_mb)
             step_model = ddp
@@ -133,9 +141,11 @@ class Compile(Result):
     buckets: int  # buckets DDP all-reduced in the second backward
     bucket_bytes: list[int]
     max_diff_vs_one_process: float  # the second step's gradient
+    in_place: bool = False  # model.compile(), then DDP(model)
 
     def describe(self) -> str:
-        wrap = "compile(DDP(m))" if self.outside else "DDP(compile(m))"
+        wrap = ("compile(DDP(m))" if self.outside else
+                "m.compile(); DDP(m)" if self.in_place else "DDP(compile(m))")
         kind = "nn.Sequential" if self.model_kind == "sequential" else "own nn.Module"
         buckets = textwrap.fill(
             f"DDP's buckets (MiB): {[round(b / 2**20, 2) for b in self.bucket_bytes]}", 78,
@@ -149,7 +159,7 @@ class Compile(Result):
 
 def run(world_size: int = 2, bucket_cap_mb: float = 1.0, optimize_ddp: bool = True,
         outside: bool = False, seed: int = 0, timeout: float = 120.0,
-        model_kind: str = "sequential") -> Compile:
+        model_kind: str = "sequential", in_place: bool = False) -> Compile:
     """Compile DDP's module with a counting backend; compare graphs with buckets."""
     int_in_range("world_size", world_size, 1, 64)
     positive_number("bucket_cap_mb", bucket_cap_mb)
@@ -158,10 +168,14 @@ def run(world_size: int = 2, bucket_cap_mb: float = 1.0, optimize_ddp: bool = Tr
                          f"1 MiB and may not exceed the cap), got {bucket_cap_mb!r}")
     a_bool("optimize_ddp", optimize_ddp)
     a_bool("outside", outside)
+    a_bool("in_place", in_place)
+    if outside and in_place:
+        raise ValueError("outside (torch.compile(DDP(model))) and in_place (model.compile(), "
+                         "then DDP(model)) are two forms: choose one")
     one_of("model_kind", model_kind, MODEL_KINDS)
     results = ddplab.run(compiled_step, world_size, timeout=timeout,
                          bucket_cap_mb=float(bucket_cap_mb), optimize_ddp=optimize_ddp,
-                         outside=outside, seed=seed, model_kind=model_kind)
+                         outside=outside, seed=seed, model_kind=model_kind, in_place=in_place)
     model = build_model(model_kind, seed)
     X, y = make_batch(LAYERS, 4, world_size, seed, 1)
     F.mse_loss(model(X), y).backward()
@@ -174,6 +188,7 @@ def run(world_size: int = 2, bucket_cap_mb: float = 1.0, optimize_ddp: bool = Tr
         buckets=len(results[0]["bucket_bytes"]),
         bucket_bytes=results[0]["bucket_bytes"],
         max_diff_vs_one_process=float(max(abs(r["grad"] - reference).max() for r in results)),
+        in_place=in_place,
     )
 
 

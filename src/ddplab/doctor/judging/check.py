@@ -14,7 +14,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from ddplab.doctor.judging.findings import BOOK, KINDS
+from ddplab.common.home import book
+from ddplab.doctor.judging.findings import KINDS
 
 PAGES = ("averaging", "time_cost", "sharding", "hangs", "errors", "training_loop",
          "lr_scaling", "running")  # the book's pages a finding may send a reader to
@@ -32,7 +33,7 @@ def page_of(label: str) -> str:
 def url_of(label: str) -> str:
     # Sphinx gives a label's target its own id, so the label is the anchor: a heading
     # reworded keeps it (a heading's own slug would change, and differs from GitHub's)
-    return f"{BOOK}{page_of(label)}.html#{label}"
+    return f"{book()}{page_of(label)}.html#{label}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,6 +52,7 @@ class Crashes:
 
 ANY_CRASH = Crashes(any=True)
 NO_CRASH = Crashes()
+EVERY_CHECK_BEFORE = ("*",)  # defers_to of a check that weighs every finding before it
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,7 +67,7 @@ class Check:
     section: str  # the label of the book's section that shows the pitfall
     fix: str  # the change, as code
     judge: Callable
-    defers_to: tuple[str, ...] = ()  # checks before it whose findings it reads
+    defers_to: tuple[str, ...] = ()  # checks before it whose findings it reads (or every one)
     reads_explanations: bool = False  # it reads which earlier findings explain a failure
     explains_hang: bool = False  # its finding, if any, is why a run hung
     explains: Crashes = NO_CRASH  # the crashes its finding, if any, explains

@@ -20,6 +20,7 @@ from ddplab.doctor.judging.judges import (
     model,
     optimizer,
     printed,
+    reference,
     schedules,
     shards,
     state_dict,
@@ -38,7 +39,7 @@ CHECKS = (
     printed.MEAN_OVER_GLOBAL_COUNT, files.EVERY_RANK_WRITES, files.READ_WHILE_WRITTEN,
     optimizer.LR_NOT_SCALED,
     schedules.SCHEDULE_LENGTH, group.NO_PROCESS_GROUP, crash.KNOWN_CRASH,
-    state_dict.STATE_DICT_PREFIX, collectives.HANG,
+    state_dict.STATE_DICT_PREFIX, reference.REFERENCE_DIFFERS, collectives.HANG,
 )
 
 
@@ -48,7 +49,7 @@ def _check_order(checks) -> None:
     for check in checks:
         if check.id in seen:
             raise ValueError(f"two checks are named {check.id!r}")
-        later = [d for d in check.defers_to if d not in seen]
+        later = [d for d in check.defers_to if d not in seen and d != "*"]
         if later:
             raise ValueError(f"check {check.id!r} defers to {', '.join(later)}, which do not "
                              "come before it")

@@ -21,6 +21,7 @@ class Evidence:
     def __init__(self, run: Run, probe=None):
         self.run = run
         self.probe = probe  # a one-rank run stopped at its first step (``lr-not-scaled``)
+        self.reference = None  # the one-process run on the same samples (``launch.reference``)
         self.ranks = sorted(run.evidence)
         self.by_rank = dict(run.evidence)  # rank -> messages.RankEvidence
         self.kept = {r: e.records for r, e in run.evidence.items()}

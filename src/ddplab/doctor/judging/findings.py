@@ -34,9 +34,6 @@ class RunOutcome(Word):
 
 
 KINDS = tuple(Kind)
-# The rendered book (GitHub Pages of the repository _config.yml names): a section opens at
-# BOOK + "<page>.html#<label>", the label standing before its heading (tests/test_doctor_checks)
-BOOK = "https://ddplab.github.io/ddplab/book/"
 ROOT = contextvars.ContextVar("root", default=None)  # the folder paths are shown from
 
 

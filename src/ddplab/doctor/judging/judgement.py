@@ -80,10 +80,18 @@ class Earlier:
 
     def found(self, check_id: str) -> list:
         """The findings of ``check_id``, a check this one defers to."""
-        if check_id not in self._check.defers_to:
+        if check_id not in self._check.defers_to and self._check.defers_to != ("*",):
             raise ValueError(f"check {self._check.id!r} reads {check_id!r}'s findings: name it "
                              "in its record's defers_to")
         return [f for f in self._findings if f.id == check_id]
+
+    def every(self) -> list:
+        """Every finding before this check, for a check that defers to every one
+        (``check.EVERY_CHECK_BEFORE``)."""
+        if self._check.defers_to != ("*",):
+            raise ValueError(f"check {self._check.id!r} reads every earlier finding: give it "
+                             "defers_to=EVERY_CHECK_BEFORE in its record")
+        return list(self._findings)
 
     def explaining(self) -> list:
         """Every earlier finding that explains the run's crash or hang."""

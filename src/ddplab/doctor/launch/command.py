@@ -1,7 +1,7 @@
 """``python -m ddplab doctor``: the command line of :mod:`ddplab.doctor`.
 
     python -m ddplab doctor [--world-size N] [--steps K] [--format text|json|github|sarif] \\
-        [--out DIR] [--timeout S] train.py [script args]
+        [--out DIR] [--timeout S] [--book-url URL] train.py [script args]
     torchrun --nproc-per-node N -m ddplab doctor train.py [script args]
 
 The doctor's options come before the script; everything after the script is the script's
@@ -15,6 +15,7 @@ doctor says so.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from ddplab.doctor.reporting import output
@@ -60,6 +61,9 @@ def add_arguments(sub) -> None:
     sub.add_argument("--out", default=None, metavar="DIR",
                      help="also write DIR/doctor.html (one self-contained page) and "
                           "DIR/doctor.json")
+    sub.add_argument("--book-url", default=None, metavar="URL",
+                     help="the built book the links point at (default: DDPLAB_BOOK_URL, else "
+                          "the repository's GitHub Pages site)")
     sub.add_argument("script", help="the training script, run as `python script.py` would")
     sub.add_argument("script_args", nargs=argparse.REMAINDER, help="the script's arguments")
 
@@ -68,6 +72,8 @@ def main(args) -> int:
     from ddplab.doctor.launch.diagnose import diagnose
     from ddplab.engine.torchrun import under_torchrun
 
+    if args.book_url:  # read by every link the diagnosis makes (ddplab.common.home)
+        os.environ["DDPLAB_BOOK_URL"] = args.book_url
     if under_torchrun():
         from ddplab.doctor.launch import torchrun
 

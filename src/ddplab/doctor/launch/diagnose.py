@@ -17,7 +17,7 @@ import ddplab.doctor.records as records
 from ddplab.doctor.judging import checks
 from ddplab.doctor.judging.evidence import Evidence
 from ddplab.doctor.judging.findings import Diagnosis, RunOutcome, shown_from
-from ddplab.doctor.launch import launcher
+from ddplab.doctor.launch import launcher, reference
 from ddplab.doctor.launch.inputs import check_numbers, check_script
 from ddplab.doctor.launch.processes import Zygote
 from ddplab.doctor.messages import Crash
@@ -34,8 +34,9 @@ def diagnose(script: str, args=(), world_size: int = DEFAULTS.world_size,
     several diagnoses share one (the corpus tests); one is made and closed otherwise."""
     check_script(script)
     check_numbers(world_size, steps, timeout)
-    settings = Settings(world_size=world_size, steps=steps, batches=batches, timeout=timeout)
     with tempfile.TemporaryDirectory(prefix="ddplab-doctor-") as logs:
+        settings = Settings(world_size=world_size, steps=steps, batches=batches,
+                            timeout=timeout, record=os.path.join(logs, "reference"))
         own = zygote is None
         if own:
             zygote = Zygote(launcher.base_environment(), os.path.join(logs, "zygote.log"))
@@ -46,6 +47,7 @@ def diagnose(script: str, args=(), world_size: int = DEFAULTS.world_size,
                 probe = launcher.run(script, list(args), dataclasses.replace(
                     settings, world_size=1, steps=1, role="probe"), zygote, cwd)
                 evidence.probe = Evidence(probe) if probe.evidence else None
+            evidence.reference = reference.run(script, args, settings, zygote, cwd, evidence)
         finally:
             if own:
                 zygote.close()

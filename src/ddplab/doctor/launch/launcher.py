@@ -64,7 +64,7 @@ def environment(rank: int, script: str, args: list[str], settings: Settings,
                 store: Store, scratch: str) -> dict:
     """torchrun's variables for ``rank`` (one node), and the doctor's (``scratch``: the
     folder the script's writes land in)."""
-    size = 1 if settings.role == "probe" else settings.world_size
+    size = 1 if settings.one_process else settings.world_size
     env = base_environment()
     env.update({"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(size),
                 "LOCAL_WORLD_SIZE": str(size), "GROUP_RANK": "0", "ROLE_RANK": str(rank),
@@ -83,7 +83,7 @@ def run(script: str, args: list[str], settings: Settings, zygote: Zygote,
     (the current folder by default), and collect what they saw."""
     started = time.perf_counter()
     store = Store.host()
-    count = 1 if settings.role == "probe" else settings.world_size
+    count = 1 if settings.one_process else settings.world_size
     with tempfile.TemporaryDirectory(prefix="ddplab-doctor-") as logs:
         result, pids = Run(), {}
         scratch = os.path.join(logs, "scratch")  # the script's writes: gone with the run
@@ -122,8 +122,8 @@ def watch(store: Store, settings: Settings, first_gone=lambda: False) -> Run:
         result.mode = store.mode()
         result.launcher = store.read(LauncherDone)
         hello = store.read(Hello, 0)
-        if result.mode == records.Mode.RANKS or settings.role == "probe":
-            result.world_size = 1 if settings.role == "probe" else settings.world_size
+        if result.mode == records.Mode.RANKS or settings.one_process:
+            result.world_size = 1 if settings.one_process else settings.world_size
         elif hello is not None:
             result.world_size = hello.world_size
         expected = range(result.world_size or 0)

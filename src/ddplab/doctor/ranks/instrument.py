@@ -12,6 +12,7 @@ from ddplab.doctor.messages import Done
 from ddplab.doctor.ranks import crashes, cuda_on_cpu, scratch, where
 from ddplab.doctor.ranks import recorder as _recorder
 from ddplab.doctor.ranks.watch import amp as watch_amp
+from ddplab.doctor.ranks.watch import batches as watch_batches
 from ddplab.doctor.ranks.watch import collectives as watch_collectives
 from ddplab.doctor.ranks.watch import data as watch_data
 from ddplab.doctor.ranks.watch import ddp_collectives as watch_ddp_collectives
@@ -27,7 +28,7 @@ from ddplab.doctor.ranks.watch import steps as watch_steps
 READER_DIR = "DDPLAB_DOCTOR_READER_DIR"
 WATCHERS = (cuda_on_cpu, scratch, watch_group, watch_collectives, watch_ddp_collectives,
             watch_data, watch_model, watch_steps, watch_schedules, watch_amp, watch_files,
-            watch_seeds, watch_prints)
+            watch_seeds, watch_prints, watch_batches)
 
 
 def install(reader_dir: str) -> None:

@@ -13,8 +13,10 @@ of an existing file of the reader's removes nothing.
 
 Left where they are: the temporary folder, ``/dev``, ``/proc``, ``/sys``, caches under
 ``~/.cache`` and Python's own installation (a library's cache is not the reader's file, and
-some are read back from C++, past these wrappers). Experiment trackers are set to record
-nothing (``TRACKERS``, their own settings).
+some are read back from C++, past these wrappers). Experiment trackers are set to send
+nothing (``TRACKERS``, each one's own setting, read in its source: wandb 0.31, mlflow-skinny
+3.18, comet_ml 3.58, huggingface_hub 2.5). A setting the script passes itself wins where the
+tracker lets it (``mlflow.set_tracking_uri``, ``wandb.init(mode=...)``).
 """
 
 from __future__ import annotations
@@ -32,10 +34,22 @@ from ddplab.doctor.ranks import patching
 
 VARIABLE = "DDPLAB_DOCTOR_SCRATCH"  # the run's scratch folder, in every rank's environment
 TRACKERS = {  # each tracker's own switch: what the report says was set
-    "WANDB_MODE": "disabled",  # wandb: no run, nothing written or sent
-    "MLFLOW_TRACKING_URI": None,  # MLflow: a file store in the scratch folder (set below)
-    "COMET_OFFLINE_DIRECTORY": None,  # Comet: its offline archives in the scratch folder
-    "HF_HUB_OFFLINE": "1",  # Hugging Face Hub: no download, no push
+    # wandb: wandb.init returns a disabled run, no wandb-core process, nothing sent
+    # (run_settings._noop -> make_disabled_run, wandb/sdk/wandb_init.py)
+    "WANDB_MODE": "disabled",
+    # MLflow: a file store in the scratch folder (set below), which MLflow 3 refuses unless
+    # allowed (FileStore.__init__, mlflow/store/tracking/file_store.py), and no telemetry
+    # (is_telemetry_disabled, mlflow/telemetry/utils.py)
+    "MLFLOW_TRACKING_URI": None,
+    "MLFLOW_ALLOW_FILE_STORE": "true",
+    "MLFLOW_DISABLE_TELEMETRY": "true",
+    # Comet: Experiment, OfflineExperiment and comet_ml.start disabled, "no network
+    # communication with the Comet backend" ("comet.auto_log.disable", comet_ml/_online.py
+    # and experiment.py); COMET_OFFLINE_DIRECTORY would only say where offline archives go
+    "COMET_AUTO_LOG_DISABLE": "1",
+    # Hugging Face Hub: every request raises OfflineModeIsEnabled, uploads too
+    # (hf_request_event_hook, huggingface_hub/utils/_http.py)
+    "HF_HUB_OFFLINE": "1",
     "HF_HUB_DISABLE_TELEMETRY": "1",
 }
 TRACKER_MODULES = ("wandb", "mlflow", "comet_ml", "huggingface_hub", "tensorboard",
@@ -138,8 +152,7 @@ def install(reader_dir: str) -> None:
     readers = {os.path.abspath(reader_dir), os.getcwd()}
     _ROOT.update(dir=folder, kept=tuple(k.rstrip(os.sep) + os.sep for k in kept),
                  readers=tuple(r.rstrip(os.sep) + os.sep for r in readers))
-    TRACKERS.update(MLFLOW_TRACKING_URI=f"file://{folder}/mlruns",
-                    COMET_OFFLINE_DIRECTORY=f"{folder}/comet")
+    TRACKERS.update(MLFLOW_TRACKING_URI=f"file://{folder}/mlruns")
     os.environ.update(TRACKERS)
     _wrap_files()
     _wrap_folders()

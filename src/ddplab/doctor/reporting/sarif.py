@@ -6,8 +6,9 @@ notification per check this run could not judge (and for a crash no check explai
 
 from __future__ import annotations
 
+from ddplab.common.home import book
 from ddplab.doctor.judging.checks import CHECKS
-from ddplab.doctor.judging.findings import BOOK, paths_from_root, shown_path
+from ddplab.doctor.judging.findings import paths_from_root, shown_path
 from ddplab.doctor.reporting.text import failed
 
 SCHEMA = ("https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/"
@@ -46,7 +47,7 @@ def report(diagnosis) -> dict:
                "message": {"text": f"{v.id} not judged on this run: {v.why}"}}
               for v in diagnosis.not_judged()]
     return {"$schema": SCHEMA, "version": "2.1.0", "runs": [{
-        "tool": {"driver": {"name": "ddplab doctor", "informationUri": BOOK,
+        "tool": {"driver": {"name": "ddplab doctor", "informationUri": book(),
                             "rules": [rule(check) for check in CHECKS]}},
         "results": [result(f, index) for f in diagnosis.findings],
         "invocations": [{"executionSuccessful": diagnosis.exit_code() != 2,

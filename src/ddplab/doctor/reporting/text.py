@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import textwrap
 
-from ddplab.doctor.judging.findings import BOOK, Status, paths_from_root, place, shown_path
+from ddplab.common.home import book
+from ddplab.doctor.judging.findings import Status, paths_from_root, place, shown_path
 
 WIDTH = 100
 FIX_INDENT = " " * 8
@@ -26,7 +27,7 @@ def finding_lines(f) -> list[str]:
     lines = wrapped(head)
     lines.append("    fix:")
     lines += [FIX_INDENT + line for line in f.fix.splitlines()]
-    lines.append(f"    book: {f.url.removeprefix(BOOK)}")
+    lines.append(f"    book: {f.url}")
     return lines
 
 
@@ -118,7 +119,7 @@ def report(diagnosis) -> str:
     for f in diagnosis.findings:
         lines += finding_lines(f)
     if diagnosis.findings:
-        lines.append(f"each book section above is a page of {BOOK}")
+        lines.append(f"each book section above is a page of {book()}")
     crash = diagnosis.unexplained_crash()
     if crash is not None:
         who = f"rank {crash.rank}" if crash.rank is not None else "the script"

@@ -211,8 +211,9 @@ BARRIERS = ("barrier", "monitored_barrier")
 
 
 def barrier_every_step(evidence, earlier):
-    """A barrier in the training loop, before every optimizer step: each one makes every rank
-    wait for the slowest, where DDP's backward already keeps them in step."""
+    """A barrier in the training loop, before every optimizer step: DDP's backward already
+    keeps the ranks in step, so each one adds a collective per step and, on NCCL, the host
+    waits there for the GPU (ProcessGroupNCCL's barrier blocks the CPU thread)."""
     steps = evidence.records(records.Step)
     if len(steps) < 2:
         return not_applicable("fewer than two optimizer steps")
@@ -233,8 +234,9 @@ def barrier_every_step(evidence, earlier):
         "optimizer steps"
         + (f", beside {per_step} all-reduces of a few numbers each step (logging)"
            if per_step else "")
-        + ": every rank waits there for the slowest one, each step; DDP's backward already "
-          "keeps the ranks in step",
+        + ": each adds a collective per step, and on NCCL the host waits for the GPU there "
+          "(ProcessGroupNCCL's barrier blocks the CPU thread); DDP's backward already keeps "
+          "the ranks in step",
         {"steps": len(steps), "barriers_per_step": min(len(v) for v in barriers.values()),
          "small_collectives_per_step": per_step}, *file_line(first)))
 

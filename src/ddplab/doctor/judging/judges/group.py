@@ -59,7 +59,8 @@ def no_process_group(evidence, earlier):
 FIX_RANK = """\
 # no rank= or world_size=: torchrun's RANK and WORLD_SIZE, one rank per process
 dist.init_process_group()  # or keep the backend your script names: ("gloo"), ("nccl")
-# with none, torch 2.13 takes NCCL where there is a GPU, gloo where there is none
+# with none, torch 2.13 takes the backend of the accelerator it finds: NCCL alone on a
+# CUDA machine, gloo where there is none (BackendConfig in distributed_c10d.py)
 local_rank = int(os.environ["LOCAL_RANK"])  # this process's GPU on its node, if any"""
 
 

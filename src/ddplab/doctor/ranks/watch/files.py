@@ -7,6 +7,7 @@ for itself."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
@@ -17,6 +18,17 @@ from ddplab.doctor.ranks import recorder as _recorder
 
 WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT
 _INSIDE = threading.local()
+
+
+@contextlib.contextmanager
+def unwatched():
+    """While inside, this thread's file calls are the doctor's own: nothing is recorded."""
+    was = getattr(_INSIDE, "busy", False)
+    _INSIDE.busy = True
+    try:
+        yield
+    finally:
+        _INSIDE.busy = was
 
 
 LIBRARY_WRITERS = ("tempfile.py", "<frozen importlib._bootstrap_external>")

@@ -26,8 +26,9 @@ def install() -> None:
                     spot = where.line()
                     if spot is not None:
                         rec.count("printed")
-                        rec.add(records.Printed(text=text[:SHOWN], file=spot[0],
-                                                line=spot[1]))
+                        rec.add(records.Printed(
+                            text=text[:SHOWN], file=spot[0], line=spot[1],
+                            after_drained=rec.counters.get("drained_steps", 0) > 0))
             return real(*args, **kwargs)
         return print
 
