@@ -115,7 +115,7 @@ EXPECTED = {
     "cuda_no_set_device.py": ([], {"ranks-share-gpu"}, set(), {}),
     "custom_sampler_epoch.py": ([], {"sampler-set-epoch"}, set(), {}),
     "custom_sampler_epoch_clean.py": ([], set(), set(), {}),
-    "scheduler_rank0.py": ([], {"replicas-diverge"}, set(), {}),
+    "scheduler_rank0.py": ([], {"replicas-diverge"}, {"reference-differs"}, {}),
     "eval_rank0_sync_batchnorm.py": ([], {"collective-on-some-ranks"}, set(), {"timeout": 3.0}),
     "split_inside_dataset.py": ([], {"different-datasets"}, set(), {}),
     "vocab_every_rank.py": ([], {"read-while-written"}, {"every-rank-writes"}, {}),
@@ -834,7 +834,8 @@ def test_a_collective_of_the_module_run_alone_gets_its_own_fix(diagnoses):
     diagnosis = diagnoses["by_script"]["eval_rank0_sync_batchnorm.py"]
     f = finding(diagnosis, "collective-on-some-ranks")
     source = (CORPUS / "eval_rank0_sync_batchnorm.py").read_text().splitlines()
-    assert "model.module(probe)" in source[f.line - 1] and diagnosis.outcome == "hang"
+    assert "model.module(probe)" in source[f.line - 1]
+    assert diagnosis.outcome == "hang" or diagnosis.crash_explained  # or gloo's mismatch error
     calls = f.evidence["calls"]  # rank 0's evidence may be its ledger alone (a silent rank)
     assert calls[0]["by"] == "SyncBatchNorm's all-reduce of its batch statistics"
     assert calls[1]["op"] == "barrier" and f.fix.startswith("model.eval()")
