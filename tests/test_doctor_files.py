@@ -33,3 +33,24 @@ def test_the_readers_files_are_unchanged(tmp_path):
     said = " ".join(text.report(diagnosis).split())
     assert ("your files are unchanged: what the script wrote went to a scratch folder (rank 0: "
             "train.log, runs/exp1/loss.npy, runs/exp1/last_epoch.txt, checkpoint.pt)") in said
+
+
+def test_a_script_in_the_temporary_folder_itself_keeps_the_doctors_files_its_own():
+    """The temporary folder is the reader's when the script lies in it: the doctor's own
+    files there (the reference run's records) still go where the doctor put them, and the
+    clean script is clean (they went to the scratch folder, and the run crashed, before)."""
+    import os
+    import shutil
+    import tempfile
+    import uuid
+
+    script = os.path.join(tempfile.gettempdir(), f"ddplab-test-{uuid.uuid4().hex}.py")
+    shutil.copy(CORPUS / "plain_clean.py", script)
+    try:
+        diagnosis = diagnose(script, cwd=tempfile.gettempdir())
+    finally:
+        os.remove(script)
+    assert diagnosis.crash is None, diagnosis.crash.traceback
+    assert diagnosis.findings == [] and diagnosis.steps_run == 8
+    reference = next(v for v in diagnosis.checks if v.id == "reference-differs")
+    assert reference.status == "passed", reference.why

@@ -31,6 +31,7 @@ import tempfile
 import threading
 
 from ddplab.doctor.ranks import patching
+from ddplab.doctor.settings import Settings
 
 VARIABLE = "DDPLAB_DOCTOR_SCRATCH"  # the run's scratch folder, in every rank's environment
 TRACKERS = {  # each tracker's own switch: what the report says was set
@@ -55,7 +56,7 @@ TRACKERS = {  # each tracker's own switch: what the report says was set
 TRACKER_MODULES = ("wandb", "mlflow", "comet_ml", "huggingface_hub", "tensorboard",
                    "torch.utils.tensorboard")
 WRITES = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
-_ROOT = {"dir": None, "kept": (), "readers": ()}
+_ROOT = {"dir": None, "kept": (), "readers": (), "doctors": ()}
 _OWN = threading.local()  # set while this module makes the scratch copy's folders itself
 
 
@@ -104,6 +105,8 @@ def scratch_copy(path) -> str | None:
     if name is None or _ROOT["dir"] is None or name.startswith(_ROOT["dir"] + os.sep):
         return None
     inside = name.rstrip(os.sep) + os.sep  # a folder of the reader's is the reader's too
+    if inside.startswith(_ROOT["doctors"]):  # the run's own files, wherever the script lies
+        return None
     if inside.startswith(_ROOT["kept"]) and not inside.startswith(_ROOT["readers"]):
         return None
     return _ROOT["dir"] + name
@@ -150,8 +153,11 @@ def install(reader_dir: str) -> None:
     kept = {folder, os.path.realpath(tempfile.gettempdir()), tempfile.gettempdir(), "/dev",
             "/proc", "/sys", home_cache, sys.prefix, sys.base_prefix, sys.exec_prefix}
     readers = {os.path.abspath(reader_dir), os.getcwd()}
+    record = Settings.current().record  # the reference run's files
+    doctors = {os.path.dirname(folder), *([os.path.realpath(record)] if record else [])}
     _ROOT.update(dir=folder, kept=tuple(k.rstrip(os.sep) + os.sep for k in kept),
-                 readers=tuple(r.rstrip(os.sep) + os.sep for r in readers))
+                 readers=tuple(r.rstrip(os.sep) + os.sep for r in readers),
+                 doctors=tuple(d.rstrip(os.sep) + os.sep for d in doctors))
     TRACKERS.update(MLFLOW_TRACKING_URI=f"file://{folder}/mlruns")
     os.environ.update(TRACKERS)
     _wrap_files()
