@@ -167,8 +167,9 @@ def reference_differs(evidence, earlier):
             errors.append(Problem(
                 f"after optimizer step {p.step}, rank 0 printed {p.ranks_text!r} where one "
                 f"process on the same samples printed {p.one_text!r}: {p.ranks_value:.6g} "
-                f"against {p.one_value:.6g}, ratio "
-                f"{printed_lines.ratio_words(p.ratio, n)}",
+                f"against {p.one_value:.6g}, "
+                + (f"ratio {printed_lines.ratio_words(p.ratio, n)}" if p.ratio is not None
+                   else "no ratio: the one process printed 0"),
                 {"step": p.step, "ranks_text": p.ranks_text, "one_text": p.one_text,
                  "ranks_value": p.ranks_value, "one_value": p.one_value, "ratio": p.ratio},
                 p.file, p.line))
