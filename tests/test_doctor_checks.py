@@ -12,7 +12,7 @@ from ddplab.doctor.judging import error_index
 from ddplab.doctor.judging.check import PAGES, page_of
 from ddplab.doctor.judging.checks import CHECKS
 from ddplab.doctor.judging.findings import KINDS, Diagnosis, Finding, Verdict
-from ddplab.doctor.judging.judges import collectives, files, metric, shards
+from ddplab.doctor.judging.judges import collectives, data, files, metric, shards
 from ddplab.doctor.judging.judges import model as judge_model
 from ddplab.doctor.reporting import text
 
@@ -68,7 +68,7 @@ def test_each_fix_is_python():
         compile(check.fix, check.id, "exec", dont_inherit=True)
 
 
-JUDGES_WITH_FIXES = (judge_model, collectives, files, metric, shards)  # fixes of their own
+JUDGES_WITH_FIXES = (judge_model, collectives, data, files, metric, shards)  # fixes of their own
 
 
 def test_the_report_fits_the_books_column():

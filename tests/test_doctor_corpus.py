@@ -16,6 +16,7 @@ import itertools
 import json
 import math
 import os
+import pathlib
 import re
 import subprocess
 import sys
@@ -68,6 +69,7 @@ EXPECTED = {
     "crash_sync_batchnorm_cpu.py": ([], {"known-crash"}, set(), {}),
     "local_rank_argparse.py": ([], {"no-process-group"}, set(), {}),
     "local_rank_device.py": ([], {"known-crash"}, set(), {}),
+    "local_rank_none.py": ([], {"known-crash"}, set(), {}),
     "tail_prefix_load.py": ([], {"known-crash"}, {"lr-not-scaled"}, {}),
     "eval_gather_interleaved.py": ([], set(), set(), {}),
     "eval_gather_concat.py": ([], {"metric-mean-of-means"}, set(), {"world_size": 3}),
@@ -110,6 +112,14 @@ EXPECTED = {
     "hf_device_gather.py": ([], set(), set(), {}),
     "hf_device_gather_cpu_count.py": ([], {"cpu-tensor-nccl"}, set(), {}),
     "epoch_counts_batches.py": ([], set(), set(), {}),
+    "device_from_index.py": ([], set(), set(), {}),
+    "cuda_no_set_device.py": ([], {"ranks-share-gpu"}, set(), {}),
+    "custom_sampler_epoch.py": ([], {"sampler-set-epoch"}, set(), {}),
+    "custom_sampler_epoch_clean.py": ([], set(), set(), {}),
+    "scheduler_rank0.py": ([], {"replicas-diverge"}, {"reference-differs"}, {}),
+    "eval_rank0_sync_batchnorm.py": ([], {"collective-on-some-ranks"}, set(), {"timeout": 3.0}),
+    "split_inside_dataset.py": ([], {"different-datasets"}, set(), {}),
+    "vocab_every_rank.py": ([], {"read-while-written"}, {"every-rank-writes"}, {}),
 }
 
 # script -> what the reference run's finding says (its first step, the ratio, the cause)
@@ -447,6 +457,7 @@ def test_a_tensor_the_author_left_on_the_cpu_is_still_found_under_nccl(diagnoses
     ("crash_module_prefix.py", "errors-state-dict-prefix", "evaluated.load_state_dict("),
     ("crash_sync_batchnorm_cpu.py", "errors-sync-batchnorm-cpu", "model = DDP("),
     ("local_rank_device.py", "errors-local-rank", "device = torch.device(\"cuda\", args."),
+    ("local_rank_none.py", "errors-local-rank", "device = torch.device(f\"cuda:{args."),
 ])
 def test_a_crash_the_book_explains_is_named_with_its_entry(diagnoses, name, entry, line):
     diagnosis = diagnoses["by_script"][name]
@@ -796,3 +807,102 @@ def test_the_cuda_mark_follows_the_data(diagnoses):
     twin = diagnoses["by_script"]["hf_device_gather_cpu_count.py"]
     source = (CORPUS / "hf_device_gather_cpu_count.py").read_text().splitlines()
     assert [source[f.line - 1].strip() for f in twin.findings] == ["dist.all_reduce(totals)"]
+
+
+def test_a_device_named_by_its_index_alone(diagnoses):
+    """`torch.device(torch.cuda.current_device())`: on a CPU build an index alone names an
+    accelerator there is none of (shown here); mapped, it is `cuda:<index>`, as on a machine
+    with GPUs, and the clean script runs to its end."""
+    diagnosis = diagnoses["by_script"]["device_from_index.py"]
+    assert diagnosis.outcome == "finished" and diagnosis.crash is None
+    assert diagnosis.steps_run == 8 and "epoch 1: loss" in diagnosis.output["rank0"]
+    calls = {c["what"] for c in diagnosis.mapped["calls"]}
+    assert "torch.device(index) -> torch.device('cuda', index)" in calls
+    if not torch.cuda.is_available():
+        with pytest.raises(RuntimeError, match="Cannot access accelerator device"):
+            torch.device(0)
+
+
+def test_every_rank_on_gpu_0_without_set_device(diagnoses):
+    """`.to("cuda")` with `torch.cuda.set_device` never called: each process's current device
+    is 0 (torch.cuda.current_device() of a fresh process), so the two ranks' GPUs are one.
+    The twin that sets each rank's device first uses cuda:0 and cuda:1."""
+    f = finding(diagnoses["by_script"]["cuda_no_set_device.py"], "ranks-share-gpu")
+    assert f.evidence["indices"] == {0: [0], 1: [0]} and not f.evidence["set_device"]
+    source = (CORPUS / "cuda_no_set_device.py").read_text().splitlines()
+    assert '.to("cuda")' in source[f.line - 1]
+    clean = verdict(diagnoses["by_script"]["device_from_index.py"], "ranks-share-gpu")
+    assert clean.status == "passed" and "rank 0: cuda:0; rank 1: cuda:1" in clean.why
+
+
+def test_a_custom_sampler_judged_by_its_orders(diagnoses):
+    """The script calls set_epoch every epoch; its sampler's __iter__ never reads the epoch.
+    The orders the run saw are torch's randperm of the seed alone, twice (shown here); the
+    twin's follow the epoch and pass."""
+    f = finding(diagnoses["by_script"]["custom_sampler_epoch.py"], "sampler-set-epoch")
+    first, second = f.evidence["first_indices"]
+    g = torch.Generator().manual_seed(42)
+    shard = torch.randperm(64, generator=g).tolist()[0::2]
+    assert first == second == shard and f.evidence["epochs"] == [0, 1]
+    source = (CORPUS / "custom_sampler_epoch.py").read_text().splitlines()
+    assert source[f.line - 1].strip() == "def __iter__(self):"
+    g = torch.Generator().manual_seed(42 + 1)
+    assert torch.randperm(64, generator=g).tolist()[0::2] != shard  # what epoch 1 would give
+    clean = verdict(diagnoses["by_script"]["custom_sampler_epoch_clean.py"], "sampler-set-epoch")
+    assert clean.status == "passed" and "ShardSampler" in clean.why
+
+
+def test_a_scheduler_stepped_on_rank_0_only(diagnoses):
+    """Rank 0's StepLR (gamma 0.7) steps after step 1; rank 1's never does: the finding says
+    the learning rates (0.2 x 0.7 against 0.2), as torch's scheduler gives them here."""
+    f = finding(diagnoses["by_script"]["scheduler_rank0.py"], "replicas-diverge")
+    parameter = torch.nn.Parameter(torch.zeros(1))
+    optimizer = torch.optim.SGD([parameter], lr=0.2)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.7)
+    optimizer.step()
+    scheduler.step()
+    lr = scheduler.get_last_lr()[0]
+    assert f"learning rates differ between ranks from step 2 ({lr:.4g} on rank 0 against " \
+        "0.2 on rank 1)" in f.message
+    assert f.evidence["step"] == 2 and "scheduler.step()  # on every rank" in f.fix
+
+
+def test_a_collective_of_the_module_run_alone_gets_its_own_fix(diagnoses):
+    """Rank 0 runs `model.module(probe)` in training mode: its SyncBatchNorm synchronises the
+    batch statistics there (torch's own check below: in eval() it does not), while rank 1 is
+    in the barrier after it. The fix puts the module in eval() first."""
+    diagnosis = diagnoses["by_script"]["eval_rank0_sync_batchnorm.py"]
+    f = finding(diagnosis, "collective-on-some-ranks")
+    source = (CORPUS / "eval_rank0_sync_batchnorm.py").read_text().splitlines()
+    assert "model.module(probe)" in source[f.line - 1]
+    assert diagnosis.outcome == "hang" or diagnosis.crash_explained  # or gloo's mismatch error
+    calls = f.evidence["calls"]  # rank 0's evidence may be its ledger alone (a silent rank)
+    assert calls[0]["by"] == "SyncBatchNorm's all-reduce of its batch statistics"
+    assert calls[1]["op"] == "barrier" and f.fix.startswith("model.eval()")
+    batchnorm = (pathlib.Path(torch.__file__).parent / "nn/modules/batchnorm.py").read_text()
+    assert "bn_training\n            and self.training\n" in batchnorm  # no sync in eval()
+
+
+def test_an_unseeded_split_inside_a_dataset_class(diagnoses):
+    """random_split without a generator in the Dataset's __init__: each rank's process splits
+    its own way (two unseeded splits of torch's differ, shown here), and the digests of the
+    Subsets the class holds differ."""
+    f = finding(diagnoses["by_script"]["split_inside_dataset.py"], "different-datasets")
+    prints = f.evidence["fingerprints"]
+    assert prints[0] != prints[1] and all(p.startswith("holds:") for p in prints.values())
+    assert f.evidence["dataset_len"] == 80 and "SplitData holds" in f.message
+    splits = [torch.utils.data.random_split(range(100), [0.8, 0.2])[0].indices for _ in "ab"]
+    assert splits[0] != splits[1]
+
+
+def test_a_file_read_while_another_rank_writes_it(diagnoses):
+    """Every rank writes vocab.json and rank 0 reads it back with no collective in between:
+    named at the read, whether or not this run's read met a half-written file (when it did,
+    the JSONDecodeError is explained)."""
+    diagnosis = diagnoses["by_script"]["vocab_every_rank.py"]
+    f = finding(diagnosis, "read-while-written")
+    assert (f.evidence["reader"], f.evidence["writer"]) == (0, 1)
+    assert f.evidence["path"].endswith("vocab.json") and f.evidence["collectives_before"] == 0
+    source = (CORPUS / "vocab_every_rank.py").read_text().splitlines()
+    assert 'open("vocab.json")' in source[f.line - 1]
+    assert diagnosis.crash is None or diagnosis.crash_explained

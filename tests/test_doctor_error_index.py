@@ -71,7 +71,8 @@ MADE = {  # label -> how torch makes its message here
                                   lambda: with_group(ddp_of_sync_batchnorm)],
     "errors-no-cuda": [lambda: torch.zeros(1, device="cuda"),
                        lambda: torch.cuda.set_device(0)],
-    "errors-local-rank": [lambda: torch.device("cuda", -1)],  # any machine
+    "errors-local-rank": [lambda: torch.device("cuda", -1),  # any machine
+                          lambda: torch.device(f"cuda:{None}")],
 }
 
 

@@ -70,3 +70,32 @@ def test_github_annotations_one_per_finding(tmp_path):
                              f"title=ddplab doctor {CHECKS[1].id}::")
     assert "50%25 of it, a: b, c%0Asecond line" in second  # data escaped, ':' kept
     assert annotations[0].startswith(f"::error title=ddplab doctor {CHECKS[0].id}::")
+
+
+def unjudged(tmp_path) -> Diagnosis:
+    """A clean run of one epoch: sampler-set-epoch could not be judged."""
+    verdicts = [Verdict(c.id, c.kind, "passed", c.checks) for c in CHECKS]
+    verdicts[1] = Verdict(CHECKS[1].id, CHECKS[1].kind, "not judged", "one training epoch ran")
+    return Diagnosis(str(tmp_path / "train.py"), 2, "gloo", "gloo", 4, "finished", verdicts,
+                     root=str(tmp_path))
+
+
+def test_a_check_not_judged_is_listed_in_every_format(tmp_path):
+    """Exit 0 with nothing found is not a pass of a check the run could not judge: text, JSON,
+    GitHub and SARIF each name it, with why; the last line says what the counts mean."""
+    made = unjudged(tmp_path)
+    assert made.exit_code() == 0 and CHECKS[1].id == "sampler-set-epoch"
+    said = output.rendered(made, "text")
+    assert "not judged on this run: sampler-set-epoch: one training epoch ran" in said
+    assert "0 advisory, 1 check not judged" in " ".join(said.split())
+    assert "advisory: what the run cannot prove" in " ".join(said.splitlines()[-2:])
+    assert json.loads(output.rendered(made, "json"))["not_judged"] == [
+        {"id": "sampler-set-epoch", "why": "one training epoch ran"}]
+    annotations = github.report(made).splitlines()
+    assert annotations[0] == ("::warning file=train.py,title=ddplab doctor sampler-set-epoch%3A "
+                              "not judged::not judged on this run: one training epoch ran")
+    report = json.loads(output.rendered(made, "sarif"))
+    validate(report)
+    note, = report["runs"][0]["invocations"][0]["toolExecutionNotifications"]
+    assert note["associatedRule"] == {"id": "sampler-set-epoch", "index": 1}
+    assert note["level"] == "warning" and "one training epoch ran" in note["message"]["text"]

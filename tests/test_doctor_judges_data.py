@@ -58,11 +58,6 @@ def test_sampler_set_epoch_passes_when_the_order_changes():
     assert got.status == Status.PASSED and "set_epoch was called" in got.why
 
 
-def test_sampler_set_epoch_not_applicable_within_one_epoch():
-    got = judge(data.SAMPLER_SET_EPOCH, epochs(["a"]))
-    assert got.status == Status.NOT_APPLICABLE and "first epoch" in got.why
-
-
 def test_sampler_set_epoch_not_applicable_without_a_shuffling_sampler():
     got = judge(data.SAMPLER_SET_EPOCH, epochs(["a", "a"], shuffle=False))
     assert got.status == Status.NOT_APPLICABLE

@@ -50,6 +50,7 @@ def main():
 
     dist.init_process_group("gloo")
     rank, world_size = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(0)  # set_seed, as the examples call it: the same model on every run
     train_dataset = ToyClassificationDataset(64, seed=0)
     eval_dataset = ToyClassificationDataset(41, seed=1)
     train_dataloader = DataLoader(train_dataset, batch_size=args.per_device_train_batch_size,

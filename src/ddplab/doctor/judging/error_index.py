@@ -69,9 +69,11 @@ NO_GROUP = "errors-local-rank"  # the entry for a script that never joined a gro
 FIX_LOCAL_RANK = """\
 local_rank = int(os.environ["LOCAL_RANK"])  # torchrun sets it, and no --local_rank
 dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")"""
-ENTRIES += (Entry(NO_GROUP, ("Device index must not be negative",),
-                  "a device made from a --local_rank option whose default (-1) stayed: "
-                  "torchrun passes no --local_rank, it sets LOCAL_RANK", FIX_LOCAL_RANK),)
+ENTRIES += (Entry(NO_GROUP, ("Device index must not be negative",
+                            "Invalid device string: 'cuda:None'"),
+                  "a device made from a --local_rank option whose default (-1, or None where "
+                  "the option has none) stayed: torchrun passes no --local_rank, it sets "
+                  "LOCAL_RANK", FIX_LOCAL_RANK),)
 
 
 def match(crash) -> Entry | None:

@@ -93,12 +93,14 @@ class Status(Word):
 
     PASSED = "passed"
     NOT_APPLICABLE = "not applicable"  # the run had nothing to check (and the why says so)
+    NOT_JUDGED = "not judged"  # it applies, but this run was too short to show it (the why)
     FOUND = "found"
 
 
 @dataclasses.dataclass
 class Verdict:
-    """One check on this run: ``passed``, ``not applicable`` or ``found`` (with findings)."""
+    """One check on this run: ``passed``, ``not applicable``, ``not judged`` (this run could
+    not show it either way) or ``found`` (with findings)."""
 
     id: str
     kind: str
@@ -136,6 +138,10 @@ class Diagnosis:
     def errors(self) -> list:
         return [f for f in self.findings if f.kind == "error"]
 
+    def not_judged(self) -> list:
+        """The checks that apply to the script but that this run could not judge."""
+        return [v for v in self.checks if v.status == Status.NOT_JUDGED]
+
     def unexplained_crash(self) -> Crash | None:
         """The crash, where no finding explains it (the script failed on its own)."""
         return None if self.crash_explained else self.crash
@@ -154,6 +160,7 @@ class Diagnosis:
                 "backend_used": self.backend_used, "steps_run": self.steps_run,
                 "outcome": self.outcome, "exit_code": self.exit_code(),
                 "checks": [v.to_json() for v in self.checks],
+                "not_judged": [{"id": v.id, "why": v.why} for v in self.not_judged()],
                 "findings": [f.to_json() for f in self.findings],
                 "crash": self.crash and dict(to_json(self.crash), explained=self.crash_explained),
                 "hang": self.hang and to_json(self.hang), "seconds": round(self.seconds, 2),

@@ -1,4 +1,5 @@
-"""What a check's judge returns: passed, not applicable (and why), or what it found.
+"""What a check's judge returns: passed, not applicable or not judged (and why), or what it
+found.
 
 A judge reads the ``Evidence`` (and the findings of the checks before it, ``earlier``) and
 returns one of these; the registry (``checks.CHECKS``) adds the id, kind, book section and fix.
@@ -38,6 +39,13 @@ def passed(why: str) -> Judgement:
 
 def not_applicable(why: str) -> Judgement:
     return Judgement(Status.NOT_APPLICABLE, why)
+
+
+def not_judged(why: str) -> Judgement:
+    """The check applies to the script, but this run was too short to show it either way
+    (``why`` says what it needs): the report lists it, so that a clean exit is not read as a
+    pass."""
+    return Judgement(Status.NOT_JUDGED, why)
 
 
 def found(*problems: Problem, why: str = "") -> Judgement:

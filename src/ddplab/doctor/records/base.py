@@ -25,12 +25,14 @@ class Mode(Word):
 
 
 class DdpCall(Word):
-    """A collective DDP issues itself (``Collective.by``), as the report names it."""
+    """A collective DDP, or a SyncBatchNorm in the model, issues itself (``Collective.by``),
+    as the report names it."""
 
     SHAPE_CHECK = "DDP's check of the parameters' shapes"
     PARAMETERS = "DDP's broadcast of rank 0's parameters"
     BUFFERS = "DDP's broadcast of rank 0's buffers before a forward"
     GRADIENTS = "DDP's all-reduce of the gradients"
+    SYNC_BATCHNORM = "SyncBatchNorm's all-reduce of its batch statistics"
 
 
 class Outcome(Word):

@@ -77,8 +77,28 @@ class SamplerOrder(Record):
 
 
 @dataclasses.dataclass(frozen=True)
+class CustomOrder(Record):
+    """The order a sampler of the script's own class that has ``set_epoch`` gave for one pass:
+    its first indices (up to 64, what a message shows and the digest covers: an endless
+    sampler is never drawn to its end), the epoch of its last ``set_epoch`` (None: never
+    called), the loader pass it served, and where its ``__iter__`` is defined."""
+
+    KIND: ClassVar[str] = "custom_order"
+    sampler: int
+    type: str
+    epoch: int | None
+    first: list
+    digest: str
+    loader: int | None
+    pass_number: int | None
+    iter_file: str | None
+    iter_line: int | None
+
+
+@dataclasses.dataclass(frozen=True)
 class SetEpoch(Located):
-    """``sampler.set_epoch(epoch)``."""
+    """``sampler.set_epoch(epoch)``, a DistributedSampler's or a sampler's of the script's own
+    class."""
 
     KIND: ClassVar[str] = "set_epoch"
     sampler: int

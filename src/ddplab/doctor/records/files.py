@@ -21,3 +21,13 @@ class Write(Located):
     mode: str | None = None
     prefixed: int = 0
     first_key: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Read(Located):
+    """A file the reader's code opened for reading that this run wrote (the scratch folder's
+    copy), with its size when opened: a rank reading what another rank writes."""
+
+    KIND: ClassVar[str] = "read"
+    path: str
+    size: int

@@ -28,6 +28,18 @@ class Mapped(Located):
 
 
 @dataclasses.dataclass(frozen=True)
+class CudaIndex(Located):
+    """A GPU the script put a tensor or a module on (mapped onto the CPU), at the first line
+    that used it in this process: ``index`` is the one named (``"cuda:1"``, ``.cuda(1)``) or,
+    for ``"cuda"`` alone, the current device (``torch.cuda.set_device``'s, 0 where it was
+    never called: ``set_device``)."""
+
+    KIND: ClassVar[str] = "cuda_index"
+    index: int
+    set_device: bool
+
+
+@dataclasses.dataclass(frozen=True)
 class Trackers(Record):
     """The experiment trackers the script imported, and the settings (variable -> value) that
     kept them from recording a run."""

@@ -49,7 +49,8 @@ class Backward:
 class Step(Located):
     """An optimizer step (``number``: 1, 2, ...) and what led to it: the DDP micro-steps (the
     first 16) and the backwards (the first 16) since the step before, with their
-    counts. The first step also has the learning rates and the optimizer's type; a step after
+    counts, and the learning rates it stepped with. The first step also has the optimizer's
+    type; a step after
     a micro-step that did not synchronise has each gradient's summary (``grads``). ``skipped``:
     a GradScaler's step that did not call ``optimizer.step()`` (inf or NaN in the scaled
     gradients), still a step of the script's loop."""

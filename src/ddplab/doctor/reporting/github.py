@@ -1,7 +1,8 @@
 """The diagnosis as GitHub Actions workflow commands: one annotation per finding at the
 script's line (``::error file=train.py,line=88,title=sampler-set-epoch::...``), shown on the
 pull request's diff, then the summary line. Errors are ``error``, waste ``warning``,
-advisories ``notice``; a crash no check explains is an error at the script."""
+advisories ``notice``; a check this run could not judge is a warning at the script, and a
+crash no check explains an error there."""
 
 from __future__ import annotations
 
@@ -32,6 +33,8 @@ def annotation(level: str, message: str, file: str | None, line: int | None,
 def report(diagnosis) -> str:
     lines = [annotation(LEVELS[f.kind], f"{f.message}\n\nfix:\n{f.fix}\n\nbook: {f.url}",
                         f.file, f.line, f"ddplab doctor {f.id}") for f in diagnosis.findings]
+    lines += [annotation("warning", f"not judged on this run: {v.why}", diagnosis.script, None,
+                         f"ddplab doctor {v.id}: not judged") for v in diagnosis.not_judged()]
     crash = diagnosis.unexplained_crash()
     if crash is not None:
         lines.append(annotation("error", f"the script {failed(crash)}:\n"

@@ -1,6 +1,7 @@
 """The diagnosis as SARIF 2.1.0 (OASIS), the format GitHub code scanning and other CI tools
 read: the doctor's checks are the tool's rules (each with its book section and its fix), every
-finding a result at the script's line, the run's exit status in ``invocations``.
+finding a result at the script's line, the run's exit status in ``invocations`` with a
+notification per check this run could not judge (and for a crash no check explains).
 ``tests/test_doctor_formats.py`` validates it against the standard's schema."""
 
 from __future__ import annotations
@@ -41,6 +42,10 @@ def report(diagnosis) -> dict:
     if crash is not None:
         notes.append({"level": "error", "descriptor": {"id": "script-failed"},
                       "message": {"text": f"the script {failed(crash)}: {crash.error}"}})
+    notes += [{"level": "warning", "descriptor": {"id": "not-judged"},
+               "associatedRule": {"id": v.id, "index": index[v.id]},
+               "message": {"text": f"{v.id} not judged on this run: {v.why}"}}
+              for v in diagnosis.not_judged()]
     return {"$schema": SCHEMA, "version": "2.1.0", "runs": [{
         "tool": {"driver": {"name": "ddplab doctor", "informationUri": book(),
                             "rules": [rule(check) for check in CHECKS]}},

@@ -43,12 +43,17 @@ def table(diagnosis) -> list[str]:
     return rows
 
 
+LEGEND = ("errors exit 1; waste: slower or more memory than needed; advisory: what the run "
+          "cannot prove")  # what the counts mean, at the report's end
+
+
 def summary(diagnosis) -> str:
     return ", ".join(summary_parts(diagnosis))
 
 
 def summary_parts(diagnosis) -> tuple[str, str]:
-    """The summary's two halves: the run (script, ranks, steps), then its outcome and counts."""
+    """The summary's two halves: the run (script, ranks, steps), then its outcome, counts and
+    what they mean."""
     counts = {kind: sum(f.kind == kind for f in diagnosis.findings)
               for kind in ("error", "waste", "advisory")}
     backend = diagnosis.backend_used or "no group"
@@ -56,9 +61,18 @@ def summary_parts(diagnosis) -> tuple[str, str]:
         backend += f"; the script asked for {diagnosis.backend_requested}"
     said = ", ".join(f"{n} {kind}{'s' if n != 1 and kind == 'error' else ''}"
                      for kind, n in counts.items())
+    unjudged = len(diagnosis.not_judged())
+    if unjudged:
+        said += f", {unjudged} check{'s' * (unjudged != 1)} not judged"
     return (f"ddplab doctor: {shown_path(diagnosis.script)} on {diagnosis.world_size or '?'} "
             f"ranks ({backend}), {diagnosis.steps_run} optimizer steps",
-            f"{diagnosis.outcome}: {said}")
+            f"{diagnosis.outcome}: {said} ({LEGEND})")
+
+
+def not_judged_lines(diagnosis) -> list[str]:
+    """The checks this run could not judge, and what each needs: a clean exit is no pass."""
+    return [line for v in diagnosis.not_judged()
+            for line in wrapped(f"not judged on this run: {v.id}: {v.why}")]
 
 
 def mapped_lines(diagnosis) -> list[str]:
@@ -114,10 +128,11 @@ def report(diagnosis) -> str:
     if not diagnosis.findings and diagnosis.exit_code() != 2:
         lines.append("no findings. What was checked:")
         lines += table(diagnosis)
-    lines += side_effect_lines(diagnosis)
+    lines += not_judged_lines(diagnosis) + side_effect_lines(diagnosis)
     run, outcome = summary_parts(diagnosis)
     if len(summary(diagnosis)) <= WIDTH:
         lines.append(summary(diagnosis))
-    else:  # the outcome and its counts on a line of their own
-        lines += wrapped(run + ",") + ["    " + outcome]
+    else:  # the outcome, its counts and what they mean on lines of their own
+        lines += wrapped(run + ",") + ["    " + line
+                                       for line in textwrap.wrap(outcome, WIDTH - 4)]
     return "\n".join(lines)

@@ -1,5 +1,5 @@
-"""Collective checks: ``collective-on-some-ranks``, ``cpu-tensor-nccl``, and ``hang`` (a hang
-no other check explains, with where every rank is)."""
+"""Collective checks: ``collective-on-some-ranks``, ``cpu-tensor-nccl``, ``ranks-share-gpu``,
+and ``hang`` (a hang no other check explains, with where every rank is)."""
 
 from __future__ import annotations
 
@@ -41,6 +41,15 @@ if dist.get_rank() == 0:
     outputs = model.module(inputs)"""
 
 
+FIX_MODULE_COLLECTIVE = """\
+model.eval()  # SyncBatchNorm in eval(): its running statistics, no collective
+with torch.no_grad():
+    if dist.get_rank() == 0:
+        outputs = model.module(inputs)
+model.train()
+# or run the check on every rank, each on its own inputs"""
+
+
 SIZED = ("all_reduce", "reduce", "broadcast")  # the same size and dtype on every rank
 
 
@@ -61,6 +70,33 @@ def _crashed(evidence, rank: int) -> bool:
 def _named(c) -> str:
     """A collective as the report names it: the script's op, or DDP's own."""
     return f"{c.by} ({c.op})" if c.by else c.op
+
+
+def _module_alone(evidence, at: dict, calls: dict):
+    """(rank, its Root) where a rank ran the module inside a DDP without it (``model.module``)
+    at the line of its call in the mismatch, at the line where the hang found it, or, a rank
+    that never reached the collective, after its last one: the module's own collective
+    (SyncBatchNorm's) is the one left unmatched."""
+    for rank, c in at.items():
+        if c is None:
+            last = max((x.t for x in calls.get(rank, [])), default=-1)
+            root = next((r for r in evidence.records(records.Root, rank)
+                         if r.kind == "bypass" and r.t > last), None)
+            if root is not None:
+                return rank, root
+    spots = {(r, c.file, c.line) for r, c in at.items() if c is not None}
+    hang = evidence.run.hang
+    if hang is not None:
+        spots |= {(r, p.file, p.line) for r, p in (hang.positions or {}).items()
+                  if p.inner or p.waiting}
+        if hang.alarm is not None:
+            waiting = hang.alarm.waiting
+            spots.add((hang.alarm.rank, waiting.file, waiting.line))
+    for rank in evidence.ranks:
+        for root in evidence.records(records.Root, rank):
+            if root.kind == "bypass" and (rank, root.file, root.line) in spots:
+                return rank, root
+    return None
 
 
 def collective_on_some_ranks(evidence, earlier):
@@ -112,13 +148,31 @@ def collective_on_some_ranks(evidence, earlier):
                            " (" + "; ".join(f"{c.dtype} x {c.numel} on rank {r}"
                                             for r, c in sorted(at.items())) + ")"))
             ddp_forward = first.by == records.DdpCall.BUFFERS
-            if ddp_forward:
+            alone = _module_alone(evidence, at, calls)
+            fix = FIX_DDP_FORWARD if ddp_forward else None
+            if alone is not None:
+                rank, root = alone
+                text += (f": rank {rank} runs the {root.module} that DDP wraps on its own at "
+                         f"{place(*file_line(root))} (model.module), and the module issues a "
+                         "collective itself there (as a SyncBatchNorm in training mode does, "
+                         "for its batch statistics), which the other ranks never join")
+                fix = FIX_MODULE_COLLECTIVE
+            elif any(c is not None and c.by == records.DdpCall.SYNC_BATCHNORM
+                     for c in at.values()):
+                rank, c = next((r, c) for r, c in sorted(at.items()) if c is not None
+                               and c.by == records.DdpCall.SYNC_BATCHNORM)
+                text += (f": rank {rank}'s forward at {place(*file_line(c))} runs a "
+                         "SyncBatchNorm in training mode, which all-reduces its batch "
+                         "statistics, a collective the other ranks never join")
+                fix = FIX_MODULE_COLLECTIVE
+            elif ddp_forward:
                 text += (": the DDP's forward broadcasts rank 0's buffers first, a collective "
                          "the other ranks only join in their own forward")
             problems.append(Problem(text, {"group": group, "index": i + 1, "calls": {
                 r: (c and {"op": c.op, "by": c.by, "line": c.line}) for r, c in at.items()},
-                "counts": {r: len(c) for r, c in calls.items()}}, *file_line(first),
-                fix=FIX_DDP_FORWARD if ddp_forward else None))
+                "counts": {r: len(c) for r, c in calls.items()},
+                **({"module_alone": {"rank": alone[0], "line": alone[1].line}} if alone else {})},
+                *file_line(first), fix=fix))
             break
     if problems:
         return found(*problems)
@@ -239,6 +293,52 @@ def cpu_tensor_nccl(evidence, earlier):
     return passed(f"{len(nccl)} collectives under NCCL, every tensor on the GPU")
 
 
+def ranks_share_gpu(evidence, earlier):
+    """Ranks of one node whose every tensor and module went to the same GPU: the doctor maps
+    CUDA onto the CPU here and records which index each rank used."""
+    if (evidence.world_size or 0) < 2:
+        return not_applicable("one rank")
+    used = {r: evidence.records(records.CudaIndex, r) for r in evidence.ranks}
+    used = {r: u for r, u in used.items() if u}
+    if len(used) < 2:
+        return not_applicable("no CUDA was mapped onto the CPU (each rank had a GPU, or the "
+                              "script asked for none)")
+    nodes = {}
+    for rank, placed in used.items():
+        nodes.setdefault(evidence.by_rank[rank].host, {})[rank] = placed
+    nccl = "nccl" in (evidence.requested_backend() or "")
+    problems, seen = [], []
+    for per_rank in nodes.values():
+        indices = {r: sorted({c.index for c in placed}) for r, placed in per_rank.items()}
+        seen += [f"rank {r}: cuda:{', cuda:'.join(map(str, i))}" for r, i in indices.items()]
+        alone = {}
+        for rank, own in sorted(indices.items()):
+            if len(own) == 1:
+                alone.setdefault(own[0], []).append(rank)
+        for index, ranks in sorted(alone.items()):
+            if len(ranks) < 2:
+                continue
+            first = per_rank[ranks[0]][0]
+            set_device = any(c.set_device for r in ranks for c in per_rank[r])
+            problems.append(Problem(
+                f"{ranks_text(ranks)} of one node put every tensor and module on cuda:{index} "
+                f"(first at {place(*file_line(first))}; "
+                + ("each process sets that same device" if set_device else
+                   "torch.cuda.set_device is never called, so \"cuda\" is GPU 0 in every "
+                   "process")
+                + "): "
+                + ("NCCL refuses two ranks on one GPU when it forms its communicator, at the "
+                   "first collective (\"Duplicate GPU detected\")" if nccl else
+                   "the ranks share one GPU's memory and compute, and the node's other GPUs "
+                   "stay idle"),
+                {"index": index, "ranks": ranks, "indices": indices,
+                 "set_device": set_device, "requested": evidence.requested_backend()},
+                *file_line(first), kind=None if nccl else "waste"))
+    if problems:
+        return found(*problems)
+    return passed("each rank of a node used a GPU of its own (" + "; ".join(seen) + ")")
+
+
 def hang(evidence, earlier):
     """A rank waited longer than the timeout, and no other check explains why."""
     if not evidence.hung():
@@ -331,6 +431,21 @@ CPU_TENSOR_NCCL = Check(
     FIX_DEVICE, cpu_tensor_nccl,
     explains=Crashes(texts=("No backend type associated with device type cpu",
                             "Tensors must be CUDA")))
+
+
+FIX_ONE_GPU = """\
+local_rank = int(os.environ["LOCAL_RANK"])
+torch.cuda.set_device(local_rank)  # first: "cuda" is this rank's GPU from now on
+device = torch.device("cuda", local_rank)
+model = DDP(model.to(device), device_ids=[local_rank])"""
+
+
+RANKS_SHARE_GPU = Check(
+    "ranks-share-gpu", "error",
+    "each rank of a node puts its tensors and model on a GPU of its own",
+    "errors-duplicate-gpu",
+    FIX_ONE_GPU, ranks_share_gpu,
+    explains=Crashes(texts=("Duplicate GPU detected",)), also=("waste",))
 
 
 GRADIENTS_REDUCED_TWICE = Check(

@@ -1,4 +1,5 @@
-"""Data checks: ``sampler-set-epoch``, ``no-distributed-sampler``, ``uneven-inputs``."""
+"""Data checks: ``sampler-set-epoch`` (a DistributedSampler's order, or a sampler's of the
+script's own class that has ``set_epoch``), ``no-distributed-sampler``, ``uneven-inputs``."""
 
 from __future__ import annotations
 
@@ -10,23 +11,67 @@ from ddplab.doctor.judging.judgement import (
     file_line,
     found,
     not_applicable,
+    not_judged,
     passed,
     ranks_text,
 )
 
 
+def _custom_orders(evidence, training) -> tuple[list, list]:
+    """(problems, samplers judged) of the samplers of the script's own classes: one that gave
+    the same first indices in two training epochs whose ``set_epoch`` differed ignores the
+    epoch. A sampler never given two epochs is not judged (its order may be meant to stay)."""
+    distributed = {o.sampler for o in evidence.records(records.SamplerOrder)}
+    orders = {}
+    for order in evidence.records(records.CustomOrder):
+        if (order.loader, order.pass_number) in training and order.sampler not in distributed:
+            orders.setdefault(order.sampler, []).append(order)
+    problems, judged = [], []
+    for sampler_orders in orders.values():
+        pairs = [(a, b) for a, b in zip(sampler_orders, sampler_orders[1:])
+                 if a.epoch is not None and b.epoch is not None and a.epoch != b.epoch]
+        if not pairs:
+            continue
+        judged.append(sampler_orders[0].type)
+        same = next(((a, b) for a, b in pairs if a.digest == b.digest), None)
+        if same is None:
+            continue
+        first, second = same
+        call = next((c for c in evidence.records(records.SetEpoch)
+                     if c.sampler == first.sampler and c.epoch == second.epoch), None)
+        loader = evidence.loader(first.loader)
+        problems.append(Problem(
+            f"the {first.type} of the DataLoader made at "
+            f"{place(*file_line(loader)) if loader else '?'} gave the same order in epochs "
+            f"{first.epoch} and {second.epoch} (first indices "
+            f"{', '.join(map(str, first.first[:6]))}, ... in both, the first "
+            f"{len(first.first)} the same), though set_epoch({second.epoch}) was called"
+            + (f" at {place(*file_line(call))}" if call else "")
+            + f": its __iter__ at {place(first.iter_file, first.iter_line)} does not use the "
+              "epoch, so every epoch repeats one order",
+            {"epochs": [first.epoch, second.epoch], "first_indices": [first.first, second.first],
+             "sampler": first.type, "compared": len(first.first)},
+            first.iter_file, first.iter_line, fix=FIX_CUSTOM_EPOCH))
+    return problems, judged
+
+
 def sampler_set_epoch(evidence, earlier):
-    """A shuffling DistributedSampler that gave the same order in two training epochs."""
+    """A shuffling DistributedSampler that gave the same order in two training epochs, or a
+    sampler of the script's own that gave the same order for two epochs set by set_epoch."""
     training = {(p.loader, p.number): p for p in evidence.training_passes()}
+    custom, judged = _custom_orders(evidence, training)
     orders = {}
     for order in evidence.records(records.SamplerOrder):
         if order.shuffle and (order.loader, order.pass_number) in training:
             orders.setdefault(order.sampler, []).append(order)
     seen = [o for o in orders.values() if len(o) >= 2]
-    if not seen:
+    if not seen and not judged:
+        if orders:
+            return not_judged("one training epoch ran: the sampler's orders in two epochs are "
+                              "needed (run the script for two epochs or more)")
         return not_applicable("no shuffling DistributedSampler was iterated for two training "
-                              "epochs" if not orders else "the run stopped within the first epoch")
-    problems = []
+                              "epochs")
+    problems = custom
     for sampler_orders in seen:
         first, second = sampler_orders[0], sampler_orders[1]
         if first.digest != second.digest:
@@ -39,6 +84,7 @@ def sampler_set_epoch(evidence, earlier):
                f"epoch each time" if len({c.epoch for c in calls}) == 1 else
                "set_epoch is called after the loader's iterator was made")
         second_pass = training[(second.loader, second.pass_number)]
+        spot = file_line(calls[0]) if calls else file_line(second_pass)
         problems.append(Problem(
             f"the DistributedSampler of the DataLoader made at {where_made} gave the same "
             f"order in two epochs (epoch={first.epoch} both times; first indices "
@@ -48,10 +94,12 @@ def sampler_set_epoch(evidence, earlier):
                 first.first, second.first], "seed": first.seed,
              "num_replicas": first.num_replicas, "dataset_len": first.dataset_len,
              "set_epoch_calls": [{"epoch": c.epoch, "line": c.line} for c in calls]},
-            *file_line(second_pass)))
+            *spot))
     if not problems:
-        return passed("the DistributedSampler's order changed between training epochs "
-                      "(set_epoch was called)")
+        return passed(" and ".join(
+            (["the DistributedSampler's order changed between training epochs (set_epoch was "
+              "called)"] if seen else [])
+            + [f"the {name}'s order changed with the epoch set_epoch gave" for name in judged]))
     return found(*problems)
 
 
@@ -173,6 +221,16 @@ for epoch in range(num_epochs):
     sampler.set_epoch(epoch)
     for x, y in loader:
         ..."""
+
+
+FIX_CUSTOM_EPOCH = """\
+def set_epoch(self, epoch):
+    self.epoch = epoch
+
+def __iter__(self):  # drawn from the seed and the epoch: the same order on every rank
+    g = torch.Generator().manual_seed(self.seed + self.epoch)
+    order = torch.randperm(len(self.dataset), generator=g).tolist()
+    return iter(order[self.rank::self.num_replicas])"""
 
 
 FIX_SAMPLER = """\

@@ -1,4 +1,5 @@
-"""``every-rank-writes``: the same file written by several ranks.
+"""``every-rank-writes``: the same file written by several ranks; ``read-while-written``: a
+rank that reads a file another rank writes, with nothing between the two to order them.
 
 What the run proves a rank wrote into a file: a ``torch.save`` to it, an ``open`` that
 appends or updates (``"a"``, ``"+"``), or a second ``open`` for writing. A single ``open`` with
@@ -114,10 +115,68 @@ def every_rank_writes(evidence, earlier):
                   "rank")
 
 
+def _entered(evidence, rank: int, t: int) -> int:
+    """The collectives ``rank`` had entered before its record ``t``: a collective returns only
+    once every rank has entered it, so what one rank did before its k-th collective comes
+    before what another does after its k-th."""
+    return sum(1 for c in evidence.records(records.Collective, rank) if not c.p2p and c.t < t)
+
+
+def read_while_written(evidence, earlier):
+    """A rank reads a file another rank writes, and the two ranks had entered as many
+    collectives each: no collective orders the write before the read (or after it), so the read
+    races the write."""
+    if (evidence.world_size or 0) < 2:
+        return not_applicable("one rank")
+    reads = evidence.all(records.Read)
+    if not reads:
+        return not_applicable("no rank read a file the run wrote")
+    writes = {}
+    for w in evidence.all(records.Write):
+        if w.record.how != "mkdir":
+            writes.setdefault(w.record.path, []).append(w)
+    crash, problems, seen = evidence.crashed(), [], set()
+    for r in reads:
+        read = r.record
+        for w in writes.get(read.path, []):
+            if w.rank == r.rank or (r.rank, read.path) in seen:
+                continue
+            entered = _entered(evidence, r.rank, read.t)
+            if entered != _entered(evidence, w.rank, w.record.t):
+                continue
+            seen.add((r.rank, read.path))
+            failed = crash is not None and crash.rank == r.rank and \
+                crash.script_line == read.line
+            problems.append(Problem(
+                f"rank {r.rank} reads {shown_path(read.path)} at {place(*file_line(read))} "
+                f"({read.size} bytes then) while rank {w.rank} writes it ({w.record.how} at "
+                f"{place(*file_line(w.record))}): each had entered {entered} collectives, so "
+                "none orders the write before the read, and the read may find the file empty "
+                "or half-written"
+                + (f"; here it did: rank {r.rank} failed there ({crash.error[:120]})"
+                   if failed else ""),
+                {"path": read.path, "reader": r.rank, "writer": w.rank, "size": read.size,
+                 "collectives_before": entered, "failed": failed}, *file_line(read)))
+    if problems:
+        return found(*problems[:3])
+    return passed(f"{len(reads)} read{'s' * (len(reads) != 1)} of files the run wrote, each "
+                  "ordered after the other ranks' writes by a collective")
+
+
 FIX_WRITES = """\
 if dist.get_rank() == 0:  # one writer: the other ranks' copy is the same
     torch.save(model.module.state_dict(), path)
 dist.barrier()  # the others wait until the file is complete before they read it"""
+
+
+READ_WHILE_WRITTEN = Check(
+    "read-while-written", "error",
+    "a rank reads a file another rank writes only after a collective that follows the write",
+    "hangs-checkpoints",
+    FIX_WRITES, read_while_written,
+    explains=Crashes(types=("JSONDecodeError", "EOFError", "UnpicklingError",
+                            "UnicodeDecodeError"),
+                     texts=("PytorchStreamReader failed",)))
 
 
 EVERY_RANK_WRITES = Check(

@@ -30,6 +30,13 @@ model.load_state_dict(state)
 model = DDP(model, device_ids=[local_rank])"""
 
 
+FIX_LR = """\
+optimizer.step()
+scheduler.step()  # on every rank, not under `if rank == 0`: one LR everywhere
+if dist.get_rank() == 0:  # only the printing is rank 0's
+    print(f"lr {scheduler.get_last_lr()[0]:.4g}")"""
+
+
 FIX_DATA_PARALLEL = """\
 # under torchrun, one process per GPU: DistributedDataParallel, not DataParallel
 model = DDP(model.to(local_rank), device_ids=[local_rank])"""
@@ -118,7 +125,28 @@ def _cause(evidence, replica, what, step):
         record = loads[loaded[0]][0]
         return (f"rank {loaded[0]} loads a state dict at {place(*file_line(record))} after "
                 "DDP's construction and the other ranks do not", file_line(record), FIX_LOAD)
+    lrs = _differing_lrs(evidence, step)
+    if lrs is not None:
+        at, per_rank = lrs
+        listed = " against ".join(f"{', '.join(map(number, lr))} on rank {r}"
+                                  for r, lr in sorted(per_rank.items()))
+        record = next(s for s in evidence.records(records.Step) if s.number == at)
+        return (f"the learning rates differ between ranks from step {at} ({listed}): a "
+                "scheduler stepped, or an LR set, on some ranks only, so DDP's averaged "
+                "gradients move each replica by a different amount", file_line(record), FIX_LR)
     return ("the ranks' gradients or optimizer states differ", file_line(step_record), None)
+
+
+def _differing_lrs(evidence, until: int):
+    """(step, rank -> its learning rates) of the first step up to ``until`` whose learning
+    rates differ between ranks, or None."""
+    per_rank = {r: {s.number: s.lr for s in evidence.records(records.Step, r) if s.lr}
+                for r in evidence.ranks}
+    for at in range(1, until + 1):
+        lrs = {r: steps[at] for r, steps in per_rank.items() if at in steps}
+        if len(lrs) > 1 and len({tuple(v) for v in lrs.values()}) > 1:
+            return at, lrs
+    return None
 
 
 def replicas_diverge(evidence, earlier):

@@ -31,7 +31,9 @@ def _forward_digests(evidence, rank) -> list:
             for i, m in enumerate(s.micro) if m.digest]
 
 
-CONTENT = ("tensors:", "subset:")  # fingerprints made from the data itself (ranks/watch/data.py)
+# fingerprints made from the data itself (ranks/watch/data.py): a TensorDataset's, a Subset's,
+# and a dataset's of the script's own that holds either
+CONTENT = ("tensors:", "subset:", "holds:")
 
 
 def different_datasets(evidence, earlier):
@@ -53,20 +55,23 @@ def different_datasets(evidence, earlier):
         if len(set(prints.values())) == 1:
             continue
         made = loaders[evidence.ranks[0]]
-        subset = all(p.startswith("subset:") for p in prints.values())
+        kind = prints[evidence.ranks[0]].split(":")[0]
         return found(Problem(
             f"the DataLoader made at {place(*file_line(made))} shards a "
             f"{made.dataset} of {made.dataset_len} samples whose contents differ by rank ("
             + ", ".join(f"rank {r}: {p.split(':')[1]}" for r, p in sorted(prints.items()))
-            + (", the digests of the indices each rank's Subset took" if subset else
-               ", the digests of each rank's tensors")
+            + {"subset": ", the digests of the indices each rank's Subset took",
+               "holds": f", the digests of the Subsets or TensorDatasets each rank's "
+                        f"{made.dataset} holds: a split made inside it"}.get(
+                kind, ", the digests of each rank's tensors")
             + "): the DistributedSampler splits indices, so each rank's shard is a slice of "
               "a different set, and one rank may train on another's validation samples",
             {"fingerprints": prints, "dataset_len": made.dataset_len}, *file_line(made),
             fix=FIX_ONE_SPLIT))
     if not compared:
-        return not_applicable("no sharded training loader over a TensorDataset or a Subset "
-                              "(the datasets the doctor can compare without reading samples)")
+        return not_applicable("no sharded training loader over a TensorDataset or a Subset, "
+                              "or a dataset that holds one (the datasets the doctor can "
+                              "compare without reading samples)")
     return passed("every rank's sharded training loader holds the same dataset")
 
 

@@ -58,6 +58,7 @@ def install() -> None:
         part.install()
     devices.install_module_devices()
     devices.install_generator()
+    devices.install_device_index()
     devices.mode_class()().__enter__()
 
 

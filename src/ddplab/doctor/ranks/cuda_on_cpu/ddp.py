@@ -6,14 +6,17 @@ parameters are on the CPU. ``SyncBatchNorm`` refuses CPU inputs in torch 2.13
 (``batch_norm_stats``) have no CPU version, and DDP refuses it in a CPU module
 (``_passing_sync_batchnorm_handle``): for a module and inputs the script put on ``cuda``, the
 statistics (sums, sums of squares, counts) are all-reduced over gloo with autograd, as torch
-all-gathers them on GPUs, and DDP's refusal is skipped. A CPU script's SyncBatchNorm is left to
-torch's refusal (the error index explains it).
+all-gathers them on GPUs, and DDP's refusal is skipped; the all-reduce is recorded as
+SyncBatchNorm's collective. A CPU script's SyncBatchNorm is left to torch's refusal (the error
+index explains it).
 """
 
 from __future__ import annotations
 
+import ddplab.doctor.records as records
 from ddplab.doctor.ranks import patching
 from ddplab.doctor.ranks.cuda_on_cpu.marks import marked, note
+from ddplab.doctor.ranks.watch import ddp_collectives
 
 
 def install() -> None:
@@ -68,7 +71,11 @@ def _synced_batch_norm(bn, input):
     x = input.float()
     local = torch.cat([x.sum(dims), (x * x).sum(dims),
                        x.new_tensor([x.numel() // channels])])
-    total = _AllReduceSum.apply(local, bn.process_group or dist.group.WORLD)
+    group = bn.process_group or dist.group.WORLD
+    # recorded as the collective a GPU's SyncBatchNorm makes: a rank that runs it alone
+    # (a forward in training mode on rank 0 only) is named by it
+    ddp_collectives.note("all_reduce", records.DdpCall.SYNC_BATCHNORM, group, [local])
+    total = _AllReduceSum.apply(local, group)
     count = total[-1]
     mean = total[:channels] / count
     var = total[channels:2 * channels] / count - mean * mean

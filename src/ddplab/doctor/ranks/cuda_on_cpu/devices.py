@@ -5,7 +5,7 @@ index) becomes the CPU, ``.cuda()`` and ``.to("cuda")`` / ``.to(0)`` a copy on t
 marked tensor. The script's own code reads a marked tensor's ``.device`` as ``cuda`` (so that
 ``torch.zeros(2, device=x.device)`` is on "cuda" too); torch's code reads the truth.
 ``Module.to`` / ``.cuda()`` / ``.cpu()`` are wrapped (their device parsing refuses an index on
-a CPU build) and mark the parameters and buffers."""
+a CPU build) and mark the parameters and buffers; ``torch.device(index)`` is ``cuda:<index>``."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from ddplab.doctor.ranks.cuda_on_cpu.marks import (
     mark,
     marked,
     note,
+    placed,
     unmark,
 )
 
@@ -52,6 +53,7 @@ def mode_class():
             if marked(source) and "dtype" not in kwargs:
                 return source  # already "on the GPU": torch returns the tensor itself
             note(".cuda()" if func is cuda else ".to('cuda')")
+            placed(_named(args, kwargs))
             return mark(source.to(copy=True, **kwargs))
         if target == "cpu" and marked(source):
             return source.to(copy=True, **kwargs)  # a copy off the GPU, not marked
@@ -69,6 +71,7 @@ def mode_class():
             if kwargs:
                 if "device" in kwargs and is_cuda(kwargs["device"]):
                     note("device='cuda'")
+                    placed(kwargs["device"])
                     return mark(func(*args, **dict(kwargs, device="cpu",
                                                    **({"pin_memory": False}
                                                       if "pin_memory" in kwargs else {}))))
@@ -84,6 +87,17 @@ def mode_class():
             return result
 
     return CudaOnCpu
+
+
+def _named(args, kwargs):
+    """The device ``.to(...)`` or ``.cuda(...)`` was given (None: ``.cuda()``, or another
+    tensor's device)."""
+    import torch
+
+    for value in args[1:]:
+        if isinstance(value, (str, torch.device, int)) and not isinstance(value, bool):
+            return value
+    return kwargs.get("device")
 
 
 def _to_target(args, kwargs):
@@ -126,6 +140,7 @@ def install_module_devices() -> None:
             if isinstance(device, (str, torch.device, int)) and not isinstance(device, bool):
                 if is_cuda(device):
                     note("model.to('cuda')")
+                    placed(device)
                     rest = [a for a in args if a is not device]
                     kwargs = {k: v for k, v in kwargs.items() if k != "device"}
                     result = real(self, *rest, **kwargs)
@@ -140,6 +155,7 @@ def install_module_devices() -> None:
     def make_cuda(real):
         def cuda(self, device=None):
             note("model.cuda()")
+            placed(device)
             for t in tensors(self):
                 mark(t)
             return self
@@ -177,3 +193,34 @@ def install_generator() -> None:
         return Generator
 
     patching.replace(torch, "Generator", make, "cuda")
+
+
+def install_device_index() -> None:
+    """``torch.device(0)``, ``torch.device(torch.cuda.current_device())``: an index alone names
+    the current accelerator, which a CPU build has none of ("Cannot access accelerator device
+    when none is available"). ``torch.device`` is a class of C that cannot be subclassed, so
+    its stand-in makes torch's own devices (``isinstance`` answers for them as for torch's
+    class), an index alone ``cuda:<index>``, as on a machine with GPUs."""
+    import torch
+
+    def make(real):
+        class Kind(type):
+            def __instancecheck__(cls, value):
+                return isinstance(value, real)
+
+            def __subclasscheck__(cls, other):
+                return issubclass(other, real)
+
+        class device(metaclass=Kind):
+            def __new__(cls, *args, **kwargs):
+                if (len(args) == 1 and not kwargs and isinstance(args[0], int)
+                        and not isinstance(args[0], bool)):
+                    note("torch.device(index) -> torch.device('cuda', index)")
+                    return real("cuda", args[0])
+                return real(*args, **kwargs)
+
+        device.__qualname__ = device.__name__ = "device"
+        device.__module__, device.__doc__ = real.__module__, real.__doc__
+        return device
+
+    patching.replace(torch, "device", make, "cuda")

@@ -85,5 +85,27 @@ def note(what: str) -> None:
     _recorder.RECORDER.add(records.Mapped(what=what, **where.fields(spot)))
 
 
+SET_DEVICE = "torch.cuda.set_device"  # noted by host_cuda's set_device
+
+
+def placed(device) -> None:
+    """Record, once per index in this process, the GPU a tensor or module was put on:
+    ``device`` as the script named it (``"cuda"``, ``"cuda:1"``, a ``torch.device``, an index,
+    or None for ``.cuda()``), ``"cuda"`` alone being the current device."""
+    import torch
+
+    index = device if isinstance(device, int) else None
+    if isinstance(device, (str, torch.device)):
+        index = torch.device(device).index
+    index = STATE["device"] if index is None else index
+    key = f"cuda index {index}"
+    if key in NOTED:
+        return
+    NOTED.add(key)
+    spot = where.line()
+    _recorder.RECORDER.add(records.CudaIndex(index=index, set_device=SET_DEVICE in NOTED,
+                                             **where.fields(spot)))
+
+
 def from_reader(depth: int = 2) -> bool:
     return where.is_reader_file(sys._getframe(depth).f_code.co_filename)

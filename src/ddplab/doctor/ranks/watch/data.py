@@ -16,6 +16,8 @@ a metric's unequal shards show in their last batches.
 from __future__ import annotations
 
 import hashlib
+import itertools
+import operator
 import weakref
 
 import ddplab.doctor.records as records
@@ -27,6 +29,7 @@ from ddplab.doctor.ranks.watch.model import MODELS
 from ddplab.doctor.settings import Settings
 
 FIRST = 8  # indices kept per sampler order, to show in a message
+CUSTOM_FIRST = 64  # indices of a sampler of the reader's own class, digested and kept
 DRAINED = 20  # training passes of one batch, training ended, before the run stops
 KEPT_INDICES = 1 << 16  # a shard up to this size is kept whole, to compare across ranks
 
@@ -40,7 +43,9 @@ def _len(value):
 
 def fingerprint(dataset) -> str:
     """Same value on two ranks: the same data, as far as can be told without calling the
-    reader's ``__getitem__`` (which may draw random numbers and change their run)."""
+    reader's ``__getitem__`` (which may draw random numbers and change their run): a
+    TensorDataset's tensors, a Subset's indices, and those a dataset of the reader's holds in
+    its attributes."""
     import torch.utils.data as data
 
     if isinstance(dataset, data.TensorDataset):
@@ -48,7 +53,95 @@ def fingerprint(dataset) -> str:
     if isinstance(dataset, data.Subset):
         picked = hashlib.blake2b(repr(list(dataset.indices)).encode(), digest_size=8)
         return f"subset:{picked.hexdigest()}:{fingerprint(dataset.dataset)}"
+    held = [fingerprint(value) for value in getattr(dataset, "__dict__", {}).values()
+            if isinstance(value, (data.TensorDataset, data.Subset))]
+    if held:  # a dataset of the reader's that keeps a split (random_split's Subsets) inside
+        digest = hashlib.blake2b("|".join(held).encode(), digest_size=8).hexdigest()
+        return f"holds:{digest}:{type(dataset).__name__}:{_len(dataset)}"
     return f"{type(dataset).__name__}:{_len(dataset)}"
+
+
+def _digest(indices) -> str:
+    return hashlib.blake2b(repr(indices).encode(), digest_size=8).hexdigest()
+
+
+def _plain(index):
+    """An index as JSON: an int (a 0-dim tensor's too), a batch's list of them, else its
+    text."""
+    try:
+        return operator.index(index)
+    except TypeError:
+        pass
+    if isinstance(index, (list, tuple)):
+        return [_plain(i) for i in index]
+    return repr(index)
+
+
+def _custom_samplers(loader) -> list:
+    """The loader's samplers of the reader's own classes that have ``set_epoch`` (its sampler,
+    its batch sampler, the sampler inside that): their order is judged by ``sampler-set-epoch``
+    as a DistributedSampler's is."""
+    from torch.utils.data.distributed import DistributedSampler
+
+    found = []
+    for sampler in (loader.sampler, loader.batch_sampler,
+                    getattr(loader.batch_sampler, "sampler", None)):
+        kind = type(sampler)
+        iterate = getattr(kind, "__iter__", None)
+        code = getattr(iterate, "__code__", None)
+        if (sampler is None or not callable(getattr(kind, "set_epoch", None)) or code is None
+                or iterate is getattr(DistributedSampler, "__iter__", None)
+                or not where.is_reader_file(code.co_filename)):
+            continue
+        found.append(sampler)
+    return found
+
+
+def _watch_custom(sampler) -> None:
+    """Wrap the ``__iter__`` and ``set_epoch`` of a sampler's class (once per class); a
+    DistributedSampler's subclass keeps its epoch where ``DistributedSampler.set_epoch``, which
+    is watched already, puts it."""
+    from torch.utils.data.distributed import DistributedSampler
+
+    kind = type(sampler)
+    distributed = issubclass(kind, DistributedSampler)
+
+    def make_iter(real):
+        code = real.__code__
+
+        def __iter__(self):
+            rec = _recorder.RECORDER
+            inner = iter(real(self))
+            drawn = list(itertools.islice(inner, CUSTOM_FIRST))
+            first = [_plain(i) for i in drawn]
+            if "_ddplab_doctor" not in self.__dict__:
+                self.__dict__["_ddplab_doctor"] = rec.count("sampler")
+            active = getattr(rec, "active_pass", None)
+            rec.add(records.CustomOrder(
+                sampler=self._ddplab_doctor, type=type(self).__name__,
+                epoch=self.__dict__.get("epoch" if distributed else "_ddplab_epoch"),
+                first=first, digest=_digest(first),
+                loader=active.loader if active else None,
+                pass_number=active.number if active else None,
+                iter_file=code.co_filename, iter_line=code.co_firstlineno))
+            return itertools.chain(drawn, inner)
+        return __iter__
+
+    def make_set_epoch(real):
+        def set_epoch(self, epoch, *args, **kwargs):
+            rec = _recorder.RECORDER
+            if "_ddplab_doctor" not in self.__dict__:
+                self.__dict__["_ddplab_doctor"] = rec.count("sampler")
+            self.__dict__["_ddplab_epoch"] = epoch if isinstance(epoch, int) else None
+            spot = where.line()
+            rec.add(records.SetEpoch(sampler=self._ddplab_doctor, epoch=epoch,
+                                     **where.fields(spot)))
+            return real(self, epoch, *args, **kwargs)
+        return set_epoch
+
+    patching.wrap(kind, "__iter__", make_iter, "custom-sampler")
+    if not distributed:
+        patching.wrap(kind, "set_epoch", make_set_epoch, "custom-sampler")
 
 
 class PassIterator:
@@ -178,6 +271,8 @@ def install() -> None:
                 batch_size=self.batch_size, drop_last=bool(self.drop_last)))
             if isinstance(dataset, data.IterableDataset):
                 iterables.remember(self._ddplab_doctor, self)
+            for custom in _custom_samplers(self):
+                _watch_custom(custom)
         return __init__
 
     def make_iter(real):
@@ -215,7 +310,7 @@ def install() -> None:
                 seed=self.seed, drop_last=self.drop_last, num_replicas=self.num_replicas,
                 sampler_rank=self.rank, dataset_len=_len(self.dataset),
                 total_size=self.total_size, first=indices[:FIRST], count=len(indices),
-                digest=hashlib.blake2b(repr(indices).encode(), digest_size=8).hexdigest(),
+                digest=_digest(indices),
                 loader=active.loader if active else None,
                 pass_number=active.number if active else None,
                 indices=indices if len(indices) <= KEPT_INDICES else None))

@@ -1,6 +1,7 @@
 """Files written: every ``open`` for writing and ``os.mkdir`` (``sys.addaudithook``) and every
 ``torch.save`` to a path (torch writes those from C++, past the audit hook), with the rank,
-the step and the line. Only writes the reader's code asks for count: an ``open`` in the
+the step and the line; and every ``open`` for reading of a file this run wrote (its scratch
+copy), with its size then. Only writes the reader's code asks for count: an ``open`` in the
 script itself or one or two library calls below it (``np.save``), not a cache a library keeps
 for itself."""
 
@@ -66,6 +67,25 @@ def _note(path, how: str, frame, mode: str | None = None, keys: tuple = ()) -> N
         _INSIDE.busy = False
 
 
+def _note_read(path, frame) -> None:
+    """A read of a file this run wrote: the scratch copy is what ``open`` was given."""
+    name = os.fsdecode(os.fspath(path))
+    folder = scratch.root()
+    if (not folder or not name.startswith(folder + os.sep) or getattr(_INSIDE, "busy", False)
+            or _from_library(frame)):
+        return
+    spot = where.frame_line(frame)
+    if spot is None:
+        return
+    _INSIDE.busy = True
+    try:
+        size = os.stat(name).st_size if os.path.exists(name) else -1
+        _recorder.RECORDER.add(records.Read(path=scratch.original(name), size=size,
+                                            file=spot[0], line=spot[1]))
+    finally:
+        _INSIDE.busy = False
+
+
 def _audit(event: str, args) -> None:
     if event == "os.mkdir" and isinstance(args[0], (str, bytes, os.PathLike)):
         _note(args[0], "mkdir", sys._getframe(1))  # judged only where it fails on a rank
@@ -79,6 +99,8 @@ def _audit(event: str, args) -> None:
                else bool((flags or 0) & WRITE_FLAGS))
     if writing:
         _note(path, "open", sys._getframe(1), mode if isinstance(mode, str) else None)
+    else:
+        _note_read(path, sys._getframe(1))
 
 
 def _prefixed_keys(obj, tensor_type) -> tuple:

@@ -29,8 +29,9 @@ import sys
 import urllib.parse
 
 import ddplab.doctor.records as records
-from ddplab.doctor.ranks import cuda_on_cpu, patching, where
+from ddplab.doctor.ranks import patching, where
 from ddplab.doctor.ranks import recorder as _recorder
+from ddplab.doctor.ranks.cuda_on_cpu.marks import active as mapping_cuda
 
 LOCAL = "DDPLAB_DOCTOR_LOCAL"  # "1": the doctor started these processes (not torchrun)
 MODE_UNSAID = "DDPLAB_DOCTOR_MODE_UNSAID"  # "1" in rank 0's process until it says the mode
@@ -46,7 +47,7 @@ def used_backend(requested):
     import torch
 
     if requested and "nccl" in str(requested).lower() and (
-            cuda_on_cpu.active() or not torch.cuda.is_available()):
+            mapping_cuda() or not torch.cuda.is_available()):
         return "gloo"
     return requested
 
@@ -124,7 +125,7 @@ def install() -> None:
                 real(used_backend(backend), init_method=init_method, timeout=wait,
                      world_size=world_size, rank=rank, store=store, group_name=group_name,
                      pg_options=pg_options,
-                     device_id=None if cuda_on_cpu.active() else device_id, **more)
+                     device_id=None if mapping_cuda() else device_id, **more)
             if rec.rank is None:
                 rec.attach(rec.store or evidence_store(), dist.get_rank(), dist.get_world_size())
             rec.add(records.GroupInit(requested=_text(backend), used=_text(used_backend(backend)),

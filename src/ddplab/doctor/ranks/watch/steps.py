@@ -97,13 +97,13 @@ def install() -> None:
         spot = where.line()
         micro, rec.micro = rec.micro, []
         backwards, rec.pending = rec.pending, []
-        first = rec.steps == 0  # the first step also says the LR and the optimizer's type
+        first = rec.steps == 0  # the first step also says the optimizer's type
         rec.add(records.Step(
             number=rec.steps + 1, **where.fields(spot),
             micro=micro[:KEPT_MICRO], micro_count=len(micro),
             backwards=backwards[:KEPT_MICRO],
             backward_count=len(backwards), optimizer=getattr(optimizer, "_ddplab_doctor", None),
-            lr=[group.get("lr") for group in optimizer.param_groups] if first else None,
+            lr=[group.get("lr") for group in optimizer.param_groups],
             optimizer_type=type(optimizer).__name__ if first else None,
             grads=grads_of(micro[-1].ddp) if micro and not micro[-1].sync else None,
             skipped=skipped))
