@@ -77,13 +77,43 @@ def test_collective_on_some_ranks_leaves_a_crashed_rank_to_its_crash():
     ev = evidence({0: [GRADIENTS, GRADIENTS, GRADIENTS], 1: [GRADIENTS, GRADIENTS]},
                   outcomes={0: Done(Outcome.FINISHED), 1: Done(Outcome.CRASHED, steps=2)})
     got = judge(collectives.COLLECTIVE_ON_SOME_RANKS, ev)
-    assert got.status == Status.PASSED and "the same 2 collectives" in got.why
+    assert got.status == Status.PASSED
+    assert got.why == ("the ranks called the same collectives (DDP's own included) in the same "
+                       "order as far as each went: the default group: the first 2 collectives "
+                       "alike, then rank 1 crashed and called no more (collectives called: rank "
+                       "0: 3, rank 1: 2)")
+
+
+def test_collective_on_some_ranks_says_a_rank_crashed_before_its_first_collective():
+    """Rank 2 of 3 crashed at once: nothing of the 4 collectives the others called is
+    divided among the ranks."""
+    ev = evidence({0: [GRADIENTS] * 4, 1: [GRADIENTS] * 4, 2: []},
+                  outcomes={0: Done(Outcome.FINISHED), 1: Done(Outcome.FINISHED),
+                            2: Done(Outcome.CRASHED)})
+    got = judge(collectives.COLLECTIVE_ON_SOME_RANKS, ev)
+    assert got.status == Status.PASSED
+    assert got.why.endswith("as far as each went: the default group: rank 2 crashed and called "
+                            "no more (collectives called: rank 0: 4, rank 1: 4, rank 2: 0)")
 
 
 def test_collective_on_some_ranks_leaves_an_extra_backward_to_uneven_inputs():
     ev = evidence({0: [GRADIENTS, GRADIENTS], 1: [GRADIENTS]})
     got = judge(collectives.COLLECTIVE_ON_SOME_RANKS, ev, [earlier_finding(data.UNEVEN_INPUTS)])
-    assert got.status == Status.PASSED and "the same 1 collectives" in got.why
+    assert got.status == Status.PASSED
+    assert got.why.endswith("as far as each went: the default group: the first 1 collective "
+                            "alike, then the gradient all-reduce of a backward some ranks did not "
+                            "run, which uneven-inputs names (collectives called: rank 0: 2, rank "
+                            "1: 1)")
+
+
+def test_collective_on_some_ranks_passes_groups_of_some_ranks_with_each_ranks_count():
+    """Ranks 0 and 1 also share a group that rank 2 is not in: the ranks' counts differ."""
+    pair = collective(group="0,1", line=52)
+    ev = evidence({0: [GRADIENTS, pair], 1: [GRADIENTS, pair], 2: [GRADIENTS]})
+    got = judge(collectives.COLLECTIVE_ON_SOME_RANKS, ev)
+    assert got.status == Status.PASSED
+    assert got.why == ("each group's ranks called the same collectives in the same order (DDP's "
+                       "own included; collectives called: rank 0: 2, rank 1: 2, rank 2: 1)")
 
 
 def test_collective_on_some_ranks_passes_the_same_sequence():

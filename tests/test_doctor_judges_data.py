@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import pytest
-
 from ddplab.doctor.judging.findings import Status
 from ddplab.doctor.judging.judges import data
 from ddplab.doctor.records import IterableCount, SetEpoch
@@ -88,12 +86,14 @@ def test_no_distributed_sampler_found_in_each_ranks_own_order():
     assert "all 64 samples every epoch (in its own random order)" in got.why
 
 
-@pytest.mark.xfail(strict=True, reason="a stream has no length: the message says 'all None "
-                                       "samples'")
 def test_no_distributed_sampler_found_for_a_stream_every_rank_reads_whole():
     got = judge(data.NO_DISTRIBUTED_SAMPLER, unsharded(["a1", "a1"], **STREAM))
-    assert got.status == Status.FOUND and "in the same order" in got.why
-    assert "None" not in got.why
+    assert got.status == Status.FOUND
+    assert got.why == ("the DataLoader made at train.py:20 has no DistributedSampler: each of the "
+                       "2 ranks reads the whole TokenStream (an IterableDataset that does not "
+                       "split itself by rank) every epoch in the same order (identical first "
+                       "batches), so an epoch is 2x the dataset and the ranks repeat each other's "
+                       "work")
 
 
 def test_no_distributed_sampler_passes_a_sharded_loader():
@@ -116,11 +116,29 @@ def test_no_distributed_sampler_passes_data_that_differs_by_rank():
     assert got.status == Status.PASSED and "made at train.py:20" in got.why
 
 
-def test_no_distributed_sampler_passes_over_a_loader_one_rank_did_not_make():
+def test_no_distributed_sampler_not_applicable_to_a_loader_one_rank_did_not_make():
     ev = evidence({0: [loader(**NOT_SHARDED), training_pass(0)], 1: [training_pass(0)]})
     got = judge(data.NO_DISTRIBUTED_SAMPLER, ev)
-    assert got.status == Status.PASSED and got.problems == []
-    assert "overlapping-shards compares the shards" in got.why
+    assert got.status == Status.NOT_APPLICABLE
+    assert got.why == "the DataLoader made at train.py:20 was not recorded on rank 1: not compared"
+    got = judge(data.NO_DISTRIBUTED_SAMPLER, evidence({0: [training_pass(0)], 1: []}))
+    assert got.status == Status.NOT_APPLICABLE
+    assert got.why == "training DataLoader 0 was not recorded on ranks 0, 1: not compared"
+
+
+def test_no_distributed_sampler_passes_the_loaders_every_rank_made_and_names_the_others():
+    """Loader 0 sharded on both ranks; loader 1 made on rank 1 alone, first used by rank 0
+    (which has no record of it); loader 2 made on rank 0 alone."""
+    seen = {0: [loader(), training_pass(0), training_pass(0, loader=1),
+                loader(index=2, line=24), training_pass(0, loader=2)],
+            1: [loader(), training_pass(0), loader(index=1, line=22)]}
+    got = judge(data.NO_DISTRIBUTED_SAMPLER, evidence(seen))
+    assert got.status == Status.PASSED
+    assert got.why == ("each training DataLoader is sharded between the ranks (the DataLoader "
+                       "made at train.py:20); overlapping-shards compares the shards; the "
+                       "DataLoader made at train.py:22 was not recorded on rank 0: not compared; "
+                       "the DataLoader made at train.py:24 was not recorded on rank 1: not "
+                       "compared")
 
 
 def test_no_distributed_sampler_not_applicable_on_one_rank():

@@ -191,21 +191,44 @@ def test_find_unused_parameters_found_as_waste_where_every_parameter_got_one():
 
 def test_find_unused_parameters_passes_true_where_a_parameter_is_unused():
     got = judge(model.FIND_UNUSED_PARAMETERS, unused({0: ["head.bias"], 1: []}, find_unused=True))
-    assert got.status == Status.PASSED and got.why.endswith("some parameters got no gradient")
+    assert got.status == Status.PASSED
+    assert got.why == ("find_unused_parameters matches the model: head.bias got no gradient in "
+                       "some of the 4 backwards checked (on 2 ranks), and DDP at train.py:40 has "
+                       "find_unused_parameters=True")
 
 
 def test_find_unused_parameters_passes_false_where_every_parameter_got_one():
     got = judge(model.FIND_UNUSED_PARAMETERS, unused({0: [], 1: []}))
-    assert got.status == Status.PASSED and got.why.endswith("every parameter got a gradient")
+    assert got.status == Status.PASSED
+    assert got.why == ("find_unused_parameters matches the model: every parameter of DDP at "
+                       "train.py:40 got a gradient in each of the 4 backwards checked (on 2 "
+                       "ranks), and it has find_unused_parameters=False")
 
 
-def test_find_unused_parameters_passes_a_static_graph_and_a_ddp_never_checked():
-    """A static graph tells DDP which parameters are unused; a DDP with no backward has
-    nothing to check. (The reason given is then the options', not what the run saw.)"""
-    for ev in (unused({0: ["head.bias"], 1: []}, static_graph=True),
-               unused({0: [], 1: []}, backwards=0, find_unused=True)):
-        got = judge(model.FIND_UNUSED_PARAMETERS, ev)
-        assert got.status == Status.PASSED and got.problems == [] and "matches" in got.why
+def test_find_unused_parameters_passes_a_static_graph_with_what_it_left_unused():
+    """A static graph finds the unused parameters itself, whatever find_unused_parameters
+    says; a DDP no backward went through is named as not checked."""
+    got = judge(model.FIND_UNUSED_PARAMETERS, unused({0: ["head.bias"], 1: []},
+                                                     static_graph=True))
+    assert got.status == Status.PASSED and got.problems == []
+    assert got.why == ("find_unused_parameters matches the model: DDP at train.py:40 has "
+                       "static_graph=True, which finds the parameters that get no gradient "
+                       "itself (head.bias got none)")
+    got = judge(model.FIND_UNUSED_PARAMETERS, unused({0: [], 1: []}, backwards=0,
+                                                     static_graph=True))
+    assert got.why.endswith("get no gradient itself")
+    seen = {r: [ddp(static_graph=True), ddp(index=1, line=41)] for r in (0, 1)}
+    got = judge(model.FIND_UNUSED_PARAMETERS, evidence(seen))
+    assert got.status == Status.PASSED
+    assert got.why.endswith("get no gradient itself; no backward through DDP at train.py:41 was "
+                            "checked")
+
+
+def test_find_unused_parameters_not_applicable_where_no_backward_was_checked():
+    got = judge(model.FIND_UNUSED_PARAMETERS, unused({0: [], 1: []}, backwards=0,
+                                                     find_unused=True))
+    assert (got.status, got.why) == (Status.NOT_APPLICABLE,
+                                     "no backward through DDP at train.py:40 was checked")
 
 
 def test_find_unused_parameters_not_applicable_without_ddp():

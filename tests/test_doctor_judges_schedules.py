@@ -104,13 +104,16 @@ def test_schedule_length_not_applicable_where_it_cannot_be_told():
 
 
 def test_schedule_length_not_applicable_where_the_training_loader_also_evaluated():
-    """An accuracy over the training set at the end: the loader's iterations are not all
-    epochs, so they are not counted. (The reason given says the run did not finish.)"""
+    """An accuracy over the training set at the end of a run that finished: the loader's
+    iterations are not all epochs, so they are not counted."""
     ev = walked()
     for rank in (0, 1):
         ev.kept[rank]["pass"].append(training_pass(2, training=False, exhausted=True))
     got = judge(schedules.SCHEDULE_LENGTH, ev)
-    assert got.status == Status.NOT_APPLICABLE and "epochs could not be counted" in got.why
+    assert (got.status, got.why) == (
+        Status.NOT_APPLICABLE, "the script's epochs could not be counted (the training loader "
+                               "also ran 1 pass with no backward, an evaluation over it: its "
+                               "passes are not all epochs)")
 
 
 def test_schedule_length_not_applicable_where_a_rank_has_no_record_of_it():

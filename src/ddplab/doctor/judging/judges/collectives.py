@@ -106,11 +106,12 @@ def collective_on_some_ranks(evidence, earlier):
     groups = _sequences(evidence)
     if not groups:
         return not_applicable("no collective was called (the script's or DDP's)")
-    problems = []
+    problems, stopped = [], []  # stopped: where a group's sequences part for a known reason
     for group, per_rank in groups.items():
         members = _members(evidence, group)
         calls = {r: per_rank.get(r, []) for r in members}
         longest = max(len(c) for c in calls.values())
+        named = "the default group" if group == "world" else "group " + group
         for i in range(longest):
             at = {r: c[i] if i < len(c) else None for r, c in calls.items()}
             ops = {r: _signature(c) for r, c in at.items()}
@@ -118,17 +119,23 @@ def collective_on_some_ranks(evidence, earlier):
                 continue
             issued = {r for r, c in at.items() if c is not None}
             first = at[min(issued)]
+            counts = ", ".join(f"rank {r}: {len(c)}" for r, c in sorted(calls.items()))
+            alike = f"the first {i} collective{'s' * (i > 1)} alike, then " if i else ""
             if all(_crashed(evidence, r) for r, c in at.items() if c is None) \
                     and len(issued) < len(at):
-                break  # a rank that failed calls nothing more: its failure is the finding
+                # a rank that failed calls nothing more: its failure is the finding
+                stopped.append(f"{named}: {alike}{ranks_text(set(at) - issued)} crashed and "
+                               f"called no more (collectives called: {counts})")
+                break
             if any(c is not None and c.by == records.DdpCall.GRADIENTS for c in at.values()) \
                     and earlier.found("uneven-inputs"):
-                break  # a rank's extra backward: uneven-inputs names it
-            counts = ", ".join(f"rank {r}: {len(c)}" for r, c in sorted(calls.items()))
+                stopped.append(f"{named}: {alike}the gradient all-reduce of a backward some "
+                               f"ranks did not run, which uneven-inputs names (collectives "
+                               f"called: {counts})")
+                break
             if None in ops.values():
                 text = (f"{_named(first)} at {place(*file_line(first))} runs on "
-                        f"{ranks_text(issued)} only (collective #{i + 1} of "
-                        f"{'the default group' if group == 'world' else 'group ' + group}; "
+                        f"{ranks_text(issued)} only (collective #{i + 1} of {named}; "
                         f"collectives called: {counts}): the other ranks never join it, so "
                         f"{ranks_text(issued)} either wait{'s' * (len(issued) == 1)} forever "
                         f"or pair{'s' * (len(issued) == 1)} it with a different collective")
@@ -169,9 +176,17 @@ def collective_on_some_ranks(evidence, earlier):
             break
     if problems:
         return found(*problems)
-    total = sum(len(c) for per_rank in groups.values() for c in per_rank.values())
-    return passed(f"every rank called the same {total // len(evidence.ranks)} collectives "
-                  "(DDP's own included) in the same order")
+    if stopped:
+        return passed("the ranks called the same collectives (DDP's own included) in the same "
+                      "order as far as each went: " + "; ".join(stopped))
+    called = {r: sum(len(per_rank.get(r, [])) for per_rank in groups.values())
+              for r in evidence.ranks}
+    if len(set(called.values())) == 1:
+        return passed(f"every rank called the same {called[evidence.ranks[0]]} collectives "
+                      "(DDP's own included) in the same order")
+    return passed("each group's ranks called the same collectives in the same order (DDP's own "
+                  "included; collectives called: "
+                  + ", ".join(f"rank {r}: {n}" for r, n in sorted(called.items())) + ")")
 
 
 def gradients_reduced_twice(evidence, earlier):

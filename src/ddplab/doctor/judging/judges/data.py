@@ -111,10 +111,15 @@ def no_distributed_sampler(evidence, earlier):
     used = sorted({p.loader for p in evidence.training_passes()})
     if not used:
         return not_applicable("no DataLoader was used for training")
-    problems, sharded = [], []
+    problems, sharded, unrecorded = [], [], []
     for index in used:
         loaders = {r: evidence.loader(index, r) for r in evidence.ranks}
         if any(d is None for d in loaders.values()):
+            made = next((d for d in loaders.values() if d is not None), None)
+            unrecorded.append(
+                (f"the DataLoader made at {place(*file_line(made))}" if made else
+                 f"training DataLoader {index}") + " was not recorded on "
+                + ranks_text(r for r, d in loaders.items() if d is None) + ": not compared")
             continue
         first = loaders[evidence.ranks[0]]
         if first.distributed:
@@ -131,9 +136,12 @@ def no_distributed_sampler(evidence, earlier):
         if not (same_data and whole):
             sharded.append(index)
             continue
+        drawn = (f"draws all {first.dataset_len} samples" if first.dataset_len is not None
+                 else f"reads the whole {first.dataset} (an IterableDataset that does not "
+                      "split itself by rank)")
         problems.append(Problem(
             f"the DataLoader made at {place(*file_line(first))} has no DistributedSampler: each of "
-            f"the {len(loaders)} ranks draws all {first.dataset_len} samples every epoch"
+            f"the {len(loaders)} ranks {drawn} every epoch"
             + (" in the same order (identical first batches)" if same_first else
                " (in its own random order)")
             + f", so an epoch is {len(loaders)}x the dataset and the ranks repeat each "
@@ -143,9 +151,12 @@ def no_distributed_sampler(evidence, earlier):
              "same_first_batch": same_first}, *file_line(first)))
     if problems:
         return found(*problems)
+    if not sharded:
+        return not_applicable("; ".join(unrecorded))
     made = ", ".join(place(*file_line(evidence.loader(i))) for i in sharded)
     return passed(f"each training DataLoader is sharded between the ranks (the DataLoader made "
-                  f"at {made}); overlapping-shards compares the shards")
+                  f"at {made}); overlapping-shards compares the shards"
+                  + "".join(f"; {text}" for text in unrecorded))
 
 
 def _counted(evidence, rank) -> dict:

@@ -187,43 +187,58 @@ def replicas_diverge(evidence, earlier):
         *where_, fix=fix))
 
 
+def _names(names: list) -> str:
+    return f"{', '.join(names[:4])}{' ...' if len(names) > 4 else ''}"
+
+
 def find_unused_parameters(evidence, earlier):
     models = evidence.records(records.Ddp)
     if not models:
         return not_applicable("no DistributedDataParallel model")
-    problems = []
+    problems, seen, unchecked = [], [], []
     for ddp in models:
-        if ddp.static_graph:
-            continue
+        where = place(*file_line(ddp))
         checked = [u for u in evidence.all(records.Unused) if u.record.ddp == ddp.index]
-        if not checked:
-            continue
         unused = sorted({n for u in checked for n in u.record.names})
+        if ddp.static_graph:
+            seen.append(f"DDP at {where} has static_graph=True, which finds the parameters that "
+                        "get no gradient itself"
+                        + (f" ({_names(unused)} got none)" if unused else ""))
+            continue
+        if not checked:
+            unchecked.append(f"no backward through DDP at {where} was checked")
+            continue
+        on = len({u.rank for u in checked})
+        backwards = f"the {len(checked)} backwards checked (on {on} rank{'s' * (on > 1)})"
         if not ddp.find_unused and unused:
             ranks = sorted({u.rank for u in checked if u.record.names})
             problems.append(Problem(
-                f"{', '.join(unused[:4])}{' ...' if len(unused) > 4 else ''} got no gradient in "
+                f"{_names(unused)} got no gradient in "
                 f"a backward on rank{'s' if len(ranks) > 1 else ''} "
-                f"{', '.join(map(str, ranks))}, and DDP at {place(*file_line(ddp))} has "
+                f"{', '.join(map(str, ranks))}, and DDP at {where} has "
                 "find_unused_parameters=False: it waits for their gradients and fails at the "
                 "next forward (\"Expected to have finished reduction in the prior iteration\")",
                 {"unused": unused, "ranks": ranks}, *file_line(ddp)))
         elif ddp.find_unused and not unused:
             problems.append(Problem(
-                f"DDP at {place(*file_line(ddp))} has find_unused_parameters=True, but every "
-                f"parameter got a gradient in each of the {len(checked)} backwards checked "
-                f"(on {len({u.rank for u in checked})} ranks): after each "
+                f"DDP at {where} has find_unused_parameters=True, but every "
+                f"parameter got a gradient in each of {backwards}: after each "
                 "forward DDP walks the autograd graph and all-reduces a map of unused "
                 "parameters for nothing",
                 {"backwards_checked": len(checked)}, *file_line(ddp), kind="waste",
                 fix="model = DDP(model, device_ids=[local_rank])  # "
                     "find_unused_parameters=False, the default"))
+        elif unused:
+            seen.append(f"{_names(unused)} got no gradient in some of {backwards}, and DDP at "
+                        f"{where} has find_unused_parameters=True")
+        else:
+            seen.append(f"every parameter of DDP at {where} got a gradient in each of "
+                        f"{backwards}, and it has find_unused_parameters=False")
     if problems:
         return found(*problems)
-    return passed("find_unused_parameters matches the model: "
-                  + ("every parameter got a gradient" if not any(m.find_unused
-                                                                 for m in models)
-                     else "some parameters got no gradient"))
+    if not seen:
+        return not_applicable("; ".join(unchecked))
+    return passed("find_unused_parameters matches the model: " + "; ".join(seen + unchecked))
 
 
 FIX_UNUSED = """\

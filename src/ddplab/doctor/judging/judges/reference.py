@@ -68,7 +68,7 @@ def _backward_of(evidence, rank: int = 0):
     return next((b for s in evidence.records(records.Step, rank) for b in s.backwards), None)
 
 
-def _explained_update(evidence, one, update, n) -> str | None:
+def _explained_update(evidence, update, n) -> str | None:
     """A chosen form of the loss that makes each step move 1/N as far: a sum over the rank's
     batch, which DDP averages over the ranks."""
     if update is None or not math.isclose(update["ratio"], 1 / n, rel_tol=1e-3):
@@ -87,7 +87,7 @@ def _cause(evidence, earlier, diff, update, n) -> str:
     if update is not None:
         said.append(f"rank {diff.rank}'s update at this step is {update['ratio']:.4g} times "
                     f"the one process's (cosine {update['cosine']:.3f})")
-        back, one = _backward_of(evidence, diff.rank), None
+        back = _backward_of(evidence, diff.rank)
         if math.isclose(update["ratio"], n, rel_tol=1e-3):
             ops = back.ops if back is not None else []
             if any(op == f"x {n}" or op == f"x {float(n):g}" for op in ops):
@@ -101,7 +101,6 @@ def _cause(evidence, earlier, diff, update, n) -> str:
             said.append("the update points elsewhere: the rank computed its gradients on "
                         "other samples or through another model (a forward that bypasses "
                         "DDP, replicas that differ)")
-        del one
     if ids:
         said.append("the checks above found " + ", ".join(sorted(set(ids))))
     return "; ".join(said)
@@ -126,7 +125,7 @@ def reference_differs(evidence, earlier):
             f"{c.served.get(k)} samples where the {n} ranks trained on {c.samples.get(k)})")
     if c.first is not None:
         d = c.first
-        chosen = _explained_update(evidence, outcome.evidence, c.update, n)
+        chosen = _explained_update(evidence, c.update, n)
         text = (f"after optimizer step {d.step}, rank {d.rank}'s {d.name} {list(d.shape)} "
                 f"differs from one process's on the same {c.samples.get(d.step)} samples: "
                 f"largest element {_g(d.max_abs)}, norm {_g(d.norm)} = {_g(d.rel)} of its "
@@ -167,8 +166,9 @@ def reference_differs(evidence, earlier):
             errors.append(Problem(
                 f"after optimizer step {p.step}, rank 0 printed {p.ranks_text!r} where one "
                 f"process on the same samples printed {p.one_text!r}: {p.ranks_value:.6g} "
-                f"against {p.one_value:.6g}, ratio "
-                f"{printed_lines.ratio_words(p.ratio, n)}",
+                f"against {p.one_value:.6g}, "
+                + (f"ratio {printed_lines.ratio_words(p.ratio, n)}" if p.ratio is not None
+                   else "no ratio: the one process printed 0"),
                 {"step": p.step, "ranks_text": p.ranks_text, "one_text": p.one_text,
                  "ranks_value": p.ranks_value, "one_value": p.one_value, "ratio": p.ratio},
                 p.file, p.line))

@@ -41,6 +41,7 @@ class Walk:
     epochs: int | None
     counted: bool  # epochs counted from the loader's passes, not given to the scheduler
     whole: float | None
+    uncounted: str | None = None  # why ``epochs`` is None
 
     @property
     def per_epoch(self) -> float:
@@ -64,11 +65,16 @@ def _walk(evidence, rank: int, schedule: records.Schedule, loader: records.Loade
     every = [p for p in evidence.records(records.Pass, rank) if p.loader == loader.index]
     finished = evidence.outcome(rank) == records.Outcome.FINISHED
     epochs, counted = schedule.epochs, False
-    if epochs is None and finished and all(p.training or p.ended for p in every):
+    untrained = [p for p in every if not (p.training or p.ended)]
+    if epochs is None and finished and not untrained:
         epochs, counted = loader.iterations, True
+    uncounted = None if epochs is not None else (
+        "the run did not finish" if not finished else
+        f"the training loader also ran {len(untrained)} pass{'es' * (len(untrained) > 1)} with "
+        "no backward, an evaluation over it: its passes are not all epochs")
     whole = (loader.dataset_len / (loader.batch_size * batches // steps)
              if loader.dataset_len and loader.batch_size else None)
-    return Walk(schedule, passes[0].len, batches // steps, epochs, counted, whole)
+    return Walk(schedule, passes[0].len, batches // steps, epochs, counted, whole, uncounted)
 
 
 def _sized_from_dataset(walk: Walk) -> bool:
@@ -107,7 +113,7 @@ def schedule_length(evidence, earlier):
             continue
         most = max(told.values(), key=lambda w: w.walked or 0)
         if most.walked is None:
-            whys.append("the script's epochs could not be counted (the run did not finish)")
+            whys.append(f"the script's epochs could not be counted ({most.uncounted})")
             continue
         if most.walked > WALKED * schedule.length:
             walked = True
