@@ -6,14 +6,26 @@ run reaches is named there and in the corpus test."""
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import pathlib
+import pkgutil
 
 import pytest
 
 from ddplab.doctor.judging import judges
+from ddplab.doctor.judging.check import Check
+from ddplab.doctor.judging.checks import CHECKS
 from ddplab.doctor.judging.findings import Finding, Status
 from ddplab.doctor.judging.judgement import Earlier
-from ddplab.doctor.judging.judges import collectives, data, files, model, shards, state_dict
+from ddplab.doctor.judging.judges import (
+    collectives,
+    data,
+    devices,
+    files,
+    model,
+    shards,
+    state_dict,
+)
 from ddplab.doctor.messages import Crash, Done
 from ddplab.doctor.records import (
     Collective,
@@ -37,11 +49,18 @@ from ddplab.doctor.records import (
 from judge_records import evidence, judge
 
 
-def test_every_judge_module_has_its_tests():
+def test_every_check_is_judged_in_a_millisecond_test():
+    """Each record of ``CHECKS`` is handed to ``judge`` by a test of these files, named as its
+    module and constant (``data.SAMPLER_SET_EPOCH``); most families have a file of their own."""
     here = pathlib.Path(__file__).parent
-    families = sorted(p.stem for p in pathlib.Path(judges.__file__).parent.glob("[!_]*.py"))
-    missing = [f for f in families if not (here / f"test_doctor_judges_{f}.py").exists()]
-    assert len(families) >= 14 and missing == []
+    tests = "".join(p.read_text() for p in here.glob("test_doctor_judges*.py"))
+    named = {}
+    for module in pkgutil.iter_modules(judges.__path__):
+        found = importlib.import_module(f"{judges.__name__}.{module.name}")
+        named.update({id(v): f"{module.name}.{k}" for k, v in vars(found).items()
+                      if isinstance(v, Check)})
+    untested = [c.id for c in CHECKS if f"judge({named[id(c)]}," not in tests]
+    assert len(CHECKS) >= 30 and untested == []
 
 
 def loader(**changes) -> Loader:
@@ -124,7 +143,7 @@ def on_gpus(indices: dict, backend: str = "nccl", set_device: bool = False):
 
 
 def test_ranks_share_gpu_found_when_every_rank_is_on_gpu_0():
-    got = judge(collectives.RANKS_SHARE_GPU, on_gpus({0: [0], 1: [0]}))
+    got = judge(devices.RANKS_SHARE_GPU, on_gpus({0: [0], 1: [0]}))
     assert got.status == Status.FOUND and got.problems[0].kind is None  # the check's: error
     said = got.problems[0].message
     assert "ranks 0, 1 of one node put every tensor and module on cuda:0" in said
@@ -133,24 +152,24 @@ def test_ranks_share_gpu_found_when_every_rank_is_on_gpu_0():
 
 
 def test_ranks_share_gpu_under_gloo_is_waste():
-    got = judge(collectives.RANKS_SHARE_GPU, on_gpus({0: [1], 1: [1]}, "gloo", set_device=True))
+    got = judge(devices.RANKS_SHARE_GPU, on_gpus({0: [1], 1: [1]}, "gloo", set_device=True))
     assert got.status == Status.FOUND and got.problems[0].kind == "waste"
     assert "each process sets that same device" in got.problems[0].message
 
 
 def test_ranks_share_gpu_passes_with_a_gpu_per_rank():
-    got = judge(collectives.RANKS_SHARE_GPU, on_gpus({0: [0], 1: [1]}))
+    got = judge(devices.RANKS_SHARE_GPU, on_gpus({0: [0], 1: [1]}))
     assert got.status == Status.PASSED and "rank 1: cuda:1" in got.why
 
 
 def test_ranks_share_gpu_leaves_a_rank_on_several_gpus_alone():
     """A rank that also used another GPU is not proved to share one."""
-    assert judge(collectives.RANKS_SHARE_GPU, on_gpus({0: [0], 1: [0, 1]})).status == \
+    assert judge(devices.RANKS_SHARE_GPU, on_gpus({0: [0], 1: [0, 1]})).status == \
         Status.PASSED
 
 
 def test_ranks_share_gpu_not_applicable_without_mapped_cuda():
-    got = judge(collectives.RANKS_SHARE_GPU, on_gpus({0: [], 1: []}))
+    got = judge(devices.RANKS_SHARE_GPU, on_gpus({0: [], 1: []}))
     assert got.status == Status.NOT_APPLICABLE
 
 

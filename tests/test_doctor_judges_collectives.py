@@ -5,7 +5,7 @@ branch: ``collective-on-some-ranks``, ``gradients-reduced-twice``, ``barrier-eve
 from __future__ import annotations
 
 from ddplab.doctor.judging.findings import Status
-from ddplab.doctor.judging.judges import collectives, data
+from ddplab.doctor.judging.judges import collectives, data, devices, hang
 from ddplab.doctor.messages import Alarm, Done, Hang, Waiting, Where
 from ddplab.doctor.records import DdpCall, GroupInit, Outcome
 from judge_records import FILE, collective, ddp, earlier_finding, evidence, judge, step
@@ -225,7 +225,7 @@ NCCL = GroupInit(file=FILE, line=12, requested="nccl", used="gloo", backend="glo
 def test_cpu_tensor_nccl_found_in_ddp_and_a_collective_each_named_once():
     counts = collective(line=63, nccl=True, requested="nccl", dtype="int64", numel=2)
     seen = [NCCL, ddp(nccl=True, requested="nccl"), counts, counts]
-    got = judge(collectives.CPU_TENSOR_NCCL, evidence({0: seen, 1: seen}))
+    got = judge(devices.CPU_TENSOR_NCCL, evidence({0: seen, 1: seen}))
     assert got.status == Status.FOUND and len(got.problems) == 2
     model, call = (p.message for p in got.problems)
     assert model.startswith("DDP at train.py:40 wraps a model whose parameters are on the CPU, "
@@ -239,14 +239,14 @@ def test_cpu_tensor_nccl_found_on_a_machine_that_ran_nccl():
     ran = GroupInit(file=FILE, line=12, requested="nccl", used="nccl", backend="nccl",
                     world_size=2)
     seen = [ran, ddp(nccl=True, requested="nccl", devices=["cpu"])]
-    got = judge(collectives.CPU_TENSOR_NCCL, evidence({0: seen, 1: seen}))
+    got = judge(devices.CPU_TENSOR_NCCL, evidence({0: seen, 1: seen}))
     assert got.status == Status.FOUND and got.why.endswith("before their broadcast)")
 
 
 def test_cpu_tensor_nccl_passes_tensors_on_the_gpu():
     seen = [NCCL, ddp(nccl=True, devices=["cuda:0"]),
             collective(nccl=True, requested="nccl", devices=["cuda:0"])]
-    got = judge(collectives.CPU_TENSOR_NCCL, evidence({0: seen, 1: seen}))
+    got = judge(devices.CPU_TENSOR_NCCL, evidence({0: seen, 1: seen}))
     assert got.status == Status.PASSED
     assert got.why == "1 collectives under NCCL, every tensor on the GPU"
 
@@ -254,10 +254,10 @@ def test_cpu_tensor_nccl_passes_tensors_on_the_gpu():
 def test_cpu_tensor_nccl_not_applicable_under_gloo():
     gloo = GroupInit(file=FILE, line=12, requested="gloo", used="gloo", backend="gloo",
                      world_size=2)
-    got = judge(collectives.CPU_TENSOR_NCCL, evidence({0: [gloo, collective()], 1: [gloo]}))
+    got = judge(devices.CPU_TENSOR_NCCL, evidence({0: [gloo, collective()], 1: [gloo]}))
     assert got.status == Status.NOT_APPLICABLE and got.why == "the script asked for gloo, not " \
                                                               "NCCL"
-    got = judge(collectives.CPU_TENSOR_NCCL, evidence({0: [], 1: []}))
+    got = judge(devices.CPU_TENSOR_NCCL, evidence({0: [], 1: []}))
     assert got.why == "the script asked for no backend, not NCCL"
 
 
@@ -270,7 +270,7 @@ def hung(outcomes: dict, positions: dict, waiting=None, waited=3.1):
 def test_hang_found_with_where_every_rank_is():
     ev = hung({0: Done(Outcome.STOPPED, steps=8), 1: Done(Outcome.FINISHED, steps=8)},
               {0: Where(rank=0)})  # the waiting rank is not said twice
-    got = judge(collectives.HANG, ev)
+    got = judge(hang.HANG, ev)
     assert got.status == Status.FOUND
     assert got.why == ("rank 0 waits in barrier #1 at train.py:50 (for 3 s); rank 1 has finished "
                        "the script (after 8 optimizer steps)")
@@ -285,7 +285,7 @@ def test_hang_found_names_each_way_a_rank_can_be():
                                                 line=52)),
                5: Where(rank=5, waiting=Waiting("recv", since=1754000001.0)),
                6: Where(rank=6, file=FILE, line=70, inner="wait")}, waiting=waiting, waited=0)
-    got = judge(collectives.HANG, ev)
+    got = judge(hang.HANG, ev)
     assert got.status == Status.FOUND
     assert got.why == ("rank 0 waits in backward; rank 1 has crashed (after 3 optimizer steps); "
                        "rank 2 was stopped by the doctor (after 8 optimizer steps); rank 3 did "
@@ -295,7 +295,7 @@ def test_hang_found_names_each_way_a_rank_can_be():
 
 def test_hang_passes_a_hang_an_earlier_check_explains():
     ev = hung({1: Done(Outcome.FINISHED, steps=8)}, {})
-    got = judge(collectives.HANG, ev, [earlier_finding(collectives.COLLECTIVE_ON_SOME_RANKS,
+    got = judge(hang.HANG, ev, [earlier_finding(collectives.COLLECTIVE_ON_SOME_RANKS,
                                                        explains=True)])
     assert got.status == Status.PASSED
     assert got.why == "the hang is collective-on-some-ranks's"
@@ -304,5 +304,5 @@ def test_hang_passes_a_hang_an_earlier_check_explains():
 def test_hang_passes_a_run_without_an_alarm():
     """A roll call after a crash is no hang: no rank's watchdog raised the alarm."""
     ev = evidence({0: [], 1: []}, hang=Hang(None, {1: Where(rank=1, file=FILE, line=50)}))
-    got = judge(collectives.HANG, ev)
+    got = judge(hang.HANG, ev)
     assert got.status == Status.PASSED and "no rank waited longer" in got.why

@@ -11,6 +11,7 @@ import pytest
 import ddplab
 from ddplab import report
 from ddplab.chapters.running import first_group
+from ddplab.common import home
 from ddplab.report import schema, stages
 from ddplab.report.figures import compared
 from ddplab.report.stage import Section, Stage, Table, check
@@ -75,7 +76,7 @@ def test_a_stage_is_added_by_its_record_alone(monkeypatch, tmp_path):
     assert "every rank counted: True" in summary
     page = (tmp_path / "report.html").read_text() if made.write(str(tmp_path)) else ""
     section = page.split("<h2 id='ranks'>Every rank counted</h2>")[1]
-    assert "blob/main/book/running.md" in section and "<th>host</th>" in section
+    assert f"{home.book()}running.html" in section and "<th>host</th>" in section
     assert len(re.findall(r'<img[^>]* src="data:image/png;base64,', section)) == 1
     assert "Every rank counted: every number" in section
     assert "every rank counted: True" in page.split("<h2 id='machine'>")[0]  # the summary

@@ -14,8 +14,10 @@ from ddplab.doctor.judging.judges import (
     collectives,
     crash,
     data,
+    devices,
     files,
     group,
+    hang,
     metric,
     model,
     optimizer,
@@ -30,8 +32,8 @@ from ddplab.doctor.messages import to_json
 CHECKS = (
     group.DUPLICATE_RANK, data.SAMPLER_SET_EPOCH, data.NO_DISTRIBUTED_SAMPLER,
     shards.DIFFERENT_DATASETS, shards.OVERLAPPING_SHARDS, shards.SAME_BATCHES,
-    data.UNEVEN_INPUTS, collectives.COLLECTIVE_ON_SOME_RANKS, collectives.CPU_TENSOR_NCCL,
-    collectives.RANKS_SHARE_GPU, model.FIND_UNUSED_PARAMETERS,
+    data.UNEVEN_INPUTS, collectives.COLLECTIVE_ON_SOME_RANKS, devices.CPU_TENSOR_NCCL,
+    devices.RANKS_SHARE_GPU, model.FIND_UNUSED_PARAMETERS,
     accumulation.ACCUMULATION_NO_SYNC,
     accumulation.ACCUMULATION_UNSYNCED_STEP, accumulation.ACCUMULATION_LOSS_NOT_DIVIDED,
     model.REPLICAS_DIVERGE, collectives.GRADIENTS_REDUCED_TWICE, collectives.BARRIER_EVERY_STEP,
@@ -39,7 +41,7 @@ CHECKS = (
     printed.MEAN_OVER_GLOBAL_COUNT, files.EVERY_RANK_WRITES, files.READ_WHILE_WRITTEN,
     optimizer.LR_NOT_SCALED,
     schedules.SCHEDULE_LENGTH, group.NO_PROCESS_GROUP, crash.KNOWN_CRASH,
-    state_dict.STATE_DICT_PREFIX, reference.REFERENCE_DIFFERS, collectives.HANG,
+    state_dict.STATE_DICT_PREFIX, reference.REFERENCE_DIFFERS, hang.HANG,
 )
 
 
@@ -71,10 +73,10 @@ def judge(evidence, checks=CHECKS) -> list[Verdict]:
                             or check.explains.match(crash))
             message, about = problem.message, problem.evidence
             if explains and evidence.hung():  # say where every rank is
-                hang = evidence.run.hang
-                message += ". The run hung: " + collectives.describe_hang(
-                    evidence, hang.alarm, hang.positions)
-                about = dict(about, hang=to_json(hang))
+                hung = evidence.run.hang
+                message += ". The run hung: " + hang.describe_hang(
+                    evidence, hung.alarm, hung.positions)
+                about = dict(about, hang=to_json(hung))
             section = problem.section or check.section
             findings.append(Finding(
                 id=check.id, kind=problem.kind or check.kind, message=message,
