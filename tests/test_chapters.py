@@ -60,6 +60,9 @@ LONGER: dict[str, str] = {
     "src/ddplab/doctor/ranks/scratch.py": "the scratch view, one concept: where a write lands "
     "and every call that reads, lists or renames must see the same merged folder; cut in two, "
     "one call would see half of it",
+    "src/ddplab/doctor/ranks/watch/data.py": "the loaders watched, one concept: a pass, its "
+    "cut at the doctor's steps, the epochs after it and the sampler's order are one iterator's "
+    "state, which every part reads",
     "src/ddplab/chapters/running/two_nodes.py": "two torchrun nodes on one machine, one "
     "concept: the run, the ways a node fails to join and the node-rank order share one agent "
     "command, one environment and the store on loopback",
