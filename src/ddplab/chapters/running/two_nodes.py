@@ -244,7 +244,8 @@ for fd in map(int, os.listdir("/proc/self/fd")):
         pass
     finally:
         s.detach()
-print(os.environ["GROUP_RANK"], os.environ["MASTER_ADDR"], ",".join(sorted(gloo)), flush=True)
+print(os.environ["GROUP_RANK"], os.environ["MASTER_ADDR"], ",".join(sorted(gloo)) or "-",
+      flush=True)
 dist.destroy_process_group()
 """
 
