@@ -2,10 +2,11 @@
 
 Chromium is Debian's (`apt-get install chromium`), driven by Playwright from PyPI with
 ``executable_path`` (never `playwright install`, which downloads a browser). JupyterLab listens
-on 127.0.0.1 only, serves a copy of the lab (it autosaves what it runs, and the repository's
-labs must stay clean), and is stopped at the end. It takes its defaults from
-``scripts/jupyterlab/overrides.json`` (no "notified about official Jupyter news?" prompt over
-the lab) and keeps its user settings in the copy's folder: the user's own config is untouched.
+on 127.0.0.1 only, behind a token made afresh for each start, serves a copy of the lab (it
+autosaves what it runs, and the repository's labs must stay clean), and is stopped at the end.
+It takes its defaults from ``scripts/jupyterlab/overrides.json`` (no "notified about official
+Jupyter news?" prompt over the lab) and keeps its user settings in the copy's folder: the
+user's own config is untouched.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import contextlib
 import json
 import os
 import re
+import secrets
 import shutil
 import socket
 import statistics
@@ -69,16 +71,17 @@ def jupyterlab(labs: list[str], through_first_panel: bool = False):
         shutil.copy(lab, root)
         if through_first_panel:
             _through_first_panel(os.path.join(root, os.path.basename(lab)))
-    port = free_port()
+    port, token = free_port(), secrets.token_hex(16)
     server = subprocess.Popen(
         [sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root", "--ip", "127.0.0.1",
-         f"--port={port}", "--IdentityProvider.token=", f"--ServerApp.root_dir={root}",
+         f"--port={port}", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
          "--LabApp.expose_app_in_browser=True", f"--LabApp.app_settings_dir={LAB_SETTINGS}",
          f"--LabApp.user_settings_dir={os.path.join(root, '.user-settings')}"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        yield {lab: f"http://127.0.0.1:{port}/lab/tree/{os.path.basename(lab)}?reset"
-               for lab in labs}  # ?reset: no tabs of an earlier lab
+        # ?reset: no tabs of an earlier lab; the token signs the page in (a cookie after it)
+        yield {lab: f"http://127.0.0.1:{port}/lab/tree/{os.path.basename(lab)}?reset&"
+                    f"token={token}" for lab in labs}
     finally:
         server.terminate()
         try:
