@@ -37,6 +37,7 @@ import os
 import re
 import statistics
 import sys
+import textwrap
 import time
 
 from playwright.sync_api import sync_playwright
@@ -273,6 +274,7 @@ def markdown(rows: list[dict], args, loads: tuple, skipped: list[str], took: flo
               "figures)" if loaded else "")
            + f"; `--moves {args.moves} --reading {args.reading:g}`, {took / 60:.0f} min in all. "
            f"{share(rows)}.", ""]
+    out[0] = textwrap.fill(out[0], 96)
     if skipped:
         out += [f"Not measured: {'; '.join(skipped)}.", ""]
     out += ["| lab | panel | slider | median ms | worst ms | kernel ms | moves | note |",
