@@ -19,7 +19,10 @@ JupyterLab, the decode and the page's layout. A move whose figure is the same pi
 
 Per slider it prints the median and the worst of ``--moves`` moves, the kernel's own time
 (its status line's "drawn in" or "shown in", median), and how the moves were answered (``a``
-run ahead while the reader read, ``k`` kept from before, ``r`` run at the move). Panels with
+run ahead while the reader read, ``k`` kept from before, ``r`` run at the move), and the
+median part of a move from the new PNG's ``src`` in the page to it on screen (``decode``: the
+decode and a frame; the rest is the kernel and the trip). ``--each`` also prints every move's
+times and its status line. Panels with
 a ``timeout`` control run nothing ahead (their point is the wait for a hang) and are marked
 ``hang``. Each lab has ``--lab-deadline`` seconds; a lab that does not load or runs out of
 time is skipped with a line saying so, and the others still run. ``--write`` puts the table,
@@ -67,14 +70,16 @@ _WATCH = """slider => {
       const now = panel.querySelector(":scope > img");
       if (now !== img || now.src !== oldSrc) {
         watcher.disconnect();
+        const arrived = performance.now() - move.start;  // the new PNG's src is in the page
         now.decode().catch(() => null).then(() => requestAnimationFrame(
-          () => resolve({ms: performance.now() - move.start, same: false})));
+          () => resolve({ms: performance.now() - move.start, arrived: arrived, same: false})));
         return;
       }
       const text = status();
       if (text !== oldStatus && !/running/.test(text) && settled === null) {
         settled = performance.now() - move.start;
-        setTimeout(() => { watcher.disconnect(); resolve({ms: settled, same: true}); }, 1500);
+        setTimeout(() => { watcher.disconnect();
+                            resolve({ms: settled, arrived: settled, same: true}); }, 1500);
       }
     });
     watcher.observe(panel, {childList: true, subtree: true, attributes: true,
@@ -214,6 +219,9 @@ def run_lab(chromium, lab: str, url: str, args) -> list[dict]:
                 row = {"lab": name, "panel": panel, "slider": s["name"], "hang": s["hang"],
                        "moves": moves}
                 print(line(row), flush=True)
+                for m in moves if args.each else []:
+                    print(f"    {m['ms']:6.0f} ms, new PNG in the page at {m['arrived']:.0f}: "
+                          f"{m['status'][:60]}", flush=True)
                 rows.append(row)
     except Exception as exc:  # one lab that does not load must not stop the others
         print(f"{name}: skipped from here: {type(exc).__name__}: "
@@ -235,25 +243,31 @@ def chooser_index(page, chooser: int) -> int:
            return all.indexOf(choosers[c]); }""", chooser)
 
 
-def figures(row: dict) -> tuple[float, float, float, str]:
-    """A row's median and worst ms, its kernel's median ms, and how its moves were answered."""
+def figures(row: dict) -> tuple[float, float, float, float, str]:
+    """A row's median and worst ms; its kernel's median ms; the median ms from the new PNG in
+    the page to it on screen (the decode and a frame); how its moves were answered."""
     times = [m["ms"] for m in row["moves"]]
     kernel = [kernel_ms(m["status"]) for m in row["moves"]]
     kernel = [k for k in kernel if k == k]
     answered = "".join(source_of(m["status"]) + ("=" if m["same"] else "") for m in row["moves"])
     return (statistics.median(times), max(times),
-            statistics.median(kernel) if kernel else float("nan"), answered)
+            statistics.median(kernel) if kernel else float("nan"),
+            statistics.median(m["ms"] - m["arrived"] for m in row["moves"]), answered)
 
 
-HEAD = (f"{'lab':<17} {'panel':<26} {'slider':<18} {'median':>6} {'worst':>6} {'kernel':>6} "
-        f"{'moves':<7} note")
+HEAD = (f"{'lab':<17} {'panel':<20} {'slider':<18} {'median':>6} {'worst':>6} {'kernel':>6} "
+        f"{'decode':>6} {'moves':<6} note")
+
+
+def note_of(row: dict, median: float) -> str:
+    return "hang" if row["hang"] else ("over" if median > LIMIT_MS else "")
 
 
 def line(row: dict) -> str:
-    median, worst, kernel, answered = figures(row)
-    note = "hang demo" if row["hang"] else ("over" if median > LIMIT_MS else "")
-    return (f"{row['lab']:<17} {row['panel'][:26]:<26} {row['slider'][:18]:<18} {median:6.0f} "
-            f"{worst:6.0f} {kernel:6.0f} {answered:<7} {note}").rstrip()
+    median, worst, kernel, decode, answered = figures(row)
+    return (f"{row['lab']:<17} {row['panel'][:20]:<20} {row['slider'][:18]:<18} {median:6.0f} "
+            f"{worst:6.0f} {kernel:6.0f} {decode:6.0f} {answered:<6} "
+            f"{note_of(row, median)}").rstrip()
 
 
 def share(rows: list[dict]) -> str:
@@ -277,14 +291,14 @@ def markdown(rows: list[dict], args, loads: tuple, skipped: list[str], took: flo
     out[0] = textwrap.fill(out[0], 96)
     if skipped:
         out += [f"Not measured: {'; '.join(skipped)}.", ""]
-    out += ["| lab | panel | slider | median ms | worst ms | kernel ms | moves | note |",
-            "|---|---|---|---:|---:|---:|---|---|"]
+    out += ["| lab | panel | slider | median ms | worst ms | kernel ms | decode ms | moves | "
+            "note |", "|---|---|---|---:|---:|---:|---:|---|---|"]
     for row in rows:
-        median, worst, kernel, answered = figures(row)
-        note = "hang demonstration" if row["hang"] else ("**over**" if median > LIMIT_MS
-                                                          else "")
+        median, worst, kernel, decode, answered = figures(row)
+        note = {"hang": "hang demonstration", "over": "**over**", "": ""}[note_of(row, median)]
         out.append(f"| {row['lab']} | {row['panel'].replace('_', ' ')} | {row['slider']} | "
-                   f"{median:.0f} | {worst:.0f} | {kernel:.0f} | {answered} | {note} |")
+                   f"{median:.0f} | {worst:.0f} | {kernel:.0f} | {decode:.0f} | {answered} | "
+                   f"{note} |")
     return "\n".join(out)
 
 
@@ -312,6 +326,8 @@ def main() -> None:
                         help="the pause before each move, as a reader reads the figure")
     parser.add_argument("--lab-deadline", type=float, default=900.0, metavar="SECONDS",
                         help="each lab's time, from opening it to its last move")
+    parser.add_argument("--each", action="store_true",
+                        help="print every move: its times and its panel's status line")
     parser.add_argument("--write", action="store_true",
                         help="put the table into benchmarks/RESULTS.md")
     args = parser.parse_args()
