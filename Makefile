@@ -1,7 +1,7 @@
 # Every target sets up .venv first (scripts/setup.sh; a no-op once done).
 PY := .venv/bin/python
 
-.PHONY: setup run test book check-browser check-pages check-labs two-nodes report bench lab clean colab-sim colab-sim-313 gpu-check check-wheel check-workflows
+.PHONY: setup run test book check-browser check-pages check-labs two-nodes report bench bench-sliders lab clean colab-sim colab-sim-313 gpu-check check-wheel check-workflows
 
 setup:
 	@sh scripts/setup.sh
@@ -41,6 +41,9 @@ bench: setup  ## the warm pool, the time cost, slider moves (first and every), s
 	$(PY) benchmarks/sweep_first_figure.py labs/05_time_cost.ipynb
 	$(PY) benchmarks/shipping.py
 	$(PY) benchmarks/memory.py
+
+bench-sliders: setup  ## every slider of every lab moved in JupyterLab in Chromium, timed to the new figure (about 25 min; writes RESULTS.md)
+	$(PY) benchmarks/sliders_in_browser.py --write
 
 gpu-check: setup  ## on a GPU machine: every command (W=1 on NCCL; gloo on CUDA), page, test, lab and the GPU benchmark, one table
 	$(PY) scripts/gpu_check.py
