@@ -18,6 +18,7 @@ from ddplab.doctor.ranks import recorder as _recorder
 
 CHILD = "DDPLAB_DOCTOR_CHILD"  # "1" in every process started below a rank process
 SITE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "child_site")
+SET_BY_SCRIPT: set[str] = set()  # torchrun's variables the script set itself (os.environ[...])
 
 
 def _helper(target) -> bool:
@@ -53,7 +54,8 @@ def patch_process() -> None:
             if os.environ.get(MODE_UNSAID) == "1" and not _helper(self._target):
                 say_mode(records.Mode.SPAWN)
                 for name in TORCHRUN_VARIABLES:  # what `python multigpu.py` would see
-                    os.environ.pop(name, None)
+                    if name not in SET_BY_SCRIPT:  # a script's own WORLD_SIZE stays
+                        os.environ.pop(name, None)
             return real(self)
         return start
 
@@ -64,6 +66,17 @@ def patch_process() -> None:
             return _run_child(self, real)
         return run
 
+    def make_setitem(real):
+        def __setitem__(self, key, value):
+            from ddplab.doctor.ranks import where
+            from ddplab.doctor.ranks.watch.group import TORCHRUN_VARIABLES
+
+            if key in TORCHRUN_VARIABLES and where.line() is not None:
+                SET_BY_SCRIPT.add(key)
+            return real(self, key, value)
+        return __setitem__
+
+    patching.wrap(os._Environ, "__setitem__", make_setitem)
     patching.wrap(mp_process.BaseProcess, "start", make_start)
     patching.wrap(mp_process.BaseProcess, "run", make_run)
 

@@ -21,6 +21,7 @@ import ddplab.doctor.records as records
 from ddplab.doctor.judging.check import EVERY_CHECK_BEFORE, Check
 from ddplab.doctor.judging.findings import place
 from ddplab.doctor.judging.judgement import Problem, file_line, found, not_applicable, passed
+from ddplab.doctor.reference import layout
 from ddplab.doctor.reference import printed as printed_lines
 
 FIX = """\
@@ -142,13 +143,21 @@ def reference_differs(evidence, earlier):
             errors[0].message += f"; {text}"
             errors[0].evidence.update(parameter=d.name, over=d.over, max_abs=d.max_abs,
                                       parameter_step=d.step)
+        elif not c.notes.get(layout.REFERENCE, {}).get("chunked"):
+            # the one process ran its forward whole (its script takes a branch without DDP
+            # there): a layer that depends on the batch (BatchNorm) saw more samples than any
+            # rank's, so the difference proves nothing
+            advisories.append(Problem(
+                f"{text}; the one process did not run its forward through DDP, in the ranks' "
+                "chunks, so a layer that depends on its batch saw the whole batch: advice, not "
+                "proof", about, *file_line(step), kind="advisory"))
         else:
             cause = _cause(evidence, earlier, d, c.update, n)
             errors.append(Problem(text + (f". {cause}" if cause else ""), about,
                                   *file_line(step)))
     lines = printed_lines.compare(printed_lines.lines_of(evidence),
                                   printed_lines.lines_of(outcome.evidence))
-    own_losses, lr_lines = [], 0
+    own_losses, lr_lines, printed_named = [], 0, False
     for p in lines.diffs:
         if p.integer:
             continue
@@ -162,16 +171,23 @@ def reference_differs(evidence, earlier):
         if chosen_lr and _is_lr(p, c):  # the learning rate itself, scaled as chosen
             lr_lines += 1
             continue
-        if not errors:
-            errors.append(Problem(
+        if not errors and not printed_named:
+            printed_named = True  # the first printed difference only
+            # proof only where the ratio is the world size's factor: any other number may be
+            # one rank 0 computed on its own samples (a running mean of its own losses)
+            factor = p.ratio is not None and any(
+                math.isclose(p.ratio, f, rel_tol=2e-3) for f in (n, 1 / n))
+            (errors if factor else advisories).append(Problem(
                 f"after optimizer step {p.step}, rank 0 printed {p.ranks_text!r} where one "
                 f"process on the same samples printed {p.one_text!r}: {p.ranks_value:.6g} "
                 f"against {p.one_value:.6g}, "
                 + (f"ratio {printed_lines.ratio_words(p.ratio, n)}" if p.ratio is not None
-                   else "no ratio: the one process printed 0"),
+                   else "no ratio: the one process printed 0")
+                + ("" if factor else " (or a number of rank 0's own samples: advice, not "
+                   "proof)"),
                 {"step": p.step, "ranks_text": p.ranks_text, "one_text": p.one_text,
                  "ranks_value": p.ranks_value, "one_value": p.one_value, "ratio": p.ratio},
-                p.file, p.line))
+                p.file, p.line, kind=None if factor else "advisory"))
     if own_losses:
         p = own_losses[0]
         advisories.append(Problem(
