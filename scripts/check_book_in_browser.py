@@ -463,10 +463,9 @@ def check_doctor_links(checks: Checks, html: Path) -> None:
     """Each link the doctor gives (``Check.url``: the rendered book's page, at the section's
     label) names a page of this build and an id on it."""
     from ddplab.doctor.judging.checks import CHECKS
-    from ddplab.doctor.judging.findings import BOOK
 
     for check in CHECKS:
-        page, _, anchor = check.url.removeprefix(BOOK).partition("#")
+        page, _, anchor = check.url.removeprefix(home.book()).partition("#")
         target = html / "book" / page
         checks.check(target.is_file() and anchor in anchors(target),
                      f"doctor check {check.id}: {check.url} is no section of the built book")
