@@ -28,6 +28,7 @@ import os
 from ddplab.doctor.ranks import chunked, patching, replay
 from ddplab.doctor.ranks import recorder as _recorder
 from ddplab.doctor.ranks.digest import first_tensor
+from ddplab.doctor.ranks.watch.data import PassIterator, Wrapped
 from ddplab.doctor.reference import collate, layout
 from ddplab.doctor.settings import Settings
 
@@ -48,21 +49,9 @@ def _note(key: str, value) -> None:
                                                    None, _rank()))
 
 
-class Tap:
+class Tap(Wrapped):
     """A training loader's pass (``watch.data.PassIterator``), its batches kept (the N-rank
     run) or replaced by the N ranks' (the reference run)."""
-
-    def __init__(self, inner):
-        self._inner = inner
-
-    def __iter__(self):
-        return self
-
-    def __len__(self):
-        return len(self._inner)
-
-    def __getattr__(self, name):
-        return getattr(self._inner, name)
 
     def __next__(self):
         batch = next(self._inner)
@@ -192,7 +181,6 @@ def install() -> None:
     from torch.nn.parallel import DistributedDataParallel
     from torch.optim import optimizer as optim_hooks
 
-    from ddplab.doctor.ranks.watch.data import PassIterator
     from ddplab.doctor.ranks.watch.files import unwatched
 
     layout.quiet = unwatched  # the doctor's own files are not the reader's writes

@@ -144,12 +144,12 @@ def _watch_custom(sampler) -> None:
         patching.wrap(kind, "set_epoch", make_set_epoch, "custom-sampler")
 
 
-class PassIterator:
-    """The loader's iterator, counted; everything else is the real iterator's. The pass's
-    record is replaced with a new one as it goes (records are frozen)."""
+class Wrapped:
+    """A loader's iterator in place of the real one (``_inner``): iterable, its length and
+    everything else the real iterator's; a subclass says what ``__next__`` does."""
 
-    def __init__(self, inner, record: records.Pass, cap: int):
-        self._inner, self.record, self._cap = inner, record, cap
+    def __init__(self, inner):
+        self._inner = inner
 
     def __iter__(self):
         return self
@@ -159,6 +159,15 @@ class PassIterator:
 
     def __getattr__(self, name):
         return getattr(self._inner, name)
+
+
+class PassIterator(Wrapped):
+    """The loader's iterator, counted. The pass's record is replaced with a new one as it goes
+    (records are frozen)."""
+
+    def __init__(self, inner, record: records.Pass, cap: int):
+        super().__init__(inner)
+        self.record, self._cap = record, cap
 
     def __next__(self):
         rec, seen = _recorder.RECORDER, self.record
@@ -190,7 +199,7 @@ class PassIterator:
         return batch
 
 
-class EndedPass:
+class EndedPass(Wrapped):
     """A loader's pass once training has ended: one batch, or the whole pass for a training
     loader while every DDP model is in ``eval()`` mode (an accuracy over the training set at
     the script's end, as many scripts compute). The batches a model trains on are counted
@@ -198,13 +207,8 @@ class EndedPass:
     after its loaders ended."""
 
     def __init__(self, inner, record: records.Pass, whole_in_eval: bool):
-        self._inner, self.record, self._whole_in_eval = inner, record, whole_in_eval
-
-    def __iter__(self):
-        return self
-
-    def __len__(self):
-        return len(self._inner)
+        super().__init__(inner)
+        self.record, self._whole_in_eval = record, whole_in_eval
 
     def __next__(self):
         models = [m["ddp"]() for m in MODELS.values()]
